@@ -1,0 +1,337 @@
+"""The only door to torch.distributed: named, timed, recorded collectives and point-to-point ops.
+
+Every op carries its group name (dp / tp / pp / cp / ep / world) and byte count, and reports
+issue, completion and wait to the recorder in `kernels.events`. An async op returns a `Handle`
+whose completion time is taken when its future completes (in gloo's thread), not when waited on.
+`OpLog` keeps the same timestamps even without tracing, so overlap can be measured cheaply.
+"""
+from __future__ import annotations
+
+import datetime
+import itertools
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from kernels import events
+
+_op_ids = itertools.count(1)
+_REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+# ---------------------------------------------------------------- world and groups
+
+def init(backend: str, rank: int, world_size: int, init_method: str | None = None,
+         timeout_s: float = 60.0, store=None) -> None:
+    kw = {"init_method": init_method} if init_method else {}
+    if store is not None:
+        kw = {"store": store}
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s), **kw)
+
+
+def store_server(world_size: int, timeout_s: float = 30.0):
+    """A rendezvous store listening on a free port of 127.0.0.1 (port 0: the OS picks one, so
+    two worlds never race for a port). Returns (store, port); rank 0 keeps the store alive."""
+    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
+                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    return store, store.port
+
+
+def store_client(port: int, world_size: int, timeout_s: float = 30.0):
+    return dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def destroy() -> None:
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def world_rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+@dataclass
+class Group:
+    """A process group with a name and its member ranks (global ids, in group order)."""
+    name: str
+    ranks: list[int]
+    pg: object = None  # torch ProcessGroup; None for a group of one
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def rank(self) -> int:
+        """This process's index inside the group."""
+        return self.ranks.index(world_rank())
+
+    def global_rank(self, local: int) -> int:
+        return self.ranks[local]
+
+
+def new_groups(name: str, partition: list[list[int]]) -> Group:
+    """Create one group per rank list (every rank must call this with the same partition) and
+    return the one holding this rank. Groups of size 1 make no process group."""
+    me = world_rank()
+    mine = None
+    for ranks in partition:
+        pg = dist.new_group(ranks) if len(ranks) > 1 and is_initialized() else None
+        if me in ranks:
+            mine = Group(name, list(ranks), pg)
+    assert mine is not None, f"rank {me} is in no {name} group"
+    return mine
+
+
+def single_group(name: str = "world") -> Group:
+    return Group(name, [world_rank()], None)
+
+
+def world_group() -> Group:
+    return Group("world", list(range(world_size())), dist.group.WORLD if is_initialized() else None)
+
+
+# ---------------------------------------------------------------- op log and handles
+
+@dataclass
+class OpRecord:
+    op_id: int
+    op: str
+    group: str
+    nbytes: int
+    peer: int | None
+    t_issue: int
+    t_complete: int | None = None
+    wait_ns: int = 0
+
+
+class OpLog:
+    """Every op's issue and completion time since the last `clear()`; always on, a few ns an op."""
+
+    def __init__(self):
+        self.records: list[OpRecord] = []
+        self._lock = threading.Lock()
+
+    def add(self, rec: OpRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+    def clear(self) -> list[OpRecord]:
+        with self._lock:
+            out, self.records = self.records, []
+        return out
+
+
+oplog = OpLog()
+
+
+class Handle:
+    """An in-flight op. `wait()` blocks until done and returns the output tensor(s)."""
+
+    def __init__(self, rec: OpRecord, work, result):
+        self.rec, self._work, self.result = rec, work, result
+        self._done = work is None
+        if work is not None:
+            fut = work.get_future()
+            fut.add_done_callback(self._on_complete)
+
+    def _on_complete(self, _fut) -> None:
+        t = events.now_ns()
+        self.rec.t_complete = t
+        rec = events.recorder()
+        if rec is not None and hasattr(rec, "comm_complete"):
+            rec.comm_complete(self.rec.op_id, t)
+
+    def is_completed(self) -> bool:
+        return self._done or self._work.is_completed()
+
+    def wait(self):
+        if not self._done:
+            t0 = events.now_ns()
+            self._work.wait()
+            t1 = events.now_ns()
+            if self.rec.t_complete is None:  # callback not yet run: completion is now
+                self.rec.t_complete = t1
+            self.rec.wait_ns += t1 - t0
+            rec = events.recorder()
+            if rec is not None and hasattr(rec, "comm_wait"):
+                rec.comm_wait(self.rec.op_id, t0, t1)
+            self._done = True
+        return self.result
+
+
+def _issue(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
+    rec = OpRecord(next(_op_ids), op, group.name if group else "world", int(nbytes), peer,
+                   events.now_ns())
+    oplog.add(rec)
+    r = events.recorder()
+    if r is not None and hasattr(r, "comm_issue"):
+        r.comm_issue(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
+    return rec
+
+
+def _run(rec: OpRecord, work, result, async_op: bool):
+    h = Handle(rec, work, result)
+    if async_op:
+        return h
+    h.wait()
+    return result
+
+
+def _pg(group: Group | None):
+    return None if group is None else group.pg
+
+
+def _trivial(group: Group | None) -> bool:
+    return group is not None and group.size == 1
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _done(op, group, result, async_op):
+    """A group of one: nothing moves, but the op still exists (recorded, zero bytes)."""
+    rec = _issue(op, group, 0, None)
+    rec.t_complete = rec.t_issue
+    return Handle(rec, None, result) if async_op else result
+
+
+# ---------------------------------------------------------------- collectives
+
+def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: bool = False):
+    """In place. op: sum | avg | max | min (avg is sum then divide, done at wait for async)."""
+    if _trivial(group):
+        return _done("all_reduce", group, t, async_op)
+    rec = _issue("all_reduce", group, _nbytes(t), None, reduce=op)
+    work = dist.all_reduce(t, op=_REDUCE["sum" if op == "avg" else op], group=_pg(group),
+                           async_op=True)
+    if op == "avg":
+        return _AvgHandle(rec, work, t, group.size if group else world_size()) if async_op \
+            else _run(rec, work, t, False).div_(group.size if group else world_size())
+    return _run(rec, work, t, async_op)
+
+
+class _AvgHandle(Handle):
+    def __init__(self, rec, work, t, n):
+        super().__init__(rec, work, t)
+        self._n, self._divided = n, False
+
+    def wait(self):
+        super().wait()
+        if not self._divided:
+            self.result.div_(self._n)
+            self._divided = True
+        return self.result
+
+
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op: str = "sum",
+                   async_op: bool = False):
+    """inp is [group.size * out.numel()] flat (rank i gets chunk i), summed over the group."""
+    if _trivial(group):
+        out.copy_(inp.view_as(out))
+        return _done("reduce_scatter", group, out, async_op)
+    rec = _issue("reduce_scatter", group, _nbytes(inp), None, reduce=op)
+    work = dist.reduce_scatter_single(out, inp, op=_REDUCE["sum" if op == "avg" else op],
+                                      group=_pg(group), async_op=True)
+    n = group.size if group else world_size()
+    if op == "avg":
+        return _AvgHandle(rec, work, out, n) if async_op else _run(rec, work, out, False).div_(n)
+    return _run(rec, work, out, async_op)
+
+
+def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_op: bool = False):
+    """out is [group.size * inp.numel()] (concatenated along dim 0 in group order)."""
+    if _trivial(group):
+        out.copy_(inp.view_as(out))
+        return _done("all_gather", group, out, async_op)
+    rec = _issue("all_gather", group, _nbytes(out), None)
+    work = dist.all_gather_single(out, inp, group=_pg(group), async_op=True)
+    return _run(rec, work, out, async_op)
+
+
+def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = False):
+    """src is a global rank."""
+    if _trivial(group):
+        return _done("broadcast", group, t, async_op)
+    rec = _issue("broadcast", group, _nbytes(t), src)
+    work = dist.broadcast(t, src=src, group=_pg(group), async_op=True)
+    return _run(rec, work, t, async_op)
+
+
+def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
+                      out_splits: list[int] | None = None, in_splits: list[int] | None = None,
+                      async_op: bool = False):
+    """Split dim 0 of inp into pieces for each group rank; uneven splits allowed."""
+    if _trivial(group):
+        out.copy_(inp)
+        return _done("all_to_all", group, out, async_op)
+    rec = _issue("all_to_all", group, _nbytes(inp) + _nbytes(out), None)
+    work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
+                                  input_split_sizes=in_splits, group=_pg(group), async_op=True)
+    return _run(rec, work, out, async_op)
+
+
+def barrier(group: Group | None = None) -> None:
+    if _trivial(group) or not is_initialized():
+        return
+    rec = _issue("barrier", group, 0, None)
+    _run(rec, dist.barrier(group=_pg(group), async_op=True), None, False)
+
+
+# ---------------------------------------------------------------- point to point (global ranks)
+
+def send(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> None:
+    isend(t, dst, group, tag).wait()
+
+
+def recv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> torch.Tensor:
+    return irecv(t, src, group, tag).wait()
+
+
+def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> Handle:
+    rec = _issue("send", group, _nbytes(t), dst, tag=tag)
+    return Handle(rec, dist.isend(t, dst, tag=tag), t)
+
+
+def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
+    rec = _issue("recv", group, _nbytes(t), src, tag=tag)
+    return Handle(rec, dist.irecv(t, src, tag=tag), t)
+
+
+@dataclass
+class P2P:
+    """One leg of a batched exchange: kind 'send' or 'recv', peer a global rank."""
+    kind: str
+    tensor: torch.Tensor
+    peer: int
+    tag: int = 0
+    group: Group | None = field(default=None, repr=False)
+
+
+def batch_isend_irecv(ops: list[P2P]) -> list[Handle]:
+    """Post every send and recv at once (sends and recvs paired by (peer, tag) order), so two
+    ranks exchanging in both directions never deadlock. Returns one handle per op."""
+    return [isend(o.tensor, o.peer, o.group, o.tag) if o.kind == "send"
+            else irecv(o.tensor, o.peer, o.group, o.tag) for o in ops]
+
+
+def wait_all(handles) -> None:
+    for h in handles:
+        h.wait()

@@ -1,0 +1,50 @@
+"""The recorder hook: how kernels report compute spans and comm ops to whoever listens.
+
+It is a no-op until `set_recorder` installs an object (partui.trace does, while tracing).
+Times are `time.perf_counter_ns()`, CLOCK_MONOTONIC on Linux, so ranks on one host share a clock.
+
+A recorder implements any of these methods (missing ones are skipped):
+    compute(name, cat, t0_ns, t1_ns, args)            a finished compute span on the rank's compute track
+    comm_issue(op_id, op, group, nbytes, peer, t_ns, args)
+    comm_complete(op_id, t_ns)                         may be called from a communication thread
+    comm_wait(op_id, t0_ns, t1_ns)                     the rank blocked waiting for op_id
+    counter(name, t_ns, values)                        a dict of numbers (expert load, memory ...)
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+now_ns = time.perf_counter_ns
+
+_recorder = None
+
+
+def set_recorder(recorder) -> None:
+    """Install (or with None remove) the process-wide recorder."""
+    global _recorder
+    _recorder = recorder
+
+
+def recorder():
+    return _recorder
+
+
+@contextmanager
+def span(name: str, cat: str = "compute", **args):
+    """Time a compute region; `cat` is its kind (F, B, W, optimizer, attention, expert ...)."""
+    rec = _recorder
+    if rec is None:
+        yield
+        return
+    t0 = now_ns()
+    try:
+        yield
+    finally:
+        rec.compute(name, cat, t0, now_ns(), args)
+
+
+def counter(name: str, **values) -> None:
+    rec = _recorder
+    if rec is not None and hasattr(rec, "counter"):
+        rec.counter(name, now_ns(), values)

@@ -1,0 +1,353 @@
+"""The tiny Llama built from hand-written layers, its config presets, seeded global init, and the
+single-process reference step that every plan is held to.
+
+The model is a flat list of stage layers: [Embed, Block 0 .. Block L-1, Head]. Each has
+forward(x) -> (y, ctx), backward_input(ctx, dy) -> dx, backward_weight(ctx); the Head takes the
+targets and returns the loss. Pipeline stages are slices of this list.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
+                            Param, RMSNorm, SwiGLU, rope_tables)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab: int = 256
+    dim: int = 64
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    seq: int = 32
+    batch: int = 8            # global batch (sequences per step)
+    hidden: int = 0           # SwiGLU hidden size; 0 means round(8/3 * dim) to a multiple of 16
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    experts: int = 0          # 0: dense MLP; > 0: MoE (kernels/ep.py)
+    top_k: int = 2
+    capacity_factor: float | None = None   # None: no capacity limit
+    moe_every: int = 1        # every n-th layer is MoE (1: all)
+    aux_loss_coef: float = 0.01
+    routing_group: int = 0    # tokens per routing group for capacity; 0: one sequence
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    @property
+    def ffn_hidden(self) -> int:
+        return self.hidden or max(16, int(round(8 * self.dim / 3 / 16)) * 16)
+
+    def validate(self) -> None:
+        def need(ok, msg):
+            if not ok:
+                raise ValueError(msg)
+        for name in ("vocab", "dim", "layers", "heads", "kv_heads", "seq", "batch"):
+            need(getattr(self, name) >= 1, f"model {name} = {getattr(self, name)} must be >= 1")
+        need(self.dim % self.heads == 0,
+             f"dim {self.dim} is not divisible by heads {self.heads}: pick dim a multiple of heads")
+        need(self.heads % self.kv_heads == 0,
+             f"heads {self.heads} not divisible by kv heads {self.kv_heads}: kv heads must divide heads")
+        need(self.head_dim % 2 == 0, f"head dim {self.head_dim} must be even for RoPE")
+
+    def n_params(self) -> int:
+        return sum(int(torch.Size(s).numel()) for s in param_shapes(self).values())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    "tiny": ModelConfig(),
+    "small": ModelConfig(vocab=256, dim=128, layers=8, heads=8, kv_heads=4, seq=64, batch=8),
+    "medium": ModelConfig(vocab=512, dim=256, layers=8, heads=8, kv_heads=4, seq=128, batch=8),
+    "large": ModelConfig(vocab=1024, dim=512, layers=8, heads=8, kv_heads=4, seq=128, batch=8),
+}
+
+
+def make_config(preset: str = "tiny", **overrides) -> ModelConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}: pick one of {', '.join(PRESETS)}")
+    cfg = replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+    cfg.validate()
+    return cfg
+
+
+# ---------------------------------------------------------------- parameters
+
+def param_shapes(cfg: ModelConfig) -> dict[str, tuple]:
+    """Global shape of every parameter, in forward order (the order of a reverse-order bucketing)."""
+    d, hd = cfg.dim, cfg.head_dim
+    shapes = {"embed.weight": (cfg.vocab, d)}
+    for i in range(cfg.layers):
+        p = f"layers.{i}."
+        shapes.update({p + "attn_norm.weight": (d,), p + "attn.wq.weight": (cfg.heads * hd, d),
+                       p + "attn.wk.weight": (cfg.kv_heads * hd, d),
+                       p + "attn.wv.weight": (cfg.kv_heads * hd, d),
+                       p + "attn.wo.weight": (d, cfg.heads * hd), p + "mlp_norm.weight": (d,)})
+        if is_moe_layer(cfg, i):
+            from kernels.ep import moe_param_shapes  # the MoE variant lives with expert parallelism
+            shapes.update(moe_param_shapes(cfg, p + "moe."))
+        else:
+            shapes.update({p + "mlp.w1.weight": (cfg.ffn_hidden, d),
+                           p + "mlp.w3.weight": (cfg.ffn_hidden, d),
+                           p + "mlp.w2.weight": (d, cfg.ffn_hidden)})
+    shapes.update({"norm.weight": (d,), "lm_head.weight": (cfg.vocab, d)})
+    return shapes
+
+
+def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
+    return cfg.experts > 0 and i % cfg.moe_every == cfg.moe_every - 1
+
+
+def init_tensor(name: str, shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
+    """The full global tensor for `name`, the same on every rank whatever it keeps of it."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, dtype=dtype)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    std = 0.02
+    if name.endswith(("wo.weight", "w2.weight")):
+        std = 0.02 / 2 ** 0.5  # residual projections a little smaller
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * std).to(dtype)
+
+
+def init_params(cfg: ModelConfig, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    return {n: init_tensor(n, s, seed, dtype) for n, s in param_shapes(cfg).items()}
+
+
+# ---------------------------------------------------------------- stage layers
+
+class Embed(Layer):
+    def __init__(self, emb: Embedding):
+        self.emb = emb
+
+    def sublayers(self):
+        return {"embed": self.emb}
+
+    def forward(self, ids):                    # ids [B, S]
+        return self.emb.forward(ids)           # [B, S, dim]
+
+    def backward_input(self, ctx, dy):
+        return self.emb.backward_input(ctx, dy)
+
+    def backward_weight(self, ctx):
+        self.emb.backward_weight(ctx)
+
+
+class Identity:
+    """A region boundary that does nothing (tensor parallel replaces it with f / g)."""
+
+    def forward(self, x):
+        return x, None
+
+    def backward(self, ctx, dy):
+        return dy
+
+
+class Block(Layer):
+    """Pre-norm residual block: h = x + attn(norm(x)); y = h + mlp(norm(h)).
+
+    `enter_*` / `exit_*` wrap each branch (tensor parallel's f and g, sequence parallel's
+    all-gather and reduce-scatter); identity by default.
+    """
+
+    def __init__(self, index, attn_norm, attn, mlp_norm, mlp, regions: dict | None = None):
+        self.index = index
+        self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
+        regions = regions or {}
+        self.enter_attn = regions.get("enter_attn", Identity())
+        self.exit_attn = regions.get("exit_attn", Identity())
+        self.enter_mlp = regions.get("enter_mlp", Identity())
+        self.exit_mlp = regions.get("exit_mlp", Identity())
+
+    def sublayers(self):
+        mlp_name = "moe" if getattr(self.mlp, "is_moe", False) else "mlp"
+        return {"attn_norm": self.attn_norm, "attn": self.attn, "mlp_norm": self.mlp_norm,
+                mlp_name: self.mlp}
+
+    def forward(self, x):                                   # x [B, S, dim]
+        n1, c_n1 = self.attn_norm.forward(x)
+        e1, c_e1 = self.enter_attn.forward(n1)
+        a, c_a = self.attn.forward(e1)
+        a, c_x1 = self.exit_attn.forward(a)
+        h = x + a
+        n2, c_n2 = self.mlp_norm.forward(h)
+        e2, c_e2 = self.enter_mlp.forward(n2)
+        m, c_m = self.mlp.forward(e2)
+        m, c_x2 = self.exit_mlp.forward(m)
+        return h + m, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2,
+                          c_m=c_m, c_x2=c_x2, aux_loss=getattr(c_m, "aux_loss", 0.0))
+
+    def backward_input(self, ctx, dy):
+        dm = self.exit_mlp.backward(ctx.c_x2, dy)
+        dm = self.mlp.backward_input(ctx.c_m, dm)
+        dm = self.enter_mlp.backward(ctx.c_e2, dm)
+        dh = dy + self.mlp_norm.backward_input(ctx.c_n2, dm)
+        da = self.exit_attn.backward(ctx.c_x1, dh)
+        da = self.attn.backward_input(ctx.c_a, da)
+        da = self.enter_attn.backward(ctx.c_e1, da)
+        return dh + self.attn_norm.backward_input(ctx.c_n1, da)
+
+    def backward_weight(self, ctx):
+        self.mlp.backward_weight(ctx.c_m)
+        self.mlp_norm.backward_weight(ctx.c_n2)
+        self.attn.backward_weight(ctx.c_a)
+        self.attn_norm.backward_weight(ctx.c_n1)
+
+
+class Head(Layer):
+    """Final norm, LM head and cross-entropy: (x, targets) -> partial loss."""
+
+    def __init__(self, norm, lm_head, loss_fn):
+        self.norm, self.lm_head, self.loss_fn = norm, lm_head, loss_fn
+
+    def sublayers(self):
+        return {"norm": self.norm, "lm_head": self.lm_head}
+
+    def forward(self, x, targets, denom):                   # x [B, S, dim], targets [B, S]
+        n, c_n = self.norm.forward(x)
+        logits, c_l = self.lm_head.forward(n)               # [B, S, vocab]
+        b, s, v = logits.shape
+        loss, c_ce = self.loss_fn.forward(logits.reshape(b * s, v), targets.reshape(-1), denom)
+        return loss, Ctx(c_n=c_n, c_l=c_l, c_ce=c_ce, shape=(b, s, v))
+
+    def backward_input(self, ctx, dloss=1.0):
+        dlogits = self.loss_fn.backward_input(ctx.c_ce, dloss).reshape(ctx.shape)
+        return self.norm.backward_input(ctx.c_n, self.lm_head.backward_input(ctx.c_l, dlogits))
+
+    def backward_weight(self, ctx):
+        self.lm_head.backward_weight(ctx.c_l)
+        self.norm.backward_weight(ctx.c_n)
+
+
+def p(tensors: dict, name: str) -> Param:
+    return Param(name, tensors[name])
+
+
+def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, rank_ctx=None) -> Block:
+    """A dense (or MoE) block owning the whole of its tensors: the single-process layout."""
+    pre = f"layers.{i}."
+    lin = lambda n: Linear(p(tensors, pre + n))  # noqa: E731
+    attn = Attention(lin("attn.wq.weight"), lin("attn.wk.weight"), lin("attn.wv.weight"),
+                     lin("attn.wo.weight"), cfg.heads, cfg.kv_heads, cfg.head_dim, cos, sin,
+                     LocalAttention(positions))
+    if is_moe_layer(cfg, i):
+        from kernels.ep import build_moe  # the MoE variant lives with expert parallelism
+        mlp = build_moe(cfg, pre + "moe.", tensors, rank_ctx)
+    else:
+        mlp = SwiGLU(lin("mlp.w1.weight"), lin("mlp.w3.weight"), lin("mlp.w2.weight"))
+    return Block(i, RMSNorm(p(tensors, pre + "attn_norm.weight"), cfg.norm_eps), attn,
+                 RMSNorm(p(tensors, pre + "mlp_norm.weight"), cfg.norm_eps), mlp)
+
+
+@dataclass
+class Llama:
+    """The stage layers in order; `params()` maps every global name to its Param."""
+    cfg: ModelConfig
+    layers: list = field(default_factory=list)  # [Embed, Block..., Head]
+
+    def params(self) -> dict[str, Param]:
+        out = {}
+        for layer in self.layers:
+            for name, prm in layer.params().items():
+                out[_canonical(name, layer)] = prm
+        return out
+
+    def zero_grad(self) -> None:
+        for prm in self.params().values():
+            prm.zero_grad()
+
+
+def _canonical(name: str, layer) -> str:
+    if isinstance(layer, Block):
+        return f"layers.{layer.index}.{name}"
+    return name  # Embed gives embed.weight, Head gives norm.weight / lm_head.weight
+
+
+def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, rank_ctx=None) -> Llama:
+    """The whole model on one rank; `rank_ctx` (kernels.engine.RankContext) lets MoE layers shard
+    their experts over the ep group."""
+    tensors = tensors if tensors is not None else init_params(cfg, seed, dtype)
+    positions = torch.arange(cfg.seq)
+    cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta, dtype)
+    layers = [Embed(Embedding(p(tensors, "embed.weight")))]
+    layers += [build_block(cfg, i, tensors, cos, sin, positions, rank_ctx) for i in range(cfg.layers)]
+    layers.append(Head(RMSNorm(p(tensors, "norm.weight"), cfg.norm_eps),
+                       Linear(p(tensors, "lm_head.weight")), CrossEntropy()))
+    return Llama(cfg, layers)
+
+
+# ---------------------------------------------------------------- forward / backward over a layer list
+
+def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None):
+    """Run the layers on one microbatch and accumulate grads; returns the (partial) loss.
+
+    backward="autograd" runs the same forward under torch autograd and copies the grads into
+    the Params' buffers: the oracle that the hand-written backward is held to. `hooks` (see
+    kernels.engine.LayerHooks) run around every layer's forward and backward (ZeRO-3).
+    """
+    if backward == "autograd":
+        return _forward_backward_autograd(layers, ids, targets, denom, hooks)
+    ctxs = []
+    x = ids
+    for layer in layers[:-1]:
+        hooks and hooks.before_forward(layer)
+        x, c = layer.forward(x)
+        hooks and hooks.after_forward(layer)
+        ctxs.append(c)
+    head = layers[-1]
+    hooks and hooks.before_forward(head)
+    loss, c_head = head.forward(x, targets, denom)
+    aux = sum((getattr(c, "aux_loss", 0.0) for c in ctxs), 0.0)
+    dx = head.backward_input(c_head)
+    head.backward_weight(c_head)
+    hooks and hooks.after_backward(head)
+    for layer, c in zip(reversed(layers[:-1]), reversed(ctxs)):
+        hooks and hooks.before_backward(layer)
+        dx = layer.backward_input(c, dx)
+        layer.backward_weight(c)
+        hooks and hooks.after_backward(layer)
+    return loss + aux
+
+
+def _forward_backward_autograd(layers, ids, targets, denom, hooks=None):
+    for layer in layers:  # ZeRO-3: hold every layer's gathered params for the whole graph
+        hooks and hooks.before_forward(layer)
+    prms = [q for layer in layers for q in layer.params().values()]
+    saved = [q.data for q in prms]
+    leaves = [d.detach().requires_grad_(True) for d in saved]
+    for q, leaf in zip(prms, leaves):
+        q.data = leaf
+    try:
+        with torch.enable_grad():
+            x = ids
+            aux = 0.0
+            for layer in layers[:-1]:
+                x, c = layer.forward(x)
+                aux = aux + getattr(c, "aux_loss", 0.0)
+            loss, _ = layers[-1].forward(x, targets, denom)
+            total = loss + aux
+            grads = torch.autograd.grad(total, leaves, allow_unused=True)
+    finally:
+        for q, d in zip(prms, saved):
+            q.data = d
+    for q, g in zip(prms, grads):
+        if g is not None:
+            q.accumulate(g.detach())
+    for layer in reversed(layers):
+        hooks and hooks.after_backward(layer)
+    return total.detach()
+
+
+def reference_step(model: Llama, ids, targets, microbatches: int = 1, backward: str = "hand"):
+    """One single-process step's forward and backward over the global batch: the oracle."""
+    denom = ids.numel()
+    loss = 0.0
+    for mb_ids, mb_t in zip(ids.chunk(microbatches), targets.chunk(microbatches)):
+        loss = loss + forward_backward(model.layers, mb_ids, mb_t, denom, backward)
+    return loss

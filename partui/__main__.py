@@ -1,0 +1,5 @@
+import sys
+
+from partui.cli import main
+
+sys.exit(main())

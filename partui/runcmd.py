@@ -1,0 +1,173 @@
+"""`partui run`: train a plan headless, optionally checked against the reference and traced."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+GRAD_ATOL = {"fp32": 2e-5, "bf16": 3e-2}  # max abs error of any gradient element
+LOSS_ATOL = {"fp32": 2e-5, "bf16": 3e-2}
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"partui run: {msg}", file=sys.stderr)
+    return code
+
+
+def parse_steps(spec: str | None, steps: int) -> set[int]:
+    if not spec:
+        return set(range(steps))
+    try:
+        a, _, b = spec.partition(":")
+        lo, hi = int(a or 0), int(b) if b else int(a) + 1
+    except ValueError:
+        raise ValueError(f"--trace-steps {spec!r} is not START:STOP (e.g. 2:4)")
+    if not (0 <= lo < hi <= steps):
+        raise ValueError(f"--trace-steps {spec!r} is outside steps 0..{steps}: pick START < STOP "
+                         f"<= {steps}")
+    return set(range(lo, hi))
+
+
+def aggregate(step_items: list[dict]) -> dict:
+    """One step line from every rank's summary: loss from rank 0, time of the slowest rank."""
+    r0 = step_items[0]
+    out = {"step": r0["step"], "loss": r0["loss"],
+           "step_ms": max(s["step_ms"] for s in step_items),
+           "ranks": [{k: round(s[k], 3) for k in ("step_ms", "compute_ms", "comm_ms",
+                                                  "overlap_ms", "wait_ms")}
+                     for s in step_items]}
+    for key in ("grad_sync_overlap",):
+        vals = [s[key] for s in step_items if key in s]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    return out
+
+
+def run(args) -> int:
+    from partui.cli import plan_and_config
+    try:
+        plan, cfg = plan_and_config(args)
+        trace_steps = parse_steps(args.trace_steps, args.steps) if args.trace else set()
+        if args.trace:
+            _check_trace_path(args.trace)
+    except ValueError as e:
+        return _fail(str(e))
+    from partui.world import under_torchrun
+    if under_torchrun():
+        from partui.torchrun import run_joined
+        return run_joined(args, plan, cfg)
+    from partui.world import Controller, RankError, WorldTimeout
+    t0 = time.perf_counter()
+    try:
+        with Controller.launch(plan.world, timeout_s=args.timeout) as world:
+            launch_s = time.perf_counter() - t0
+            infos = world.setup(plan, cfg, seed=args.seed, optim=args.optim, lr=args.lr,
+                                backward=args.backward, weight_decay=args.weight_decay)
+            return _train(args, plan, cfg, world, infos, launch_s, trace_steps)
+    except (RankError, WorldTimeout) as e:
+        tb = getattr(e, "traceback", "")
+        return _fail(f"{e}\n{tb}".rstrip(), 1)
+
+
+def _check_trace_path(path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
+    if not path.endswith((".json", ".json.gz")):
+        raise ValueError(f"--trace {path}: name it .json or .json.gz")
+
+
+def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
+    ref = None
+    if args.check:
+        from kernels.check import Reference
+        ref = Reference(plan, cfg, args.seed, args.optim, args.lr, args.weight_decay, "hand")
+    tol_g, tol_l = GRAD_ATOL[plan.dtype], LOSS_ATOL[plan.dtype]
+    failed, lines, traced = False, [], []
+    tracing = False
+    for step in range(args.steps):
+        if step in trace_steps and not tracing:
+            world.trace_start(sparse=not args.trace_full)
+            tracing = True
+        items = [r[0] for r in world.step(1, check=args.check)]
+        line = aggregate(items)
+        if tracing and step + 1 not in trace_steps:
+            traced.append(world.trace_stop())
+            tracing = False
+        if ref is not None:
+            from kernels.check import compare_pieces
+            ref_loss, ref_grads = ref.step()
+            cmp = compare_pieces([it.pop("grad_pieces") for it in items], ref_grads)
+            line["ref_loss"] = ref_loss
+            line["max_abs_loss_err"] = abs(line["loss"] - ref_loss)
+            line["max_abs_grad_err"] = cmp["max_abs_grad_err"]
+            ok = line["max_abs_loss_err"] <= tol_l and cmp["max_abs_grad_err"] <= tol_g \
+                and not cmp["missing"]
+            if cmp["missing"]:
+                line["missing_grads"] = cmp["missing"]
+            if not ok:
+                line["check"] = f"FAILED (worst {cmp['worst']})"
+                failed = True
+        line["ledgers"] = [it.get("ledger") for it in items]
+        lines.append(line)
+        if args.json:
+            print(json.dumps({k: v for k, v in line.items() if k != "ledgers"}), flush=True)
+        else:
+            extra = ""
+            if ref is not None:
+                extra = (f"  loss err {line['max_abs_loss_err']:.2e}  grad err "
+                         f"{line['max_abs_grad_err']:.2e}" + ("  FAILED" if "check" in line else ""))
+            print(f"step {line['step']:4d}  loss {line['loss']:.4f}  {line['step_ms']:8.1f} ms"
+                  + extra, flush=True)
+    trace_path = None
+    if traced:
+        trace_path = _save_trace(args, plan, cfg, world, infos, traced, trace_steps)
+    summary = _summary(plan, cfg, infos, lines, launch_s, world, args, failed, trace_path)
+    if args.json:
+        print(json.dumps({"summary": summary}), flush=True)
+    else:
+        print(f"{plan.describe()} · world {plan.world} · {len(lines)} steps · final loss "
+              f"{summary['final_loss']:.4f} · mean step {summary['mean_step_ms']:.1f} ms"
+              + (f" · check {'FAILED' if failed else 'passed'}" if args.check else "")
+              + (f" · trace {trace_path}" if trace_path else ""))
+    return 1 if failed else 0
+
+
+def _save_trace(args, plan, cfg, world, infos, traced, trace_steps) -> str:
+    import torch
+    from partui.trace import merge
+    per_rank = [dict() for _ in range(world.size)]
+    for chunk in traced:               # one list per traced window, one entry per rank
+        for r, ev in enumerate(chunk):
+            if not per_rank[r]:
+                per_rank[r] = ev
+            else:
+                per_rank[r]["traceEvents"] = per_rank[r].get("traceEvents", []) + \
+                    ev.get("traceEvents", [])
+    meta = {"plan": plan.to_dict(), "model": cfg.to_dict(), "torch": torch.__version__,
+            "steps": [min(trace_steps), max(trace_steps)], "ranks": [i["label"] for i in infos],
+            "command": "partui run " + " ".join(sys.argv[2:])}
+    return merge(per_rank, args.trace, meta)
+
+
+def _summary(plan, cfg, infos, lines, launch_s, world, args, failed, trace_path) -> dict:
+    times = [ln["step_ms"] for ln in lines[1:]] or [ln["step_ms"] for ln in lines]
+    out = {"plan": plan.to_dict(), "model": cfg.to_dict(), "world": plan.world,
+           "steps": len(lines), "final_loss": lines[-1]["loss"] if lines else None,
+           "first_loss": lines[0]["loss"] if lines else None,
+           "mean_step_ms": sum(times) / len(times) if times else None,
+           "launch_s": round(launch_s, 3),
+           "ranks": [{"rank": i["rank"], "label": i["label"], "role": i["role"],
+                      "ledger": (lines[-1]["ledgers"][i["rank"]] if lines else i["ledger"])}
+                     for i in infos]}
+    if args.check:
+        out["check"] = "failed" if failed else "passed"
+        out["max_abs_grad_err"] = max(ln["max_abs_grad_err"] for ln in lines)
+        out["max_abs_loss_err"] = max(ln["max_abs_loss_err"] for ln in lines)
+    if any("grad_sync_overlap" in ln for ln in lines):
+        vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
+        out["grad_sync_overlap"] = sum(vals) / len(vals)
+    if trace_path:
+        out["trace"] = trace_path
+    return out
