@@ -4,6 +4,12 @@ Every op carries its group name (dp / tp / pp / cp / ep / world) and byte count,
 issue, completion and wait to the recorder in `kernels.events`. An async op returns a `Handle`
 whose completion time is taken when its future completes (in gloo's thread), not when waited on.
 `OpLog` keeps the same timestamps even without tracing, so overlap can be measured cheaply.
+
+`set_collectives("hand")` routes all_reduce / reduce_scatter / all_gather / broadcast /
+all_to_all_single to `kernels.collectives` (rings, chains and pairwise exchanges over p2p);
+each stays ONE op here (one OpLog record, one comm_issue) and its p2p steps are reported to the
+recorder only, with args {"parent": outer op_id}. Tags: user p2p (the pipeline's) must stay below
+HAND_TAG_BASE; [HAND_TAG_BASE, HAND_TAG_BASE + HAND_TAG_SPAN) belongs to hand collectives.
 """
 from __future__ import annotations
 
@@ -19,6 +25,27 @@ from kernels import events
 
 _op_ids = itertools.count(1)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+REDUCE_OPS = ("sum", "avg", "max", "min")
+COLLECTIVES = ("native", "hand")
+HAND_TAG_BASE = 1 << 24   # p2p tags from here on are reserved for hand collectives
+HAND_TAG_SPAN = 1 << 20   # 2**18 ops in flight per group x 4 phases (see collectives.op_tag)
+_collectives = "native"
+
+
+def set_collectives(mode: str) -> None:
+    """native: torch's (gloo / nccl) collectives; hand: kernels.collectives over isend/irecv."""
+    global _collectives
+    if mode not in COLLECTIVES:
+        raise ValueError(f"unknown collectives {mode!r}: pick native or hand")
+    _collectives = mode
+
+
+def collectives_mode() -> str:
+    return _collectives
+
+
+def _hand(group: Group | None) -> bool:
+    return _collectives == "hand" and (group is None or group.size > 1) and is_initialized()
 
 
 # ---------------------------------------------------------------- world and groups
@@ -148,11 +175,17 @@ class Handle:
         self.rec, self._work, self.result = rec, work, result
         self._done = work is None
         if work is not None:
-            fut = work.get_future()
-            fut.add_done_callback(self._on_complete)
+            try:
+                fut = work.get_future()
+            except RuntimeError:  # gloo's p2p work has no future: completion is seen at wait()
+                fut = None
+            if fut is not None:
+                fut.add_done_callback(self._on_complete)
 
     def _on_complete(self, _fut) -> None:
         t = events.now_ns()
+        if self.rec.t_complete is not None:  # wait() saw it first
+            return
         self.rec.t_complete = t
         rec = events.recorder()
         if rec is not None and hasattr(rec, "comm_complete"):
@@ -199,7 +232,8 @@ def _pg(group: Group | None):
 
 
 def _trivial(group: Group | None) -> bool:
-    return group is not None and group.size == 1
+    """A group of one, or no world at all (a single process): nothing to exchange."""
+    return (group is not None and group.size == 1) or not is_initialized()
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -210,6 +244,9 @@ def _done(op, group, result, async_op):
     """A group of one: nothing moves, but the op still exists (recorded, zero bytes)."""
     rec = _issue(op, group, 0, None)
     rec.t_complete = rec.t_issue
+    r = events.recorder()
+    if r is not None and hasattr(r, "comm_complete"):
+        r.comm_complete(rec.op_id, rec.t_complete)
     return Handle(rec, None, result) if async_op else result
 
 
@@ -219,6 +256,8 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
     """In place. op: sum | avg | max | min (avg is sum then divide, done at wait for async)."""
     if _trivial(group):
         return _done("all_reduce", group, t, async_op)
+    if _hand(group):
+        return _collectives_module().all_reduce(t, group or world_group(), op, async_op)
     rec = _issue("all_reduce", group, _nbytes(t), None, reduce=op)
     work = dist.all_reduce(t, op=_REDUCE["sum" if op == "avg" else op], group=_pg(group),
                            async_op=True)
@@ -247,6 +286,8 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("reduce_scatter", group, out, async_op)
+    if _hand(group):
+        return _collectives_module().reduce_scatter(out, inp, group or world_group(), op, async_op)
     rec = _issue("reduce_scatter", group, _nbytes(inp), None, reduce=op)
     work = dist.reduce_scatter_single(out, inp, op=_REDUCE["sum" if op == "avg" else op],
                                       group=_pg(group), async_op=True)
@@ -261,6 +302,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("all_gather", group, out, async_op)
+    if _hand(group):
+        return _collectives_module().all_gather(out, inp, group or world_group(), async_op)
     rec = _issue("all_gather", group, _nbytes(out), None)
     work = dist.all_gather_single(out, inp, group=_pg(group), async_op=True)
     return _run(rec, work, out, async_op)
@@ -270,6 +313,8 @@ def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = F
     """src is a global rank."""
     if _trivial(group):
         return _done("broadcast", group, t, async_op)
+    if _hand(group):
+        return _collectives_module().broadcast(t, src, group or world_group(), async_op)
     rec = _issue("broadcast", group, _nbytes(t), src)
     work = dist.broadcast(t, src=src, group=_pg(group), async_op=True)
     return _run(rec, work, t, async_op)
@@ -282,6 +327,9 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
     if _trivial(group):
         out.copy_(inp)
         return _done("all_to_all", group, out, async_op)
+    if _hand(group):
+        return _collectives_module().all_to_all_single(out, inp, group or world_group(),
+                                                       out_splits, in_splits, async_op)
     rec = _issue("all_to_all", group, _nbytes(inp) + _nbytes(out), None)
     work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
                                   input_split_sizes=in_splits, group=_pg(group), async_op=True)
@@ -305,12 +353,20 @@ def recv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) ->
     return irecv(t, src, group, tag).wait()
 
 
+def _check_tag(tag: int) -> None:
+    if not 0 <= tag < HAND_TAG_BASE:
+        raise ValueError(f"p2p tag {tag} is outside [0, {HAND_TAG_BASE}): tags from {HAND_TAG_BASE} "
+                         f"on are reserved for hand collectives; pick a smaller tag")
+
+
 def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> Handle:
+    _check_tag(tag)
     rec = _issue("send", group, _nbytes(t), dst, tag=tag)
     return Handle(rec, dist.isend(t, dst, tag=tag), t)
 
 
 def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
+    _check_tag(tag)
     rec = _issue("recv", group, _nbytes(t), src, tag=tag)
     return Handle(rec, dist.irecv(t, src, tag=tag), t)
 
@@ -335,3 +391,49 @@ def batch_isend_irecv(ops: list[P2P]) -> list[Handle]:
 def wait_all(handles) -> None:
     for h in handles:
         h.wait()
+
+
+# ---------------------------------------------------------------- the steps of hand collectives
+
+def _collectives_module():
+    from kernels import collectives  # lazy: collectives imports this module
+    return collectives
+
+
+def p2p_step(kind: str, t: torch.Tensor, peer: int, group: Group, tag: int, parent: int,
+             args: dict):
+    """One send or recv inside a hand collective (peer global, over the group's own process
+    group): no OpLog record, so only the outer op counts in overlap statistics; the recorder
+    sees comm_issue(op, ...args {"parent": parent, "tag": tag, ...}) and comm_complete.
+    Returns torch's work (wait() blocks)."""
+    r = events.recorder()
+    t0 = events.now_ns() if r is not None else 0
+    fn = dist.isend if kind == "send" else dist.irecv
+    work = fn(t, peer, group=group.pg, tag=tag)
+    if r is None or not hasattr(r, "comm_issue"):
+        return work
+    sid = next(_op_ids)
+    r.comm_issue(sid, kind, group.name, _nbytes(t), peer, t0, {"parent": parent, "tag": tag, **args})
+    return _TracedStep(work, sid, r)
+
+
+class _TracedStep:
+    """A traced p2p step: complete when its future fires, or (gloo's p2p has none) when the
+    collective's lane waits for it."""
+
+    def __init__(self, work, sid: int, r):
+        self.work, self.sid, self.r, self.done = work, sid, r, False
+        try:
+            work.get_future().add_done_callback(lambda _f: self._complete())
+        except RuntimeError:
+            pass
+
+    def _complete(self) -> None:
+        if not self.done and hasattr(self.r, "comm_complete"):
+            self.done = True
+            self.r.comm_complete(self.sid, events.now_ns())
+
+    def wait(self):
+        self.work.wait()
+        self._complete()
+        return True

@@ -75,15 +75,18 @@ class StepResult:
 class Engine:
     def __init__(self, plan: Plan, cfg: ModelConfig, rank: int = 0, seed: int = 0,
                  optim: str = "adamw", lr: float | None = None, backward: str = "hand",
-                 weight_decay: float | None = None, groups: dict | None = None):
+                 weight_decay: float | None = None, groups: dict | None = None,
+                 device: str = "cpu"):
         cfg = model_config_for(plan, cfg)
         self.plan = validate(plan, cfg, plan.world or None)
         self.cfg, self.seed, self.backward = cfg, seed, backward
         if backward not in ("hand", "autograd"):
             raise ValueError(f"unknown backward {backward!r}: pick hand or autograd")
         groups = groups if groups is not None else build_groups(self.plan)
+        comm.set_collectives(self.plan.collectives)    # native (gloo / nccl) or hand (kernels.collectives)
         self.ctx = RankContext(self.plan, cfg, rank, coords(self.plan, rank), groups)
-        self.layers = build_local_layers(self.ctx, seed)
+        self.device = torch.device(device)
+        self.layers = build_local_layers(self.ctx, seed, self.device)
         self.runner = make_runner(self.ctx, self.layers, backward)
         self.params = self.runner.params()              # name -> Param held by this rank
         self.optimizer = make_optimizer(optim, lr, weight_decay)
@@ -96,6 +99,7 @@ class Engine:
         ids, targets = global_batch(self.cfg.batch, self.cfg.seq, self.cfg.vocab, self.seed, step)
         c = self.ctx.coords
         ids, targets = dp_slice(ids, c["dp"], self.plan.dp), dp_slice(targets, c["dp"], self.plan.dp)
+        ids, targets = ids.to(self.device), targets.to(self.device)
         return self.runner.shard_sequence(ids), self.runner.shard_sequence(targets)
 
     def step(self) -> StepResult:
@@ -110,13 +114,18 @@ class Engine:
             self.sync.finish_backward()
             self.sync.optimizer_step()
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
-                                dtype=torch.float64)
-            comm.all_reduce(loss, comm.world_group() if comm.world_size() > 1 else None)
+                                dtype=torch.float64, device=self.device)
+            comm.all_reduce(loss, comm.world_group())
         t1 = events.now_ns()
         self.step_count += 1
         res = StepResult(step, loss.item(), (t1 - t0) / 1e6)
         _fill_overlap(res, compute_spans, comm.oplog.clear(), t0, t1)
         res.extra.update(self.sync.step_stats())
+        if self.plan.cp > 1:  # attention time / FLOPs / K/V overlap of this step (kernels/cp.py)
+            res.extra.update(__import__("kernels.cp", fromlist=["cp_stats"]).cp_stats())
+        if self.cfg.experts:  # expert load (tokens per expert, dropped, aux loss); dense: nothing
+            from kernels.ep import moe_stats
+            res.extra.update(moe_stats())
         return res
 
     # ---------------------------------------------------------------- views for snapshots / --check
@@ -168,11 +177,13 @@ def _fill_overlap(res: StepResult, compute_spans, ops, t0, t1) -> None:
 
 # ---------------------------------------------------------------- building blocks by dimension
 
-def build_local_layers(ctx: RankContext, seed: int) -> list:
+def build_local_layers(ctx: RankContext, seed: int, device=None) -> list:
     """The full layer list with this rank's tp / cp / ep shards (pipeline slicing comes later)."""
     plan, cfg = ctx.plan, ctx.cfg
     dtype = torch.float32
     tensors = init_params(cfg, seed, dtype)
+    if device is not None and device.type != "cpu":  # NCCL under torchrun: weights on the GPU
+        tensors = {k: v.to(device) for k, v in tensors.items()}
     if plan.tp > 1:
         from kernels.tp import build_tp_layers
         layers = build_tp_layers(cfg, tensors, ctx)

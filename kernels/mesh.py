@@ -42,7 +42,7 @@ class Plan:
     capacity_factor: float | None = None  # None: no capacity limit
     overlap: bool = False     # EP: two microbatches interleaved so all-to-all hides behind compute
     bucket_mb: float = 4.0    # DP / ZeRO gradient bucket size
-    grad_sync: str = "naive"  # DP: naive (all-reduce after backward) or bucketed (overlapped)
+    grad_sync: str = "bucketed"  # DP: naive (all-reduce after backward) or bucketed (overlapped)
     dtype: str = "fp32"
     collectives: str = "native"
 

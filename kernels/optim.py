@@ -1,7 +1,13 @@
 """Hand-written optimizers over Params (dense tensors or ZeRO's flat shards); state in place.
 
 AdamW follows torch.optim.AdamW's arithmetic order exactly (decoupled decay first, then the
-bias-corrected update), so the two agree to rounding.
+bias-corrected update), so the two agree to rounding. Every update is elementwise, so running
+it over ZeRO's flat fp32 shards (one Param per shard, see kernels/zero.py) gives bit-identical
+results to the dense per-tensor update.
+
+Mixed precision: a Param whose data is bf16 (or fp16) gets an fp32 `master` copy in its state;
+the update runs on the master and the rounded result is written back, as in the ZeRO paper
+(2 bytes params + 2 bytes grads + 12 bytes fp32 master, m and v for AdamW).
 """
 from __future__ import annotations
 
@@ -12,6 +18,30 @@ import torch
 from kernels import events
 from kernels.layers import Param
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def adamw_update_(w, g, m, v, lr, b1, b2, eps, weight_decay, step) -> None:
+    """One AdamW step on flat or shaped tensors, all in place: w, m, v updated."""
+    bias1, bias2 = 1 - b1 ** step, 1 - b2 ** step
+    w.mul_(1 - lr * weight_decay)
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)
+    w.addcdiv_(m, denom, value=-(lr / bias1))
+
+
+def _master(prm: Param) -> dict:
+    """fp32 master weights for a low-precision Param, else nothing."""
+    if prm.data.dtype in LOW_PRECISION:
+        return {"master": prm.data.detach().to(torch.float32).clone()}
+    return {}
+
+
+def _state_bytes(state: dict) -> int:
+    return sum(t.numel() * t.element_size() for s in state.values() for t in s.values()
+               if isinstance(t, torch.Tensor))
+
 
 class SGD:
     def __init__(self, lr: float = 0.1, weight_decay: float = 0.0):
@@ -19,22 +49,36 @@ class SGD:
         self.state: dict[str, dict] = {}
         self.step_count = 0
 
+    def init_state(self, params: list[Param]) -> None:
+        for prm in params:
+            if prm.name not in self.state and prm.data.dtype in LOW_PRECISION:
+                self.state[prm.name] = _master(prm)
+
     def step(self, params: list[Param]) -> None:
         self.step_count += 1
+        self.init_state(params)
         with events.span("sgd", "optimizer", step=self.step_count):
             for prm in params:
                 if prm.grad is None:
                     continue
+                st = self.state.get(prm.name, {})
+                w = st.get("master", prm.data)
                 if self.weight_decay:
-                    prm.data.mul_(1 - self.lr * self.weight_decay)
-                prm.data.add_(prm.grad.to(prm.data.dtype), alpha=-self.lr)
+                    w.mul_(1 - self.lr * self.weight_decay)
+                w.add_(prm.grad.to(w.dtype), alpha=-self.lr)
+                if "master" in st:
+                    prm.data.copy_(w)
 
     def state_bytes(self) -> int:
-        return 0
+        return _state_bytes(self.state)
+
+    def bytes_per_element(self, dtype) -> int:
+        """Optimizer state bytes per parameter element (the ZeRO paper's K)."""
+        return 4 if dtype in LOW_PRECISION else 0
 
 
 class AdamW:
-    """m, v per parameter (fp32 or the param's dtype), one shared step count."""
+    """m, v per parameter (fp32; plus an fp32 master for bf16 params), one shared step count."""
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.01):
@@ -42,29 +86,36 @@ class AdamW:
         self.state: dict[str, dict] = {}
         self.step_count = 0
 
+    def init_state(self, params: list[Param]) -> None:
+        """Create the state now (not at the first step), so a memory ledger sees it."""
+        for prm in params:
+            if prm.name not in self.state:
+                st = _master(prm)
+                like = st.get("master", prm.data)
+                st.update(m=torch.zeros_like(like), v=torch.zeros_like(like))
+                self.state[prm.name] = st
+
     def step(self, params: list[Param]) -> None:
         self.step_count += 1
+        self.init_state(params)
         b1, b2 = self.betas
-        t = self.step_count
-        bias1, bias2 = 1 - b1 ** t, 1 - b2 ** t
-        step_size = self.lr / bias1
-        with events.span("adamw", "optimizer", step=t):
+        with events.span("adamw", "optimizer", step=self.step_count):
             for prm in params:
                 if prm.grad is None:
                     continue
-                st = self.state.get(prm.name)
-                if st is None:
-                    st = self.state[prm.name] = {"m": torch.zeros_like(prm.data),
-                                                 "v": torch.zeros_like(prm.data)}
-                g = prm.grad if prm.grad.dtype == prm.data.dtype else prm.grad.to(prm.data.dtype)
-                prm.data.mul_(1 - self.lr * self.weight_decay)
-                st["m"].lerp_(g, 1 - b1)
-                st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (st["v"].sqrt() / math.sqrt(bias2)).add_(self.eps)
-                prm.data.addcdiv_(st["m"], denom, value=-step_size)
+                st = self.state[prm.name]
+                w = st.get("master", prm.data)
+                g = prm.grad if prm.grad.dtype == w.dtype else prm.grad.to(w.dtype)
+                adamw_update_(w, g, st["m"], st["v"], self.lr, b1, b2, self.eps,
+                              self.weight_decay, self.step_count)
+                if "master" in st:
+                    prm.data.copy_(w)
 
     def state_bytes(self) -> int:
-        return sum(s["m"].numel() * s["m"].element_size() * 2 for s in self.state.values())
+        return _state_bytes(self.state)
+
+    def bytes_per_element(self, dtype) -> int:
+        return 12 if dtype in LOW_PRECISION else 8
 
 
 def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None):

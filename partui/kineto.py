@@ -13,6 +13,9 @@ import pandas as pd
 
 COLUMNS = ["rank", "track", "tid", "name", "cat", "kind", "device", "ts", "dur", "end", "step",
            "mb", "chunk", "layer", "op", "group", "bytes", "peer"]
+OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
+            "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
 ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer"]
 
 
@@ -26,9 +29,8 @@ def slices(events: list) -> pd.DataFrame:
                                                     "args"])
     df = df[df["ph"] == "X"].reset_index(drop=True)
     args = df["args"].tolist()
-    has_args = [a for a in args if a]
-    wide = pd.DataFrame.from_records([a if a else {} for a in args]) if has_args else pd.DataFrame(
-        index=df.index)
+    args = [a if isinstance(a, dict) else {} for a in args]  # events without args read as NaN
+    wide = pd.DataFrame.from_records(args) if any(args) else pd.DataFrame(index=df.index)
     for key in ARG_KEYS:
         df[key] = wide[key].to_numpy() if key in wide else np.nan
     df["ts"] = pd.to_numeric(df["ts"], errors="coerce")
@@ -43,6 +45,14 @@ def thread_names(events: list) -> dict:
             if e.get("ph") == "M" and e.get("name") == "thread_name" and "args" in e}
 
 
+def track_names(df: pd.DataFrame, events: list) -> pd.Series:
+    """Each slice's thread name (a join on (pid, tid), not a lookup per row); else the tid."""
+    names = pd.DataFrame([(p, t, n) for (p, t), n in thread_names(events).items()],
+                         columns=["pid", "tid", "track"])
+    joined = df[["pid", "tid"]].merge(names, on=["pid", "tid"], how="left")["track"]
+    return pd.Series(joined.to_numpy(), index=df.index).fillna(df["tid"].astype(str))
+
+
 def finish(df: pd.DataFrame) -> pd.DataFrame:
     for col in ("step", "mb", "chunk", "layer", "bytes", "peer"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
@@ -55,9 +65,7 @@ def finish(df: pd.DataFrame) -> pd.DataFrame:
 def partui_frame(doc: dict) -> pd.DataFrame:
     events = doc["traceEvents"]
     df = slices(events)
-    names = thread_names(events)
-    keys = pd.Series(list(zip(df["pid"], df["tid"])), index=df.index, dtype=object)
-    df["track"] = keys.map(names).fillna(df["tid"].astype(str))
+    df["track"] = track_names(df, events)
     df["rank"] = df["pid"]
     on_compute = df["track"].str.startswith("compute")
     cat = df["cat"].astype(str)
@@ -70,9 +78,7 @@ def partui_frame(doc: dict) -> pd.DataFrame:
 def kineto_frame(doc: dict) -> pd.DataFrame:
     events = doc["traceEvents"]
     df = slices(events)
-    names = thread_names(events)
-    keys = pd.Series(list(zip(df["pid"], df["tid"])), index=df.index, dtype=object)
-    df["track"] = keys.map(names).fillna(df["tid"].astype(str))
+    df["track"] = track_names(df, events)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
     name = df["name"].astype(str)
@@ -91,8 +97,10 @@ def kineto_frame(doc: dict) -> pd.DataFrame:
             "nccl")
         compute = (cat == "cpu_op") & lower.str.startswith("aten::") & ~comm
     df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
-    op = lower.str.extract(r"(?:gloo:|c10d::|nccl(?:devkernel_|kernel_)?)([a-z_]+)",
-                           expand=False).str.strip("_")
+    op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
+        lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
+    squashed = op.str.replace("_", "", regex=False)
+    op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
     df["op"] = df["op"].where(df["op"].notna(), op.where(comm))
     df["group"] = df["group"].where(df["group"].notna(), np.where(comm, "world", None))
     return finish(df)

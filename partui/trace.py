@@ -262,6 +262,7 @@ def merge(per_rank: list[dict], path: str, metadata: dict | None = None) -> str:
     meta = dict(metadata or {})
     meta.setdefault("format", "partui-trace/1")
     meta.setdefault("ranks", sorted(r["rank"] for r in per_rank))
+    meta.setdefault("coords", {str(r["rank"]): r.get("coords", "") for r in per_rank})
     meta.setdefault("window_us", [min(r["t0_us"] for r in per_rank), max(r["t1_us"] for r in per_rank)])
     doc = {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
     write_atomic(path, doc)
@@ -282,6 +283,9 @@ def write_atomic(path: str, doc: dict) -> None:
                 _dump(doc, raw)
             raw.flush()
             os.fsync(raw.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is for sharing
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

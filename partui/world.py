@@ -150,8 +150,12 @@ class Controller:
         if self.closed:
             raise RuntimeError("the world is closed: launch a new one")
         timeout_s = timeout_s or self.timeout_s
-        for c in self.conns:
-            c.send((cmd, payload))
+        for r, c in enumerate(self.conns):
+            try:
+                c.send((cmd, payload))
+            except OSError:
+                self.close()
+                raise RankError(r, f"process died with exit code {self.procs[r].exitcode}")
         replies: list = [None] * self.size
         pending = set(range(self.size))
         deadline = time.monotonic() + timeout_s
@@ -167,11 +171,14 @@ class Controller:
                     r = waitables[obj]
                     if r not in pending:
                         continue
-                    if obj is self.procs[r].sentinel and not self.conns[r].poll(0):
-                        raise RankError(r, f"process died with exit code {self.procs[r].exitcode}")
-                    if not self.conns[r].poll(0):
+                    msg = self._poll(r)
+                    if msg is None:
+                        if obj is self.procs[r].sentinel:
+                            self.procs[r].join(0.5)
+                            raise RankError(r, f"process died with exit code "
+                                               f"{self.procs[r].exitcode}")
                         continue
-                    kind, body = self.conns[r].recv()
+                    kind, body = msg
                     if kind == "error":
                         raise RankError(body["rank"], body["error"], body.get("traceback", ""))
                     replies[r] = body
@@ -180,6 +187,16 @@ class Controller:
             self.close()
             raise
         return replies
+
+    def _poll(self, r: int):
+        """A waiting message from rank r, None if there is none; RankError if its pipe broke."""
+        try:
+            if not self.conns[r].poll(0):
+                return None
+            return self.conns[r].recv()
+        except (EOFError, OSError):
+            self.procs[r].join(0.5)
+            raise RankError(r, f"process died with exit code {self.procs[r].exitcode}")
 
     # ---------------------------------------------------------------- verbs
     def setup(self, plan, cfg, seed: int = 0, optim: str = "adamw", lr=None,

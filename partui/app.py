@@ -1,0 +1,392 @@
+"""`partui`: the terminal app. A client of partui.session.World; launches, steps, snapshots and
+trace analysis run in thread workers, so keys are handled while the ranks work."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from functools import partial
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.widgets import Button, Input
+
+from partui.screens.dialogs import ErrorDialog, HelpScreen
+from partui.screens.setup import SetupScreen
+from partui.session import PRESETS, World
+from partui.widgets.command_line import EXAMPLES, CommandError, CommandLine, parse
+
+CSS = """
+#setup-body { height: 1fr; }
+#presets { width: 24; }
+#mesh { width: 30; padding: 0 1; }
+#mesh-grid { grid-size: 4; grid-columns: 6 7 6 7; grid-rows: 1; height: 4; }
+#mesh-grid Label { padding: 0 0 0 1; }
+.field { border: none; height: 1; padding: 0; }
+#model { width: 1fr; padding: 0 1; }
+#model-info { height: auto; margin: 1 0; }
+#status { height: 2; padding: 0 1; }
+#status.-invalid { background: $error 15%; }
+#progress { height: 1; padding: 0 1; }
+#command { border: none; height: 1; background: $panel; }
+#run-top { height: 2; }
+#run-status { width: 1fr; padding: 0 1; }
+#loss { width: 30; height: 2; }
+#run-body { height: 1fr; }
+#cards { width: 34; }
+.rank-card { border: round $primary-darken-2; height: auto; padding: 0 1; }
+.rank-card.-selected { border: round $accent; }
+#inspector { width: 1fr; }
+#trace-bar { height: 1; }
+#trace-name { width: 16; }
+#report-rank, #report-step { height: auto; max-height: 10; margin: 1 0 0 0; }
+#help-box, #error-box { width: 90%; height: auto; max-height: 90%; margin: 1 4;
+                        border: thick $accent; background: $surface; padding: 0 1; }
+#error-box { border: thick $error; }
+#error-title { text-style: bold; color: $error; }
+#error-detail { height: auto; max-height: 12; }
+HelpScreen, ErrorDialog { align: center middle; }
+"""
+
+
+@contextlib.contextmanager
+def real_stderr():
+    """multiprocessing's resource tracker passes sys.stderr.fileno() to its child; under Textual
+    stderr is a capture object whose fileno is -1, so hand it the process's real stderr."""
+    saved = sys.stderr
+    sys.stderr = sys.__stderr__
+    try:
+        yield
+    finally:
+        sys.stderr = saved
+
+
+class CommandsProvider(Provider):
+    """The command line's verbs in Textual's palette (ctrl+p)."""
+
+    def commands(self) -> list[str]:
+        return list(EXAMPLES) + [f"plan {p}" for p in PRESETS if p != "custom"]
+
+    async def discover(self) -> Hits:
+        for cmd in EXAMPLES:
+            yield DiscoveryHit(cmd, partial(self.app.execute, cmd), help="partui command")
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for cmd in self.commands():
+            score = matcher.match(cmd)
+            if score > 0:
+                yield Hit(score, matcher.highlight(cmd), partial(self.app.execute, cmd),
+                          help="partui command")
+
+
+class PartuiApp(App):
+    TITLE = "partui"
+    SUB_TITLE = "distributed training, rank by rank"
+    CSS = CSS
+    COMMANDS = App.COMMANDS | {CommandsProvider}
+    BINDINGS = [Binding("q", "quit", "quit"), Binding("ctrl+c", "quit", "quit", show=False,
+                                                      priority=True),
+                Binding("question_mark", "help", "help", show=False)]
+
+    def __init__(self, world: World | None = None, **kw):
+        super().__init__(**kw)
+        self.world = world or World()
+        self.engine_ready = False
+        self.busy = False                 # one launch / step / trace action at a time
+        self.pause_requested = False
+        self.refresh_ms: list[float] = []  # step end -> cards and loss redrawn, one per step
+        self.inspect_ms: list[float] = []  # step end -> snapshot taken and tabs redrawn
+        self.first_frame_s: float | None = None
+        self.pids_seen: set[int] = set()
+
+    # ---------------------------------------------------------------- start-up
+    def on_mount(self) -> None:
+        self.setup_screen = SetupScreen({k: v for k, v in PRESETS.items()})
+        self.push_screen(self.setup_screen)
+        self.call_after_refresh(self.load_engine)  # torch loads after the first frame
+
+    @work(thread=True, group="engine")
+    def load_engine(self) -> None:
+        from partui.session import preset_status
+        from partui.world import warm_up
+        with real_stderr():
+            warm_up()                        # the fork server imports torch for the ranks
+        import kernels.engine  # noqa: F401  # and this process, for plans and configs
+        gaps = {name: preset_status(name) for name in PRESETS}
+        self.call_from_thread(self._engine_loaded, gaps)
+
+    def _engine_loaded(self, gaps: dict) -> None:
+        self.engine_ready = True
+        self.setup_screen.set_gaps(gaps)
+
+    # ---------------------------------------------------------------- helpers
+    def run_screen(self):
+        from partui.screens.run import RunScreen
+        return self.screen if isinstance(self.screen, RunScreen) else None
+
+    def fail(self, title: str, exc: BaseException) -> None:
+        """A notification and a dialog naming what happened; the app stays usable."""
+        detail = getattr(exc, "traceback", "") or ""
+        self.notify(str(exc), title=title, severity="error", timeout=8)
+        self.push_screen(ErrorDialog(title, str(exc), detail[-3000:]))
+        rs = self.run_screen()
+        if rs is not None:
+            rs.set_busy(False)
+            rs.update_status()
+
+    def _begin(self) -> bool:
+        if self.busy:
+            self.notify("the world is busy (a launch or step is in flight): wait or pause (r)")
+            return False
+        self.busy = True
+        return True
+
+    def _end(self) -> None:
+        self.busy = False
+
+    # ---------------------------------------------------------------- launch
+    def launch_world(self, preset: str, model: str, fields: dict) -> None:
+        if not self._begin():
+            return
+        try:
+            self.world.plan(preset, model, **fields)
+        except ValueError as e:
+            self._end()
+            self.notify(str(e), title="invalid plan", severity="error", timeout=8)
+            return
+        self._launch_worker()
+
+    @work(thread=True, group="world")
+    def _launch_worker(self) -> None:
+        from partui.world import RankError, WorldTimeout
+        say = partial(self.call_from_thread, self._progress)
+        try:
+            infos = self.world.launch(on_progress=say)
+            self.pids_seen.update(self.world.pids())
+            self.call_from_thread(self._show_run, infos)
+        except (RankError, WorldTimeout) as e:
+            self.call_from_thread(self.fail, "launch failed", e)
+        except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
+            self.call_from_thread(self.fail, "launch failed", e)
+        finally:
+            self.call_from_thread(self._end)
+
+    def _progress(self, msg: str) -> None:
+        if self.run_screen() is None:
+            self.setup_screen.progress(msg)
+        else:
+            self.run_screen().update_status(msg)
+
+    def _show_run(self, infos: list[dict]) -> None:
+        from partui.screens.run import RunScreen
+        if self.run_screen() is not None:
+            self.pop_screen()
+        self.push_screen(RunScreen(self.world, infos, list(PRESETS)))
+        self.setup_screen.progress("")
+
+    # ---------------------------------------------------------------- stepping
+    def action_step(self, n: int = 1) -> None:
+        if self.run_screen() is None:
+            self.notify("launch a world first (Enter on a preset)")
+            return
+        if self._begin():
+            self.pause_requested = False
+            self.run_screen().set_busy(True)
+            self._step_worker(n, single=True)
+
+    def action_run_or_pause(self, n: int = 20) -> None:
+        if self.busy:
+            self.pause_requested = True
+            self.notify("pausing after this step")
+            return
+        if self.run_screen() is not None and self._begin():
+            self.pause_requested = False
+            self.run_screen().set_busy(True)
+            self._step_worker(n, single=False)
+
+    @work(thread=True, group="world")
+    def _step_worker(self, n: int, single: bool) -> None:
+        """`single`: one call of n steps; else n calls of one step each, pausable between."""
+        from partui.world import RankError, WorldTimeout
+        try:
+            todo = [n] if single else [1] * n
+            for k in todo:
+                if self.pause_requested:
+                    break
+                line = self.world.step(k)[-1]
+                t_end = time.perf_counter()
+                self.call_from_thread(self._show_step, line, None, t_end, self.refresh_ms)
+                snaps = self.world.snapshot()  # the inspector follows the cards
+                self.call_from_thread(self._show_step, None, snaps, t_end, self.inspect_ms)
+        except (RankError, WorldTimeout) as e:
+            self.call_from_thread(self.fail, f"rank failure at step {len(self.world.history)}", e)
+        except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
+            self.call_from_thread(self.fail, "step failed", e)
+        finally:
+            self.call_from_thread(self._step_done)
+
+    def _show_step(self, line, snaps, t_end: float, delays: list) -> None:
+        rs = self.run_screen()
+        if rs is None:
+            return
+        rs.show_step(line, snaps)
+        self.call_after_refresh(lambda: delays.append(1e3 * (time.perf_counter() - t_end)))
+
+    def _step_done(self) -> None:
+        self._end()
+        if self.run_screen() is not None:
+            self.run_screen().set_busy(False)
+            self.run_screen().update_status()
+
+    def action_reset(self) -> None:
+        if self.world.current_plan is not None and self._begin():
+            self._launch_worker()
+
+    def action_setup(self) -> None:
+        if self.run_screen() is not None:
+            self.pop_screen()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    # ---------------------------------------------------------------- tracing
+    def action_trace_toggle(self) -> None:
+        self._trace("off" if self.world.recording else "on")
+
+    def _trace(self, action: str, name: str = "") -> None:
+        if self.run_screen() is None:
+            self.notify("launch a world first: tracing records its steps")
+            return
+        if self._begin():
+            self._trace_worker(action, name)
+
+    @work(thread=True, group="world")
+    def _trace_worker(self, action: str, name: str) -> None:
+        from partui.world import RankError, WorldTimeout
+        try:
+            if action == "on":
+                self.world.trace_on()
+            elif action == "off":
+                self.world.trace_off()
+            else:
+                self.world.trace_save(name)
+            self.call_from_thread(self._trace_state)
+            if action == "save":
+                self._report()
+        except (RankError, WorldTimeout) as e:
+            self.call_from_thread(self.fail, "rank failure while tracing", e)
+        except Exception as e:  # noqa: BLE001 - a trace that fails to save must not end the app
+            self.call_from_thread(self.fail, f"trace {action} failed", e)
+        finally:
+            self.call_from_thread(self._end)
+
+    def _trace_state(self) -> None:
+        rs = self.run_screen()
+        if rs is not None:
+            rs.query_one("#trace-panel").set_recording(self.world.recording)
+            rs.update_status()
+
+    def _report(self) -> None:
+        """In a worker: load the saved trace with pandas, build both tables and the timeline."""
+        from partui.analysis import load, overlap
+        from partui.widgets.timeline import render
+        df = load(self.world.trace_path)
+        by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
+        last = by_step["step"].max() if len(by_step) else None
+        tl = render(df, width=56, step=None if last != last else last)
+        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, tl)
+
+    def _show_report(self, path, by_rank, by_step, tl) -> None:
+        rs = self.run_screen()
+        if rs is not None:
+            rs.query_one("#trace-panel").show_report(path, by_rank, by_step, tl)
+            rs.select(rs.selected, what="trace")
+            self.notify(f"trace saved: {path}")
+
+    @work(thread=True, group="world")
+    def _report_worker(self) -> None:
+        try:
+            if self.world.trace_path is None:
+                raise RuntimeError("no trace saved yet: trace on, step, trace save NAME")
+            self._report()
+        except Exception as e:  # noqa: BLE001
+            self.call_from_thread(self.fail, "report failed", e)
+
+    # ---------------------------------------------------------------- the command line
+    @on(Input.Submitted, "#command")
+    def command_submitted(self, event: Input.Submitted) -> None:
+        cl = event.input
+        if isinstance(cl, CommandLine):
+            cl.remember(event.value)
+        cl.value = ""
+        self.execute(event.value)
+
+    @on(Button.Pressed, "#trace-record")
+    def _record_pressed(self) -> None:
+        self.action_trace_toggle()
+
+    @on(Button.Pressed, "#trace-save")
+    def _save_pressed(self) -> None:
+        self._trace("save", self.screen.query_one("#trace-name", Input).value.strip())
+
+    def execute(self, text: str) -> None:
+        """Run one command line (`step 3`, `plan zero2 dp=2`, ...); errors become notifications."""
+        try:
+            cmd = parse(text)
+        except CommandError as e:
+            self.notify(str(e), title="command", severity="error")
+            return
+        a = cmd.args
+        if cmd.verb == "quit":
+            self.action_quit()
+        elif cmd.verb == "help":
+            self.action_help()
+        elif cmd.verb == "plan":
+            if not self.engine_ready:
+                self.notify("the engine is still loading (torch): try again in a second")
+                return
+            fields = dict(a["fields"])
+            self.launch_world(a["preset"], fields.pop("model", "tiny"), fields)
+        elif cmd.verb in ("launch", "reset"):
+            if self.run_screen() is None and cmd.verb == "launch":
+                self.setup_screen.action_launch()
+            else:
+                self.action_reset()
+        elif cmd.verb == "step":
+            self.action_step(a["n"])
+        elif cmd.verb == "run":
+            if not self.busy:
+                self.action_run_or_pause(a["n"])
+        elif cmd.verb == "pause":
+            self.pause_requested = True
+        elif cmd.verb == "show":
+            rs = self.run_screen()
+            if rs is None:
+                self.notify("launch a world first: show reads a rank's snapshot")
+            elif not 0 <= a["rank"] < len(rs.infos):
+                self.notify(f"rank {a['rank']} is outside the world of {len(rs.infos)}: pick "
+                            f"0..{len(rs.infos) - 1}", severity="error")
+            else:
+                rs.select(a["rank"], what=a["what"], name=a["name"])
+        elif cmd.verb == "trace":
+            self._trace(a["action"], a.get("name", ""))
+        elif cmd.verb == "report":
+            self._report_worker()
+
+    # ---------------------------------------------------------------- quitting
+    async def action_quit(self) -> None:
+        self.pause_requested = True
+        self.world.close()  # the ranks go before the app does: no process is left
+        self.exit()
+
+
+def main() -> int:
+    app = PartuiApp()
+    try:
+        app.run()
+    finally:
+        app.world.close()
+    return app.return_code or 0

@@ -1,0 +1,289 @@
+"""`partui bench tp`: partui's hand-written tensor parallel against torch DTensor TP.
+
+The peer is torch's `parallelize_module` with ColwiseParallel (wq, wk, wv, w1, w3, and the
+lm_head, logits gathered) and RowwiseParallel (wo, w2, and the vocab-sharded embedding) on an
+nn.Module Llama of the same shapes and the same initial weights, trained with torch's AdamW.
+Both run in the same gloo world, steps interleaved (ours, DTensor, ours, ...) so machine load
+hits them alike; a step is forward, backward and the optimizer, timed on every rank, the
+slowest rank counts. The first step's losses are compared to show it is the same model.
+
+DTensor's attention infers the local head count from the sharded projection (`view(b, s, -1,
+head_dim)`), so with tp > kv heads its K/V shard is smaller than one head and it fails; the
+failure is caught and reported (partui replicates such kv heads instead).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue
+import statistics
+import sys
+import time
+import traceback
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="partui bench tp", description=__doc__.splitlines()[0])
+    ap.add_argument("--tp", default="2,4", help="comma list of tp sizes (world = tp)")
+    ap.add_argument("--model", default="tiny")
+    for name in ("layers", "dim", "heads", "kv-heads", "seq", "batch", "vocab"):
+        ap.add_argument(f"--{name}", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=8, help="measured steps per implementation")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--sp", action="store_true", help="ours with sequence parallel too")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per world")
+    ap.add_argument("--json", action="store_true")
+    return ap.parse_args(argv)
+
+
+# ---------------------------------------------------------------- the torch peer model
+
+def torch_llama(cfg, tensors):
+    """An nn.Module Llama with partui's shapes, names and initial weights (eager torch)."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    class Norm(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.weight = nn.Parameter(w.clone())
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * self.weight
+
+    def linear(w):
+        lin = nn.Linear(w.shape[1], w.shape[0], bias=False)
+        lin.weight.data.copy_(w)
+        return lin
+
+    pos = torch.arange(cfg.seq, dtype=torch.float64)
+    inv = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
+    ang = torch.cat([pos[:, None] * inv, pos[:, None] * inv], -1)
+    cos, sin = ang.cos().float(), ang.sin().float()               # [seq, head_dim]
+
+    def rope(x):                                                   # [B, H, S, hd]
+        x1, x2 = x.chunk(2, -1)
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    class Attn(nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.wq, self.wk, self.wv, self.wo = (linear(tensors[p + n]) for n in
+                                                  ("wq.weight", "wk.weight", "wv.weight", "wo.weight"))
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            hd = cfg.head_dim   # local head counts follow from the (sharded) projections
+            q = rope(self.wq(x).view(b, s, -1, hd).transpose(1, 2))  # [B, H, S, hd]
+            k = rope(self.wk(x).view(b, s, -1, hd).transpose(1, 2))  # [B, KV, S, hd]
+            v = self.wv(x).view(b, s, -1, hd).transpose(1, 2)
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+    class Mlp(nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.w1, self.w3, self.w2 = (linear(tensors[p + n]) for n in
+                                         ("w1.weight", "w3.weight", "w2.weight"))
+
+        def forward(self, x):
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    class Block(nn.Module):
+        def __init__(self, i):
+            super().__init__()
+            p = f"layers.{i}."
+            self.attn_norm, self.attn = Norm(tensors[p + "attn_norm.weight"]), Attn(p + "attn.")
+            self.mlp_norm, self.mlp = Norm(tensors[p + "mlp_norm.weight"]), Mlp(p + "mlp.")
+
+        def forward(self, x):
+            h = x + self.attn(self.attn_norm(x))
+            return h + self.mlp(self.mlp_norm(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(cfg.vocab, cfg.dim)
+            self.embed.weight.data.copy_(tensors["embed.weight"])
+            self.layers = nn.ModuleList(Block(i) for i in range(cfg.layers))
+            self.norm, self.lm_head = Norm(tensors["norm.weight"]), linear(tensors["lm_head.weight"])
+
+        def forward(self, ids, targets):
+            x = self.embed(ids)
+            for blk in self.layers:
+                x = blk(x)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits.reshape(-1, cfg.vocab).float(), targets.reshape(-1))
+
+    return Llama()
+
+
+def dtensor_parallelize(model, cfg, world):
+    """torch's own TP: ColwiseParallel / RowwiseParallel over a 1-D mesh of the world."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    mesh = init_device_mesh("cpu", (world,))
+    plan = {"embed": RowwiseParallel(input_layouts=Replicate()),
+            "lm_head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(cfg.layers):
+        p = f"layers.{i}."
+        plan.update({p + "attn.wq": ColwiseParallel(), p + "attn.wk": ColwiseParallel(),
+                     p + "attn.wv": ColwiseParallel(), p + "attn.wo": RowwiseParallel(),
+                     p + "mlp.w1": ColwiseParallel(), p + "mlp.w3": ColwiseParallel(),
+                     p + "mlp.w2": RowwiseParallel()})
+    return parallelize_module(model, mesh, plan)
+
+
+# ---------------------------------------------------------------- one world
+
+def _rank_main(rank, world, port, opts, results):
+    try:
+        import torch
+        torch.set_num_threads(1)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        from kernels import comm
+        from kernels.data import global_batch
+        from kernels.engine import Engine
+        from kernels.mesh import Plan
+        from kernels.model import init_params, make_config
+        comm.init("gloo", rank, world, store=comm.store_client(port, world, 60), timeout_s=120)
+        cfg = make_config(opts["model"], **opts["overrides"])
+        ours = {"ours": Engine(Plan(tp=world), cfg, rank, seed=0)}
+        if opts["sp"]:
+            ours["ours sp"] = Engine(Plan(tp=world, sp=True), cfg, rank, seed=0,
+                                     groups=ours["ours"].ctx.groups)
+        rows = {name: [] for name in [*ours, "dtensor"]}
+        error = None
+        try:
+            peer = dtensor_parallelize(torch_llama(cfg, init_params(cfg, 0)), cfg, world)
+            optim = torch.optim.AdamW(peer.parameters(), lr=1e-3, weight_decay=0.0)
+        except Exception as e:  # noqa: BLE001 - reported as the peer's result
+            error = f"{type(e).__name__}: {e}"
+        for step in range(opts["warmup"] + opts["steps"]):
+            for name, eng in ours.items():
+                res = eng.step()
+                rows[name].append((res.step_ms, res.loss))
+            if error is None:
+                ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, step)
+                t0 = time.perf_counter()
+                try:
+                    loss = peer(ids, targets)
+                    loss.backward()
+                    optim.step()
+                    optim.zero_grad(set_to_none=True)
+                    rows["dtensor"].append(((time.perf_counter() - t0) * 1e3, loss.item()))
+                except Exception as e:  # noqa: BLE001 - every rank fails at the same view
+                    error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        comm.barrier()
+        comm.destroy()
+        results.put((rank, {"rows": rows, "dtensor_error": error}, None))
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        results.put((rank, None, traceback.format_exc()))
+
+
+def run_world(opts: dict, world: int, timeout_s: float) -> dict[int, dict]:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "kernels.engine"])
+    from kernels import comm
+    store, port = comm.store_server(world, 60)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, opts, results), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    out = {}
+    try:
+        for _ in range(world):
+            rank, body, tb = results.get(timeout=timeout_s)
+            if tb is not None:
+                raise RuntimeError(f"rank {rank} failed:\n{tb}")
+            out[rank] = body
+    except queue.Empty:
+        raise TimeoutError(f"the tp {world} world did not finish within {timeout_s:.0f} s: try "
+                           f"fewer --steps or a smaller model") from None
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(2)
+        del store
+    return out
+
+
+def summarise(per_rank: dict[int, dict], warmup: int) -> dict:
+    """Median over measured steps of the slowest rank's step time, per implementation."""
+    out = {"dtensor_error": per_rank[0]["dtensor_error"]}
+    for name, rows in per_rank[0]["rows"].items():
+        n = len(rows)
+        if n <= warmup:
+            out[name] = None
+            continue
+        steps = [max(per_rank[r]["rows"][name][i][0] for r in per_rank) for i in range(warmup, n)]
+        out[name] = {"step_ms": statistics.median(steps), "first_loss": rows[0][1]}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    try:
+        sizes = [int(t) for t in args.tp.split(",") if t.strip()]
+        if not sizes or min(sizes) < 2:
+            raise ValueError
+    except ValueError:
+        print(f"partui bench tp: --tp {args.tp!r} must be a comma list of sizes >= 2, e.g. 2,4",
+              file=sys.stderr)
+        return 2
+    overrides = {k: getattr(args, k) for k in ("layers", "dim", "heads", "kv_heads", "seq",
+                                                "batch", "vocab") if getattr(args, k) is not None}
+    from kernels.mesh import Plan, PlanError, validate
+    from kernels.model import make_config
+    try:
+        cfg = make_config(args.model, **overrides)
+        for n in sizes:
+            validate(Plan(tp=n, sp=args.sp), cfg, n)
+    except (PlanError, ValueError) as e:
+        print(f"partui bench tp: {e}", file=sys.stderr)
+        return 2
+    opts = {"model": args.model, "overrides": overrides, "steps": args.steps,
+            "warmup": args.warmup, "sp": args.sp}
+    table = []
+    for n in sizes:
+        res = summarise(run_world(opts, n, args.timeout), args.warmup)
+        ours, peer = res["ours"], res["dtensor"]
+        row = {"tp": n, "kv_heads": cfg.kv_heads, "kv": "sharded" if cfg.kv_heads % n == 0
+               else "replicated", "ours_ms": ours["step_ms"],
+               "ours_sp_ms": res.get("ours sp", {}) and res["ours sp"]["step_ms"],
+               "dtensor_ms": peer["step_ms"] if peer else None,
+               "ratio": ours["step_ms"] / peer["step_ms"] if peer else None,
+               "loss_ours": ours["first_loss"], "loss_dtensor": peer["first_loss"] if peer else None,
+               "dtensor_error": res["dtensor_error"]}
+        table.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+    command = "partui bench tp " + " ".join(argv)
+    if not args.json:
+        print(f"model {args.model} {overrides or ''}: dim {cfg.dim}, {cfg.layers} layers, "
+              f"{cfg.heads} heads / {cfg.kv_heads} kv, seq {cfg.seq}, batch {cfg.batch}, "
+              f"vocab {cfg.vocab}; median of {args.steps} steps after {args.warmup} warm-up, "
+              f"slowest rank; world = tp")
+        print(f"{'tp':>3} {'kv':>11} {'ours ms':>9} {'ours sp':>9} {'DTensor ms':>11} "
+              f"{'ours/DT':>8}  first losses (ours, DTensor)")
+        for r in table:
+            sp = f"{r['ours_sp_ms']:9.1f}" if r["ours_sp_ms"] else f"{'-':>9}"
+            if r["dtensor_ms"] is None:
+                print(f"{r['tp']:>3} {r['kv']:>11} {r['ours_ms']:9.1f} {sp} {'failed':>11} "
+                      f"{'-':>8}  {r['loss_ours']:.5f}, -")
+                print(f"      DTensor: {r['dtensor_error']}")
+            else:
+                print(f"{r['tp']:>3} {r['kv']:>11} {r['ours_ms']:9.1f} {sp} {r['dtensor_ms']:11.1f} "
+                      f"{r['ratio']:7.2f}x  {r['loss_ours']:.5f}, {r['loss_dtensor']:.5f}")
+        print(f"command: {command.strip()}")
+    return 0

@@ -1,0 +1,71 @@
+"""The help screen and the error dialog (a failure names what happened; the app stays usable)."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Markdown, Static
+
+HELP = """\
+# partui
+
+**Setup**: pick a preset (↑↓), edit the mesh (tab moves between fields), read the status
+line: it validates live with the Plan's own message. Presets the engine cannot run yet are
+marked *not yet*. **Enter / Launch** starts the world.
+
+**Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
+`t` trace record on / off · `[` `]` previous / next rank (or click a card) · `p` back to setup.
+Tabs show the selected rank's Parameters, Gradients, Optimizer state (AdamW m, v, step) and
+the shard map of the highlighted parameter. The Trace tab shows the overlap report per rank
+and step, a text timeline (F light, B dark, W grey, comm in flight ▔) and the trace's path
+to open in https://ui.perfetto.dev.
+
+**Command line** (`:` focuses it; ↑↓ history, tab completes), also in the palette (ctrl+p):
+
+| command | does |
+|---|---|
+| `plan zero2 dp=2` | plan a preset with fields and launch it |
+| `launch`, `reset` | start / restart the planned world |
+| `step 3`, `run 20`, `pause` | train |
+| `show rank 1 optim layers.1` | select rank 1, Optimizer tab, filter names |
+| `trace on`, `trace off`, `trace save NAME` | record and save traces/NAME.json |
+| `report` | overlap report of the last saved trace |
+| `quit` | tear the world down and leave (also q, ctrl+c) |
+
+The same verbs are a Python API: `partui repl`, or `from partui import World`.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Markdown(HELP)
+            yield Button("Close (esc)", id="help-close")
+
+    def on_button_pressed(self, _event) -> None:
+        self.dismiss()
+
+
+class ErrorDialog(ModalScreen):
+    """What failed, the message, and (for a rank failure) the tail of its traceback."""
+
+    BINDINGS = [Binding("escape,enter", "dismiss", "close")]
+
+    def __init__(self, title: str, message: str, detail: str = ""):
+        super().__init__()
+        self.title_text, self.message, self.detail = title, message, detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="error-box"):
+            yield Static(self.title_text, id="error-title")
+            yield Static(self.message, id="error-message", markup=False)
+            if self.detail:
+                with VerticalScroll(id="error-detail"):
+                    yield Static(self.detail, markup=False)
+            yield Button("OK (esc)", variant="error", id="error-ok")
+
+    def on_button_pressed(self, _event) -> None:
+        self.dismiss()

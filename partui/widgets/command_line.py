@@ -1,0 +1,162 @@
+"""The app's command line: parsing (`plan zero3 dp=4`, `step 3`, `show rank 2 grad layers.1.wq`,
+...), completion of the next word, and a history walked with up / down."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.binding import Binding
+from textual.suggester import Suggester
+from textual.widgets import Input
+
+VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "help",
+         "quit")
+EXAMPLES = ("plan zero2 dp=2", "launch", "step 1", "step 3", "run 20", "pause", "reset",
+            "show rank 1 optim", "show rank 0 grad layers.1.attn.wq", "trace on", "trace off",
+            "trace save demo", "report", "help", "quit")
+SHOW_KINDS = ("params", "grad", "optim")
+INT_FIELDS = ("world", "dp", "zero", "tp", "pp", "microbatches", "virtual_stages", "cp", "ep",
+              "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
+TEXT_FIELDS = ("schedule", "cp_mode", "grad_sync", "dtype", "model")
+BOOL_FIELDS = ("sp", "overlap")
+
+
+class CommandError(ValueError):
+    """A command line that does not parse; the message shows the right form."""
+
+
+@dataclass
+class Command:
+    verb: str
+    args: dict = field(default_factory=dict)
+
+
+def _int(word: str, what: str) -> int:
+    try:
+        return int(word)
+    except ValueError:
+        raise CommandError(f"{what} {word!r} is not a whole number: e.g. `{what} 3`") from None
+
+
+def parse_plan_fields(words: list[str]) -> dict:
+    out: dict = {}
+    for w in words:
+        key, eq, val = w.partition("=")
+        key = key.replace("-", "_")
+        if not eq:
+            raise CommandError(f"plan field {w!r} needs key=value, e.g. dp=2")
+        if key in INT_FIELDS:
+            out[key] = _int(val, key)
+        elif key in TEXT_FIELDS:
+            out[key] = val
+        elif key in BOOL_FIELDS:
+            out[key] = val.lower() in ("1", "true", "yes", "on")
+        elif key == "capacity_factor":
+            out[key] = float(val)
+        else:
+            raise CommandError(f"unknown plan field {key!r}: use one of "
+                               f"{', '.join(INT_FIELDS + TEXT_FIELDS + BOOL_FIELDS)}")
+    return out
+
+
+def parse(text: str) -> Command:
+    words = text.split()
+    if not words:
+        raise CommandError("empty command: try `step 1` or `help`")
+    verb, rest = words[0].lower(), words[1:]
+    if verb in ("q", "exit"):
+        verb = "quit"
+    if verb not in VERBS:
+        raise CommandError(f"unknown command {verb!r}: pick one of {', '.join(VERBS)}")
+    if verb == "plan":
+        if not rest:
+            raise CommandError("plan needs a preset: e.g. `plan zero2 dp=2` (see help)")
+        return Command("plan", {"preset": rest[0], "fields": parse_plan_fields(rest[1:])})
+    if verb in ("step", "run"):
+        n = _int(rest[0], verb) if rest else (1 if verb == "step" else 20)
+        if n < 1:
+            raise CommandError(f"{verb} {n}: the number of steps must be >= 1")
+        return Command(verb, {"n": n})
+    if verb == "show":
+        if len(rest) < 2 or rest[0] != "rank":
+            raise CommandError("show needs a rank: `show rank 2 grad layers.1.attn.wq`")
+        args = {"rank": _int(rest[1], "rank"), "what": "params", "name": ""}
+        for w in rest[2:]:
+            kind = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(w, w)
+            if kind in SHOW_KINDS:
+                args["what"] = kind
+            else:
+                args["name"] = w
+        return Command("show", args)
+    if verb == "trace":
+        sub = rest[0] if rest else ""
+        if sub in ("on", "off"):
+            return Command("trace", {"action": sub})
+        if sub == "save":
+            return Command("trace", {"action": "save", "name": rest[1] if len(rest) > 1 else ""})
+        raise CommandError("trace needs on, off or save NAME: e.g. `trace on`")
+    return Command(verb)
+
+
+class CommandSuggester(Suggester):
+    """Completes the last word from the verbs, presets, show kinds and known parameter names."""
+
+    def __init__(self, presets: list[str], names_fn):
+        super().__init__(use_cache=False, case_sensitive=True)
+        self.presets, self.names_fn = presets, names_fn
+
+    def candidates(self, words: list[str]) -> list[str]:
+        if len(words) <= 1:
+            return list(VERBS)
+        verb = words[0]
+        if verb == "plan":
+            return self.presets if len(words) == 2 else [f"{k}=" for k in INT_FIELDS + TEXT_FIELDS]
+        if verb == "trace":
+            return ["on", "off", "save"] if len(words) == 2 else []
+        if verb == "show":
+            if len(words) == 2:
+                return ["rank"]
+            return [] if len(words) == 3 else list(SHOW_KINDS) + list(self.names_fn())
+        return []
+
+    async def get_suggestion(self, value: str) -> str | None:
+        words = value.split(" ")
+        last = words[-1]
+        if not last:
+            return None
+        for c in self.candidates(words):
+            if c.startswith(last) and c != last:
+                return value + c[len(last):]
+        return None
+
+
+class CommandLine(Input):
+    """An Input with history (up / down) and completion (right arrow or tab accepts)."""
+
+    BINDINGS = [Binding("up", "history(-1)", "previous", show=False),
+                Binding("down", "history(1)", "next", show=False),
+                Binding("tab", "complete", "complete", show=False)]
+
+    def __init__(self, presets: list[str], names_fn, **kw):
+        super().__init__(placeholder=": command (step 3, run 20, show rank 1 optim, help)",
+                         suggester=CommandSuggester(presets, names_fn), **kw)
+        self.history: list[str] = []
+        self._pos = 0
+
+    def remember(self, text: str) -> None:
+        if text and (not self.history or self.history[-1] != text):
+            self.history.append(text)
+        self._pos = len(self.history)
+
+    def action_history(self, delta: int) -> None:
+        if not self.history:
+            return
+        self._pos = max(0, min(len(self.history), self._pos + delta))
+        self.value = self.history[self._pos] if self._pos < len(self.history) else ""
+        self.cursor_position = len(self.value)
+
+    def action_complete(self) -> None:
+        if self._suggestion:
+            self.value = self._suggestion
+            self.cursor_position = len(self.value)
+        else:
+            self.screen.focus_next()
