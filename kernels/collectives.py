@@ -26,6 +26,7 @@ import torch
 from kernels import comm
 
 SEGMENT_BYTES = 1 << 20            # pipelining grain; small ops go in one segment
+MAX_SEGMENTS = 8                   # per chunk: each segment is a thread wake-up, dear on a busy host
 _FOLD = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}
 _PHASE = {"reduce_scatter": 0, "all_gather": 1, "chain": 2, "pairwise": 3}
 
@@ -121,8 +122,13 @@ def _submit(op: str, group: comm.Group, nbytes: int, result, async_op: bool, bod
     rec = comm._issue(op, group, nbytes, None, impl="hand", **args)
     link = _Link(group, rec.op_id, seq, lane)
     work = _LaneWork()
-    handle = comm.Handle(rec, work, result)     # its completion callback is in place before the job runs
-    lane.jobs.put((lambda: body(link), work.fut))
+    handle = comm.Handle(rec, work, result)
+
+    def job():
+        body(link)
+        handle._on_complete(None)   # completion = data in place, before any waiter wakes
+
+    lane.jobs.put((job, work.fut))
     if async_op:
         return handle
     handle.wait()
@@ -146,8 +152,9 @@ def _segments(n: int, seg: int) -> list[tuple[int, int]]:
     return [(a, min(a + seg, n)) for a in range(0, n, seg)]
 
 
-def _seg_len(t: torch.Tensor) -> int:
-    return max(1, SEGMENT_BYTES // t.element_size())
+def _seg_len(t: torch.Tensor, chunk: int) -> int:
+    """Elements per segment of a `chunk`-element chunk: SEGMENT_BYTES, but at most MAX_SEGMENTS."""
+    return max(1, SEGMENT_BYTES // t.element_size(), -(-chunk // MAX_SEGMENTS))
 
 
 def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -239,7 +246,7 @@ def all_reduce(t: torch.Tensor, group: comm.Group, op: str = "sum", async_op: bo
     chunk = lambda c: flat[bounds[c][0]:bounds[c][1]]      # noqa: E731
 
     def body(link: _Link) -> None:
-        seg = _seg_len(flat)
+        seg = _seg_len(flat, max(sizes))
         buf = link.lane.scratch("recv", flat, max(sizes))   # [largest chunk]
         owned, first = chunk(link.r), []
 
@@ -271,7 +278,7 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: comm.Group, op: 
         acc = [link.lane.scratch(f"acc{i}", out, m) for i in (0, 1)]  # [m] x 2
         last = n - 2
         dst = lambda c, s: dst_flat if s == last else acc[s % 2]  # noqa: E731 - input stays intact
-        _ring_reduce_scatter(link, [m] * n, mine, dst, _FOLD[op], _seg_len(out),
+        _ring_reduce_scatter(link, [m] * n, mine, dst, _FOLD[op], _seg_len(out, m),
                              link.lane.scratch("recv", out, m))
         if op == "avg":
             dst_flat.div_(n)
@@ -290,7 +297,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: comm.Group, async_op
 
     def body(link: _Link) -> None:
         dst[link.r * m:(link.r + 1) * m].copy_(src)
-        _ring_all_gather(link, lambda c: dst[c * m:(c + 1) * m], [m] * n, _seg_len(out))
+        _ring_all_gather(link, lambda c: dst[c * m:(c + 1) * m], [m] * n, _seg_len(out, m))
 
     return _submit("all_gather", group, comm._nbytes(out), out, async_op, body, algo="ring")
 
@@ -304,7 +311,7 @@ def broadcast(t: torch.Tensor, src: int, group: comm.Group, async_op: bool = Fal
 
     def body(link: _Link) -> None:
         n, pos = link.n, (link.r - root) % link.n          # place in the chain, src at 0
-        segs = _segments(flat.numel(), _seg_len(flat))
+        segs = _segments(flat.numel(), _seg_len(flat, flat.numel()))
         sends = []
         if pos == 0:
             sends = [link.send(flat[a:b], link.r + 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]

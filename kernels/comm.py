@@ -119,6 +119,7 @@ def new_groups(name: str, partition: list[list[int]]) -> Group:
     me = world_rank()
     mine = None
     for ranks in partition:
+        ranks = sorted(ranks)  # torch numbers a group's members in sorted order; so do we
         pg = dist.new_group(ranks) if len(ranks) > 1 and is_initialized() else None
         if me in ranks:
             mine = Group(name, list(ranks), pg)
@@ -146,6 +147,7 @@ class OpRecord:
     t_issue: int
     t_complete: int | None = None
     wait_ns: int = 0
+    waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
 
 
 class OpLog:
@@ -199,10 +201,13 @@ class Handle:
             t0 = events.now_ns()
             self._work.wait()
             t1 = events.now_ns()
-            if self.rec.t_complete is None:  # callback not yet run: completion is now
-                self.rec.t_complete = t1
-            self.rec.wait_ns += t1 - t0
             rec = events.recorder()
+            if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
+                self.rec.t_complete = t1
+                if rec is not None and hasattr(rec, "comm_complete"):
+                    rec.comm_complete(self.rec.op_id, t1)
+            self.rec.wait_ns += t1 - t0
+            self.rec.waits = (self.rec.waits or []) + [(t0, t1)]
             if rec is not None and hasattr(rec, "comm_wait"):
                 rec.comm_wait(self.rec.op_id, t0, t1)
             self._done = True

@@ -116,6 +116,13 @@ def attention_flops(b: int, h: int, sq: int, sk: int, hd: int, backward: bool,
     return 2 * matmuls * b * h * sq * sk * hd
 
 
+def hand_backward_only(q: torch.Tensor) -> None:
+    """Ring sends and all-to-alls are not autograd ops: gradients would stop at the rank."""
+    if q.requires_grad and torch.is_grad_enabled():
+        raise ValueError("context-parallel attention has a hand-written backward only: run with "
+                         "--backward hand (the autograd oracle needs the whole sequence: --cp 1)")
+
+
 # ---------------------------------------------------------------- Ulysses
 
 class UlyssesAttention:
@@ -158,6 +165,7 @@ class UlyssesAttention:
         return [make() for _, make in issued]
 
     def forward(self, q, k, v):
+        hand_backward_only(q)
         self._check(q.shape[1], k.shape[1])
         qh, kh, vh = self._all((q, k, v), self._seq_to_heads)          # [B, H/N, S, hd] ...
         b, h, s, d = qh.shape

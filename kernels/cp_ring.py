@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import comm
-from kernels.cp import LOAD, attention_flops, local_positions
+from kernels.cp import LOAD, attention_flops, hand_backward_only, local_positions
 from kernels.layers import Ctx
 from kernels.layers.attention import attention_block_backward, attention_block_forward
 
@@ -85,6 +85,7 @@ class RingAttention:
             yield i, src, block_plan(self.layout, r, src, s_local)
 
     def forward(self, q, k, v):                # q [B, H, S/N, hd]; k, v [B, KV, S/N, hd]
+        hand_backward_only(q)
         n, r = self.group.size, self.group.rank
         b, h, _, d = q.shape
         kv = torch.stack([k, v]).contiguous()  # [2, B, KV, S/N, hd]: one message per step
@@ -165,6 +166,7 @@ class AllGatherAttention:
         self.k_pos = torch.arange(seq)                                    # [S]
 
     def forward(self, q, k, v):
+        hand_backward_only(q)
         n = self.group.size
         b, h, s, d = q.shape
         kv = torch.stack([k, v]).contiguous()                  # [2, B, KV, S/N, hd]
@@ -173,7 +175,8 @@ class AllGatherAttention:
         LOAD.transferred([hd_])
         hd_.wait()
         full = full.reshape((n,) + kv.shape)                   # [N, 2, B, KV, S/N, hd]
-        kf, vf = full.permute(1, 2, 3, 0, 4, 5).reshape(2, b, k.shape[1], n * s, d)  # [B, KV, S, hd]
+        kv_heads = k.shape[1]
+        kf, vf = full.permute(1, 2, 3, 0, 4, 5).reshape(2, b, kv_heads, n * s, d)  # [B, KV, S, hd]
         with LOAD.block("allgather attention", attention_flops(b, h, s, n * s, d, False),
                         layer=self.layer):
             self.q_pos, self.k_pos = self.q_pos.to(q.device), self.k_pos.to(q.device)

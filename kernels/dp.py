@@ -21,6 +21,7 @@ from kernels import comm, events
 from kernels.buckets import (ReadyOrder, build_units, global_pieces, overlap_share,
                              sync_group_name)
 from kernels.engine import LayerHooks
+from kernels.layers import Param
 
 __all__ = ["GradSync", "NaiveDP", "BucketedDP", "make_grad_sync", "sync_group_name",
            "piece_index", "ledger_formula"]
@@ -171,16 +172,43 @@ class BucketedDP(GradSync):
     def __init__(self, ctx, params: dict, optimizer):
         super().__init__(ctx, params, optimizer)
         self.units = build_units(ctx, params, ctx.plan.bucket_mb * 2 ** 20, pad_to_group=False)
+        self.flat_params = []
         for u in self.units:
             u.bind_grads()                      # grads live in the buckets from now on
+            u.full_param = torch.empty(u.padded, dtype=u.dtype)
+            for i, p in enumerate(u.params):    # and params too: one optimizer op per bucket
+                u.view(u.full_param, i).copy_(p.data)
+                p.data = u.view(u.full_param, i)
+            u.flat = Param(f"dp.{u.group.name}.bucket{u.index}", u.full_param)
+            u.flat.grad = u.grad
+            self.flat_params.append(u.flat)
+        if hasattr(optimizer, "init_state"):
+            optimizer.init_state(self.flat_params)
         self.order = ReadyOrder(self.units, ctx.plan.microbatches, self._issue,
                                 self.reduce_partial)
         for p in self.plist:
             p.grad_hooks.append(self.order.on_grad)
         self.handles: list = []
 
+    def _init_optimizer_state(self) -> None:
+        pass  # the optimizer runs on the flat buckets, set up in __init__
+
     def expect_accumulations(self, n: int, params=None) -> None:
         self.order.expect(n, params)
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step(self.flat_params)  # elementwise: same result as per tensor
+
+    def optimizer_pieces(self) -> list[dict]:
+        out = []
+        for u in self.units:
+            st = self.optimizer.state.get(u.flat.name)
+            for i, p in enumerate(u.params if st else []):
+                out.append({"name": u.names[i], "kind": "slice", "index": piece_index(p),
+                            "global_shape": list(p.global_shape),
+                            "state": {k: u.view(v, i) for k, v in st.items()},
+                            "step": getattr(self.optimizer, "step_count", 0)})
+        return out
 
     def start_step(self) -> None:
         super().start_step()

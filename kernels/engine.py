@@ -147,6 +147,23 @@ def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def _subtract(x, y):
+    """Merged intervals x minus merged intervals y: a rank blocked in a wait is not computing."""
+    out, j = [], 0
+    for a, b in x:
+        while j < len(y) and y[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(y) and y[k][0] < b:
+            if y[k][0] > a:
+                out.append((a, y[k][0]))
+            a = max(a, y[k][1])
+            k += 1
+        if a < b:
+            out.append((a, b))
+    return out
+
+
 def _length(iv) -> int:
     return sum(b - a for a, b in iv)
 
@@ -165,7 +182,7 @@ def _intersect(x, y) -> int:
 
 def _fill_overlap(res: StepResult, compute_spans, ops, t0, t1) -> None:
     """Compute / comm / overlap of this step from the comm layer's own timestamps (no tracer)."""
-    comp = _merge(compute_spans)
+    comp = _subtract(_merge(compute_spans), _merge([w for o in ops for w in (o.waits or [])]))
     commv = _merge([(o.t_issue, o.t_complete or t1) for o in ops if o.nbytes and o.op != "barrier"])
     res.compute_ms = _length(comp) / 1e6
     res.comm_ms = _length(commv) / 1e6

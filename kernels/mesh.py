@@ -41,6 +41,7 @@ class Plan:
     top_k: int = 2
     capacity_factor: float | None = None  # None: no capacity limit
     overlap: bool = False     # EP: two microbatches interleaved so all-to-all hides behind compute
+    ep_dispatch: str = "uneven"  # EP all-to-all: uneven splits (counts first) or even (capacity-padded)
     bucket_mb: float = 4.0    # DP / ZeRO gradient bucket size
     grad_sync: str = "bucketed"  # DP: naive (all-reduce after backward) or bucketed (overlapped)
     dtype: str = "fp32"
@@ -77,7 +78,7 @@ class Plan:
             raise PlanError(f"dp = {dp} must be >= 1 (or 0 to derive it from the world size)")
         if not dp:
             if not world:
-                dp = 1
+                dp = self.ep  # expert parallelism is carved out of dp: at least ep replicas
             elif world % other:
                 raise PlanError(f"world {world} is not divisible by tp {self.tp} x cp {self.cp} x "
                                 f"pp {self.pp} = {other}: pick dims whose product divides {world}")
@@ -176,6 +177,16 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
         need(plan.capacity_factor is None or plan.capacity_factor > 0,
              f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)")
     need(not plan.overlap or experts > 0, "--overlap splits MoE all-to-all: it needs --experts")
+    need(plan.ep_dispatch in ("uneven", "even"),
+         f"unknown EP dispatch {plan.ep_dispatch!r}: pick uneven or even")
+    need(not (experts and plan.cp > 1),
+         f"MoE with context parallel (cp {plan.cp}) is not supported: drop --cp or --experts")
+    if plan.overlap and plan.pp == 1:
+        pieces = 2 if plan.microbatches == 1 else plan.microbatches
+        need(pieces % 2 == 0 and local_batch % pieces == 0,
+             f"--overlap runs microbatches in pairs: per-rank batch {local_batch} (batch "
+             f"{cfg.batch} / dp {plan.dp}) into {pieces} microbatches does not work; use an even "
+             f"--microbatches dividing {local_batch}, or a per-rank batch of 2 or more")
     return plan
 
 

@@ -4,7 +4,7 @@ Each tp rank keeps a piece of every weight (`Param.shard` says which rows / colu
     column parallel  wq, wk, wv, w1, w3, lm_head, embed   rows of the global [out, in] weight
     row parallel     wo, w2                               columns
     replicated       the RMSNorm weights
-Megatron's two conjugate operators sit in the Block's regions:
+Megatron's two conjugate operators sit in the Block's regions (kernels/tp_regions.py):
     f = CopyToTP      identity forward, all-reduce of dX backward   (before the column linears)
     g = ReduceFromTP  all-reduce forward, identity backward         (after the row linears)
 With sequence parallel (`plan.sp`) the residual stream and the norms live on a 1/tp slice of the
@@ -14,6 +14,8 @@ reduce-scatter (all-gather backward), so the norms' weight grads are partial ove
 Grouped-query attention: with kv_heads % tp == 0 the kv heads are sharded like the q heads;
 with tp > kv_heads each kv head sits on tp / kv_heads ranks (the ones whose q heads use it) and
 its wk / wv grads are summed over the "tp_kv" group of those ranks.
+MoE layers are not split by tp: every tp rank runs the whole MoE (its ep shard) on the full
+sequence, so their grads are whole on each tp rank (not with sp: routing needs whole sequences).
 
 Vocab parallel: the embedding keeps rows [v0, v1) of the table (zero for other ids) and its
 output is summed over tp; the lm_head keeps the same vocab rows, and the loss is the
@@ -32,115 +34,12 @@ import torch
 from kernels import comm, events
 from kernels.layers import Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm, SwiGLU
 from kernels.layers import rope_tables
-from kernels.model import Block, Embed, Head
+from kernels.model import Block, Embed, Head, is_moe_layer
 from kernels.tp_loss import VocabParallelCrossEntropy
+from kernels.tp_regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
+                                start_region_backward)
 
 SPLIT_W_SCHEDULES = ("zb1p", "zero-bubble", "dualpipe", "dualpipev")  # run W apart from B
-
-
-# ---------------------------------------------------------------- regions (f, g and their sp forms)
-
-class Pending:
-    """A region's backward collective in flight; `wait()` finishes it and returns dX."""
-
-    def __init__(self, handle, finish):
-        self.handle, self.finish = handle, finish
-
-    def wait(self):
-        if self.handle is not None:
-            self.handle.wait()
-        return self.finish()
-
-
-def start_region_backward(region, ctx, dy) -> Pending:
-    """Issue a region's backward async when it can (tp regions), else run it now (Identity)."""
-    if hasattr(region, "start_backward"):
-        return region.start_backward(ctx, dy)
-    dx = region.backward(ctx, dy)
-    return Pending(None, lambda: dx)
-
-
-class CopyToTP:
-    """f: identity forward; backward all-reduces dX, the partial input grads of column linears."""
-
-    def __init__(self, group: comm.Group):
-        self.group = group
-
-    def forward(self, x):
-        return x, None
-
-    def start_backward(self, ctx, dy):
-        dy = dy.contiguous()
-        return Pending(comm.all_reduce(dy, self.group, async_op=True), lambda: dy)
-
-    def backward(self, ctx, dy):
-        return self.start_backward(ctx, dy).wait()
-
-
-class ReduceFromTP:
-    """g: all-reduce forward (sums the row linears' partial outputs); identity backward."""
-
-    def __init__(self, group: comm.Group):
-        self.group = group
-
-    def forward(self, x):
-        x = x.contiguous()
-        comm.all_reduce(x, self.group)
-        return x, None
-
-    def backward(self, ctx, dy):
-        return dy
-
-
-def gather_seq(x, group: comm.Group, async_op: bool = False):
-    """[B, S/tp, D] on each rank -> [B, S, D], rank i's slice at rows i*S/tp of the sequence."""
-    b, s, d = x.shape
-    n = group.size
-    out = torch.empty(n * b * s * d, dtype=x.dtype)                  # [tp * B * S/tp * D]
-    h = comm.all_gather(out, x.contiguous().reshape(-1), group, async_op=True)
-    pend = Pending(h, lambda: out.reshape(n, b, s, d).transpose(0, 1).reshape(b, n * s, d))
-    return pend if async_op else pend.wait()
-
-
-def scatter_seq(x, group: comm.Group, async_op: bool = False):
-    """[B, S, D] partial sums on each rank -> their sum's sequence slice [B, S/tp, D]."""
-    b, full, d = x.shape
-    n = group.size
-    s = full // n
-    inp = x.reshape(b, n, s, d).transpose(0, 1).contiguous().reshape(-1)  # rank i's chunk first
-    out = torch.empty(b, s, d, dtype=x.dtype)                              # [B, S/tp, D]
-    h = comm.reduce_scatter(out.view(-1), inp, group, async_op=True)
-    pend = Pending(h, lambda: out)
-    return pend if async_op else pend.wait()
-
-
-class GatherSeqToTP:
-    """sp's f: all-gather the sequence before the column linears; reduce-scatter dX backward."""
-
-    def __init__(self, group: comm.Group):
-        self.group = group
-
-    def forward(self, x):                   # [B, S/tp, D] -> [B, S, D]
-        return gather_seq(x, self.group), None
-
-    def start_backward(self, ctx, dy):      # [B, S, D] partial -> [B, S/tp, D] summed
-        return scatter_seq(dy, self.group, async_op=True)
-
-    def backward(self, ctx, dy):
-        return self.start_backward(ctx, dy).wait()
-
-
-class ScatterSeqFromTP:
-    """sp's g: reduce-scatter the row linears' partial outputs along seq; all-gather dY backward."""
-
-    def __init__(self, group: comm.Group):
-        self.group = group
-
-    def forward(self, x):                   # [B, S, D] partial -> [B, S/tp, D]
-        return scatter_seq(x, self.group), None
-
-    def backward(self, ctx, dy):            # [B, S/tp, D] -> [B, S, D]
-        return gather_seq(dy, self.group)
 
 
 # ---------------------------------------------------------------- stage layers
@@ -244,8 +143,9 @@ def check_tp_shapes(cfg, tp: int, sp: bool) -> None:
     if cfg.kv_heads % tp and tp % cfg.kv_heads:
         raise ValueError(f"tp {tp} and {cfg.kv_heads} kv heads: tp must divide the kv heads "
                          f"(sharded) or be a multiple of them (replicated)")
-    if cfg.experts:
-        raise ValueError("tensor parallel does not shard MoE layers: drop --tp or --experts")
+    if cfg.experts and sp:
+        raise ValueError("sequence parallel cannot run MoE layers on sequence shards (a routing "
+                         "group is one whole sequence): drop --sp or --experts")
 
 
 def shard(tensors: dict, name: str, dim: int, start: int, stop: int) -> Param:
@@ -315,11 +215,15 @@ def build_tp_layers(cfg, tensors: dict, ctx) -> list:
         attn = Attention(col("attn.wq.weight", r * heads * hd, (r + 1) * heads * hd), wk, wv,
                          row("attn.wo.weight", r * heads * hd, (r + 1) * heads * hd),
                          heads, kv_local, hd, cos, sin, LocalAttention(positions))
-        mlp = SwiGLU(col("mlp.w1.weight", r * hidden, (r + 1) * hidden),
-                     col("mlp.w3.weight", r * hidden, (r + 1) * hidden),
-                     row("mlp.w2.weight", r * hidden, (r + 1) * hidden))
-        regions = {"enter_attn": enter(), "exit_attn": exit_(), "enter_mlp": enter(),
-                   "exit_mlp": exit_()}
+        regions = {"enter_attn": enter(), "exit_attn": exit_()}
+        if is_moe_layer(cfg, i):  # experts are not split by tp: every tp rank runs the whole MoE
+            from kernels.ep import build_moe
+            mlp = build_moe(cfg, pre + "moe.", tensors, ctx)
+        else:
+            mlp = SwiGLU(col("mlp.w1.weight", r * hidden, (r + 1) * hidden),
+                         col("mlp.w3.weight", r * hidden, (r + 1) * hidden),
+                         row("mlp.w2.weight", r * hidden, (r + 1) * hidden))
+            regions.update(enter_mlp=enter(), exit_mlp=exit_())
         layers.append(TPBlock(i, RMSNorm(whole(tensors, pre + "attn_norm.weight", norm_groups),
                                          cfg.norm_eps), attn,
                               RMSNorm(whole(tensors, pre + "mlp_norm.weight", norm_groups),

@@ -92,7 +92,8 @@ def _clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 def _sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int):
     """Per key: merged length of each class, of each class's intersection with class 0, and of
-    the union of classes 0 and 1 (compute and comm). Returns (keys, lengths[key, cls], inter0[key, cls], union[key])."""
+    the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts
+    only while no wait is open: a blocking op inside an "F+B" span is exposed, not overlapped. Returns (keys, lengths[key, cls], inter0[key, cls], union[key])."""
     m = len(ts)
     t = np.concatenate([ts, end])
     k = np.concatenate([key, key])
@@ -105,6 +106,8 @@ def _sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_
     seg = np.diff(t, append=t[-1:] if len(t) else t)
     seg = np.where(np.r_[k[1:] == k[:-1], False], seg, 0.0)  # no segment across keys
     on = depth > 0
+    if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span
+        on[:, 0] &= ~on[:, 2]
     keys, idx = np.unique(k, return_inverse=True)
     lengths = np.zeros((len(keys), n_cls))
     inter0 = np.zeros((len(keys), n_cls))
@@ -168,15 +171,16 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     classes = comm[["rank", "op", "group"]].drop_duplicates().reset_index(drop=True)
     classes["cid"] = np.arange(len(classes))
     comm = comm.merge(classes, on=["rank", "op", "group"])
-    compute = _clip(df[df["kind"] == "compute"], windows)
-    # each (rank, op, group) class is swept against its rank's compute, so compute is repeated
-    # once per class of its rank (a handful), never per event pair
-    rep = compute[["rank", "ts", "end"]].merge(classes[["rank", "cid"]], on="rank")
+    busy = _clip(df[df["kind"].isin(["compute", "wait"])], windows)
+    # each (rank, op, group) class is swept against its rank's compute (and waits, which are not
+    # compute), so those are repeated once per class of its rank (a handful), never per event pair
+    rep = busy[["rank", "ts", "end", "kind"]].merge(classes[["rank", "cid"]], on="rank")
     key = np.concatenate([comm["cid"].to_numpy(), rep["cid"].to_numpy()])
     ts = np.concatenate([comm["ts"].to_numpy(), rep["ts"].to_numpy()])
     end = np.concatenate([comm["end"].to_numpy(), rep["end"].to_numpy()])
-    cls = np.concatenate([np.ones(len(comm), dtype=np.int64), np.zeros(len(rep), dtype=np.int64)])
-    keys, lengths, inter0, _ = _sweep(key, ts, end, cls, 2)
+    cls = np.concatenate([np.ones(len(comm), dtype=np.int64),
+                          np.where(rep["kind"].to_numpy() == "wait", 2, 0)])
+    keys, lengths, inter0, _ = _sweep(key, ts, end, cls, 3)
     classes.loc[keys, "comm"] = lengths[:, 1]
     classes.loc[keys, "overlapped"] = inter0[:, 1]
     counts = comm.groupby("cid").agg(ops=("ts", "size"), bytes=("bytes", "sum"))

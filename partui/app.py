@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from functools import partial
 
@@ -13,7 +14,6 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.widgets import Button, Input
 
-from partui.screens.dialogs import ErrorDialog, HelpScreen
 from partui.screens.setup import SetupScreen
 from partui.session import PRESETS, World
 from partui.widgets.command_line import EXAMPLES, CommandError, CommandLine, parse
@@ -106,17 +106,24 @@ class PartuiApp(App):
     def on_mount(self) -> None:
         self.setup_screen = SetupScreen({k: v for k, v in PRESETS.items()})
         self.push_screen(self.setup_screen)
-        self.call_after_refresh(self.load_engine)  # torch loads after the first frame
+        # torch loads after the first frame, in a daemon thread so a quick quit need not wait
+        self.call_after_refresh(lambda: threading.Thread(target=self.load_engine, daemon=True,
+                                                         name="partui-load-engine").start())
 
-    @work(thread=True, group="engine")
     def load_engine(self) -> None:
         from partui.session import preset_status
         from partui.world import warm_up
-        with real_stderr():
-            warm_up()                        # the fork server imports torch for the ranks
-        import kernels.engine  # noqa: F401  # and this process, for plans and configs
-        gaps = {name: preset_status(name) for name in PRESETS}
-        self.call_from_thread(self._engine_loaded, gaps)
+        try:
+            with real_stderr():
+                warm_up()                    # the fork server imports torch for the ranks
+            import kernels.engine  # noqa: F401  # and this process, for plans and configs
+            gaps = {name: preset_status(name) for name in PRESETS}
+        except Exception as e:  # noqa: BLE001 - say why nothing can launch
+            if self.is_running:
+                self.call_from_thread(self.fail, "the engine failed to load", e)
+            return
+        if self.is_running:
+            self.call_from_thread(self._engine_loaded, gaps)
 
     def _engine_loaded(self, gaps: dict) -> None:
         self.engine_ready = True
@@ -124,18 +131,20 @@ class PartuiApp(App):
 
     # ---------------------------------------------------------------- helpers
     def run_screen(self):
+        """The Run screen when it is in the stack (perhaps under a dialog), else None."""
         from partui.screens.run import RunScreen
-        return self.screen if isinstance(self.screen, RunScreen) else None
+        return next((s for s in reversed(self.screen_stack) if isinstance(s, RunScreen)), None)
 
     def fail(self, title: str, exc: BaseException) -> None:
         """A notification and a dialog naming what happened; the app stays usable."""
         detail = getattr(exc, "traceback", "") or ""
-        self.notify(str(exc), title=title, severity="error", timeout=8)
-        self.push_screen(ErrorDialog(title, str(exc), detail[-3000:]))
         rs = self.run_screen()
         if rs is not None:
             rs.set_busy(False)
             rs.update_status()
+        self.notify(str(exc), title=title, severity="error", timeout=8)
+        from partui.screens.dialogs import ErrorDialog
+        self.push_screen(ErrorDialog(title, str(exc), detail[-3000:]))
 
     def _begin(self) -> bool:
         if self.busy:
@@ -182,9 +191,11 @@ class PartuiApp(App):
 
     def _show_run(self, infos: list[dict]) -> None:
         from partui.screens.run import RunScreen
-        if self.run_screen() is not None:
-            self.pop_screen()
-        self.push_screen(RunScreen(self.world, infos, list(PRESETS)))
+        screen = RunScreen(self.world, infos, list(PRESETS))
+        if isinstance(self.screen, RunScreen):
+            self.switch_screen(screen)      # reset or a new plan: a fresh screen for the new world
+        else:
+            self.push_screen(screen)
         self.setup_screen.progress("")
 
     # ---------------------------------------------------------------- stepping
@@ -246,10 +257,12 @@ class PartuiApp(App):
             self._launch_worker()
 
     def action_setup(self) -> None:
-        if self.run_screen() is not None:
+        from partui.screens.run import RunScreen
+        if isinstance(self.screen, RunScreen):
             self.pop_screen()
 
     def action_help(self) -> None:
+        from partui.screens.dialogs import HelpScreen  # Markdown loads on first use
         self.push_screen(HelpScreen())
 
     # ---------------------------------------------------------------- tracing

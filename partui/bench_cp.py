@@ -22,8 +22,9 @@ import sys
 import traceback
 
 TORCH_CP_NOTE = ("torch's own context_parallel does not run on CPU in torch 2.13 (\"Operator "
-                 "aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding "
-                 "strategy registered\", other errors for the other SDPA backends): the peer is "
+                 "aten._scaled_dot_product_flash_attention_for_cpu.default does not have a "
+                 "sharding strategy registered\", other errors for the other SDPA backends): the "
+                 "peer is "
                  "all-gathering K/V on every rank, measured in the same run")
 
 
@@ -180,8 +181,9 @@ def main(argv: list[str]) -> int:
     print(f"cp {args.cp} · seq {args.seq} · batch {args.batch} · dim {args.dim} · heads "
           f"{args.heads}/{args.kv_heads} kv · {args.layers} layers · {args.steps} steps per core "
           f"(+{args.warmup} warm-up), interleaved")
-    print(f"{'core':10s} {'attention ms per rank (wall)':>32s} {'(cpu)':>32s} {'max/min wall':>12s} "
-          f"{'max/min cpu':>11s} {'kv overlap':>10s} {'step ms':>8s} {'vs allgather':>12s}")
+    print(f"{'core':10s} {'attention ms per rank (wall)':>32s} {'(cpu)':>32s} "
+          f"{'max/min wall':>12s} {'max/min cpu':>11s} {'kv overlap':>10s} {'step ms':>8s} "
+          f"{'vs allgather':>12s}")
     for row in table:
         vs = f"{row['step_vs_allgather']:.2f}x" if row["step_vs_allgather"] else "-"
         print(f"{row['core']:10s} {_fmt(row['attn_ms']):>32s} {_fmt(row['attn_cpu_ms']):>32s} "

@@ -36,6 +36,9 @@ def parse(argv):
     ap.add_argument("--rounds", type=int, default=6, help="measured steps per schedule")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one world")
+    ap.add_argument("--fb-order", default="forward-first", choices=("forward-first", "alternate"),
+                    help="ours: how an overlapped F&B pair runs its two sides (kernels.pp.executor)")
+    ap.add_argument("--recv-ahead", type=int, default=1, help="ours: computes whose RECVs are posted early")
     ap.add_argument("--json", action="store_true")
     return ap.parse_args(argv)
 
@@ -155,6 +158,7 @@ def _rank_main(rank, world, port, opts, results):
             plan = validate(Plan(pp=world, schedule=ours, microbatches=m,
                                  virtual_stages=2 if ours == "interleaved" else 1), cfg, world)
             eng = Engine(plan, cfg, rank, seed=0, lr=1e-3, groups=groups)
+            eng.runner.fb_order, eng.runner.recv_ahead = opts["fb_order"], opts["recv_ahead"]
             fns["ours " + ours] = lambda eng=eng: eng.step().loss
             step = torch_runner(theirs, layout, cfg, tensors, rank, world, m, denom)
             fns["torch " + theirs] = lambda step=step: step(ids, targets)
@@ -243,7 +247,8 @@ def main(argv: list[str]) -> int:
         print(f"partui bench pp: {e}", file=sys.stderr)
         return 2
     opts = {"model": args.model, "layers": args.layers, "microbatches": args.microbatches,
-            "schedules": chosen, "rounds": args.rounds, "warmup": args.warmup}
+            "schedules": chosen, "rounds": args.rounds, "fb_order": args.fb_order,
+            "recv_ahead": args.recv_ahead, "warmup": args.warmup}
     single = one_process_ms(opts, args.rounds)
     rows = []
     for w in worlds:

@@ -29,6 +29,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=2)
     g.add_argument("--capacity-factor", type=float, default=None)
     g.add_argument("--overlap", action="store_true", help="EP: overlap all-to-all with compute")
+    g.add_argument("--ep-dispatch", default="uneven", choices=("uneven", "even"),
+                   help="EP all-to-all: uneven splits (counts exchanged first) or capacity-padded")
     g.add_argument("--dtype", default="fp32")
     g.add_argument("--collectives", default="native")
     m = p.add_argument_group("model")
@@ -59,7 +61,8 @@ def plan_and_config(args):
     kw = dict(world=args.world, dp=args.dp, zero=args.zero, tp=args.tp, sp=args.sp, pp=args.pp,
               schedule=args.schedule, microbatches=args.microbatches, cp=args.cp,
               cp_mode=args.cp_mode, ep=args.ep, experts=args.experts, top_k=args.top_k,
-              capacity_factor=args.capacity_factor, overlap=args.overlap, dtype=args.dtype,
+              capacity_factor=args.capacity_factor, overlap=args.overlap,
+              ep_dispatch=args.ep_dispatch, dtype=args.dtype,
               collectives=args.collectives)
     for opt in ("grad_sync", "bucket_mb", "virtual_stages"):
         if getattr(args, opt, None) is not None:

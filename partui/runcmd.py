@@ -41,6 +41,11 @@ def aggregate(step_items: list[dict]) -> dict:
         vals = [s[key] for s in step_items if key in s]
         if vals:
             out[key] = sum(vals) / len(vals)
+    for key in ("moe_dropped", "moe_tokens_per_expert", "moe_aux_loss"):  # per-rank parts: summed
+        vals = [s[key] for s in step_items if key in s]
+        if vals:
+            out[key] = (sum(vals) if not isinstance(vals[0], list)
+                        else [sum(col) for col in zip(*vals)])
     return out
 
 
@@ -153,7 +158,9 @@ def _save_trace(args, plan, cfg, world, infos, traced, trace_steps) -> str:
 
 def _summary(plan, cfg, infos, lines, launch_s, world, args, failed, trace_path) -> dict:
     times = [ln["step_ms"] for ln in lines[1:]] or [ln["step_ms"] for ln in lines]
-    out = {"plan": plan.to_dict(), "model": cfg.to_dict(), "world": plan.world,
+    from kernels.engine import model_config_for
+    out = {"plan": plan.to_dict(), "model": model_config_for(plan, cfg).to_dict(),
+           "world": plan.world,
            "steps": len(lines), "final_loss": lines[-1]["loss"] if lines else None,
            "first_loss": lines[0]["loss"] if lines else None,
            "mean_step_ms": sum(times) / len(times) if times else None,

@@ -168,3 +168,17 @@ def test_bench_analysis_reports_phases_and_memory():
     res = bench_analysis(20_000)
     assert 19_000 <= res["events"] <= 21_000 and res["rows"][0] == 8 and res["rows"][1] == 80
     assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0
+
+
+def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
+    # one "F+B" span [0, 100] wraps a blocking all-to-all [20, 60] whose wait is [20, 60]
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F+B", "FB", 0, 100, step=0, mb=0),
+          comm(0, "all_to_all", 20, 40, group="ep"),
+          X(0, "wait all_to_all", "wait", 20, 40, op="all_to_all")]
+    df = load(write(tmp_path, ev))
+    r = overlap(df, "rank").iloc[0]
+    assert r["compute_ms"] == pytest.approx(0.060)  # 100 minus the 40 spent blocked
+    assert r["overlapped_ms"] == pytest.approx(0.0)
+    assert r["exposed_comm_ms"] == pytest.approx(0.040)
+    by_op = overlap(df, "op").iloc[0]
+    assert by_op["op"] == "all_to_all" and by_op["overlap_pct"] == pytest.approx(0.0)

@@ -128,7 +128,7 @@ async def test_zero2_step_inspect_trace_quit(tmp_path):
         m0 = snap["optimizer"][0]["state"]["m"]["norm"]
         assert shown[0][3] == f"{m0:.4g}" and m0 > 0          # m norm, non-zero after 2 steps
         # record a trace, step, save, read the report
-        await pilot.press("t")
+        await pilot.press("escape", "t")                     # leave the command line, trace on
         await idle(app, pilot, "trace start")
         assert app.world.recording
         await pilot.press("s")
@@ -144,7 +144,7 @@ async def test_zero2_step_inspect_trace_quit(tmp_path):
         assert [r[:2] for r in panel.report_rows("step")] == [["0", "2.0"], ["1", "2.0"]]
         assert "r0" in str(panel.query_one("#timeline").render())
         assert insp.active == TABS["trace"]
-        await pilot.press("q")
+        await pilot.press("escape", "q")                     # q in the command line is a letter
     assert_no_process(pids)
 
 
@@ -189,8 +189,9 @@ async def test_rank_failure_shows_and_app_recovers():
         assert "rank 1" in dialog.message and "injected fault at step 1" in dialog.message
         assert "InjectedFault" in dialog.detail
         assert_no_process(old)                               # the failed world was torn down
-        await pilot.press("escape")
+        await pilot.press("escape")                          # dismiss the dialog
         await pilot.pause(0.1)
+        await pilot.press("escape")                          # and leave the command line
         assert isinstance(app.screen, RunScreen)
         assert "world closed" in str(app.screen.query_one("#run-status").render())
         await pilot.press("x")                               # reset: the same plan, fresh world
@@ -201,6 +202,6 @@ async def test_rank_failure_shows_and_app_recovers():
         await pilot.press("s")
         await pilot.pause(0.05)
         await idle(app, pilot, "a step after reset")
-        assert [ln["step"] for ln in app.world.history] == [0]
+        assert [ln["step"] for ln in app.world.history] == [0], (notes(app), app.focused, app.screen_stack)
         await pilot.press("ctrl+c")
     assert_no_process(new)

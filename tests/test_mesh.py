@@ -41,6 +41,10 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(tp=0), {}, None, ["tp = 0", ">= 1"]),
     (dict(overlap=True), {}, None, ["--overlap", "--experts"]),
     (dict(collectives="mpi"), {}, None, ["unknown collectives 'mpi'"]),
+    (dict(experts=4, cp=2), {}, None, ["MoE with context parallel", "drop --cp"]),
+    (dict(experts=4, ep=2, overlap=True), dict(batch=2), None,
+     ["--overlap runs microbatches in pairs", "per-rank batch 1"]),
+    (dict(experts=4, ep_dispatch="random"), {}, None, ["unknown EP dispatch 'random'"]),
 ]
 
 
@@ -57,6 +61,7 @@ def test_dp_derived_from_world():
     plan = validate(Plan(tp=2, pp=2, microbatches=2), TINY, 8)
     assert (plan.dp, plan.world) == (2, 8)
     assert validate(Plan(), TINY, None).world == 1
+    assert validate(Plan(experts=4, ep=2), TINY, None).dp == 2  # ep is carved out of dp
 
 
 def test_tp_innermost_pp_outermost():

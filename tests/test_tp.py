@@ -24,7 +24,7 @@ def _err(a, b) -> float:
 
 def case_regions(rank, world, group):
     """f, g and the sp gather / scatter against what they must equal, with per-rank inputs."""
-    from kernels.tp import CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP
+    from kernels.tp_regions import CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP
     gen = torch.Generator().manual_seed(3)
     per_rank = [torch.randn(2, 4 * world, 6, generator=gen, dtype=D) for _ in range(world)]
     total = sum(per_rank)
@@ -55,7 +55,7 @@ def case_regions(rank, world, group):
 def case_column_row_pair(rank, world, group):
     """f -> column linear -> row linear -> g equals the dense pair, forward, dX and dW."""
     from kernels.layers import Linear, Param
-    from kernels.tp import CopyToTP, ReduceFromTP
+    from kernels.tp_regions import CopyToTP, ReduceFromTP
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2, 3, 8, generator=gen, dtype=D)
     w1, w2 = torch.randn(12, 8, generator=gen, dtype=D), torch.randn(8, 12, generator=gen, dtype=D)
@@ -85,7 +85,7 @@ def case_column_row_pair(rank, world, group):
 def case_vocab_parallel(rank, world, group):
     """Vocab-parallel cross-entropy and embedding against the dense ones; huge logits too."""
     from kernels.layers import CrossEntropy, Embedding, Param
-    from kernels.tp import ReduceFromTP
+    from kernels.tp_regions import ReduceFromTP
     from kernels.tp_loss import VocabParallelCrossEntropy
     gen = torch.Generator().manual_seed(7)
     n, vocab = 10, 8 * world
@@ -235,6 +235,8 @@ SMALL = ("--layers", "2", "--seq", "16", "--batch", "4")
     ("--tp", 4),                      # kv heads replicated (each on 2 ranks)
     ("--tp", 4, "--sp"),
     ("--dp", 2, "--tp", 2),
+    ("--tp", 2, "--experts", 4),      # MoE layers run whole on every tp rank
+    ("--tp", 2, "--sp", "--backward", "autograd"),   # regions are autograd functions too
 ], ids=lambda a: " ".join(map(str, a)))
 def test_check_plan_tp(args):
     summary = check_plan(*args, *SMALL, steps=2, timeout=420)

@@ -15,10 +15,9 @@ from kernels import events
 from partui import trace
 from partui.trace import COMM_TID, COMPUTE_TID, RankTracer, merge
 
-CHECKER = "/work/shared/tools/perfetto/check.py"
-P2P_BROKEN = ("kernels.comm isend/irecv on gloo: Work::getFuture not implemented, so Handle() "
-              "raises; send/recv cannot run until comm.Handle copes with future-less work")
-
+# shared/ sits beside the checkout (here and in CI)
+CHECKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared",
+                       "tools", "perfetto", "check.py")
 
 def _open(path):
     return gzip.open(path) if path.endswith(".gz") else open(path)
@@ -143,7 +142,6 @@ def _rank_main(rank, store, out_q):
     comm.init("gloo", rank, 2, f"file://{store}", timeout_s=30)
     try:
         world = comm.world_group()
-        p2p_broken = _shim_futureless_p2p(comm)
         t = RankTracer(rank, f"dp{rank} pp{rank}").start()
         x = torch.ones(1 << 14)
         for step in range(2):
@@ -162,28 +160,9 @@ def _rank_main(rank, store, out_q):
                 counter("memory", bytes=int(x.numel() * 4))
                 with span("optimizer", "optimizer", step=step):
                     x.mul_(0.5)
-        out_q.put(dict(t.stop(), p2p_broken=p2p_broken))
+        out_q.put(t.stop())
     finally:
         comm.destroy()
-
-
-def _shim_futureless_p2p(comm):
-    """P2P_BROKEN: let a Handle hold gloo p2p work without a future (completion then comes from
-    wait, as comm.Handle.wait already does). A no-op once kernels.comm handles it itself."""
-    orig = comm.Handle.__init__
-    used = []
-
-    def init(self, rec, work, result):
-        try:
-            orig(self, rec, work, result)
-        except RuntimeError as exc:
-            if "getFuture" not in str(exc):
-                raise
-            used.append(True)
-            self.rec, self._work, self.result, self._done = rec, work, result, False
-
-    comm.Handle.__init__ = init
-    return used
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +187,7 @@ def gloo_trace(tmp_path_factory):
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    broken = any(bool(r.pop("p2p_broken")) for r in per_rank)
-    return merge(per_rank, str(d / "run.json"), {"plan": {"dp": 2}, "steps": [0, 1],
-                                                 "p2p_broken": broken})
+    return merge(per_rank, str(d / "run.json"), {"plan": {"dp": 2}, "steps": [0, 1]})
 
 
 @pytest.mark.timeout(180)
@@ -225,7 +202,8 @@ def test_real_gloo_trace_has_both_ranks_flows_and_metadata(gloo_trace):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(shutil.which("node") is None, reason="the Perfetto checker needs node")
+@pytest.mark.skipif(shutil.which("node") is None or not os.path.exists(CHECKER),
+                    reason="the Perfetto checker needs node and ../shared/tools/perfetto")
 def test_real_gloo_trace_loads_in_perfetto_with_zero_problems(gloo_trace):
     for path in (gloo_trace, _gz_copy(gloo_trace)):
         res = subprocess.run([sys.executable, CHECKER, path], capture_output=True, text=True,

@@ -20,7 +20,7 @@ import torch
 from kernels import comm, events
 from kernels.mesh import partition
 from kernels.model import Block
-from kernels.pp.schedules import build_schedule
+from kernels.pp.schedules import COMPUTE_KINDS, build_schedule
 from kernels.pp.stages import NoHooks, backward_steps, build_chunks, drive, forward_steps, weight_grads
 
 TAG = {"F": 7101, "B": 7102}   # activations and gradients: one FIFO channel each per peer
@@ -66,6 +66,12 @@ class PipelineRunner:
                 if "pp_mirror" not in prm.replicated_over:
                     prm.replicated_over.append("pp_mirror")
         self.dtype = next(iter(self._params.values())).data.dtype
+        self.fb_order = "forward-first"    # or "alternate": see _Step._FB
+        # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a peer's tensor
+        # lands while this rank computes instead of after it asks (0: each RECV where the schedule puts it)
+        self.recv_ahead = 1
+        self.compute_pos = [i for i, a in enumerate(self.actions) if a.kind in COMPUTE_KINDS]   # list positions
+        self.compute_order = {i: j for j, i in enumerate(self.compute_pos)}                    # position -> j
 
     # ---------------------------------------------------------------- runner interface
     def params(self) -> dict:
@@ -90,8 +96,17 @@ class PipelineRunner:
     def forward_backward(self, ids, targets, denom, hooks):
         run = _Step(self, ids.chunk(self.plan.microbatches), targets.chunk(self.plan.microbatches), denom,
                     hooks or NoHooks())
-        for a in self.actions:
-            run.do(a)
+        acts, computes = self.actions, self.compute_order
+        posted = 0                                            # RECVs are posted in list order: FIFO per channel
+        for i, a in enumerate(acts):
+            if a.kind in COMPUTE_KINDS:
+                j = computes[i] + self.recv_ahead             # post the RECVs of the next computes too
+                posted = run.post_recvs(acts, posted, self.compute_pos[j] if j < len(computes) else len(acts))
+                run.do(a)
+            elif a.kind in ("RECV_F", "RECV_B"):
+                posted = run.post_recvs(acts, posted, i + 1)
+            else:
+                run.do(a)
         run.finish()
         return run.loss, run.spans
 
@@ -121,13 +136,17 @@ class _Step:
     def _peer(self, pp_rank: int) -> int:
         return self.r.group.global_rank(pp_rank)
 
+    def post_recvs(self, acts, start: int, stop: int) -> int:
+        """Post the irecv of every RECV in acts[start:stop]; returns the new posting frontier."""
+        for a in acts[start:stop]:
+            if a.kind in ("RECV_F", "RECV_B"):
+                kind = a.kind[-1]
+                buf = torch.empty(self.r.act_shape(self.ids[a.mb]), dtype=self.r.dtype)   # [b, s, dim]
+                self.inbox[(kind, a.mb, a.chunk)] = comm.irecv(buf, self._peer(a.peer), self.r.group, TAG[kind])
+        return max(start, stop)
+
     def do(self, a) -> None:
-        if a.kind in ("RECV_F", "RECV_B"):
-            kind = a.kind[-1]
-            key = (kind, a.mb, a.chunk)
-            buf = torch.empty(self.r.act_shape(self.ids[a.mb]), dtype=self.r.dtype)
-            self.inbox[key] = comm.irecv(buf, self._peer(a.peer), self.r.group, TAG[kind])
-        elif a.kind in ("SEND_F", "SEND_B"):
+        if a.kind in ("SEND_F", "SEND_B"):
             key = (a.kind[-1], a.mb, a.chunk)
             assert key in self.sent, f"{a}: its producer did not post the send"
             self.sent.discard(key)
@@ -208,29 +227,34 @@ class _Step:
             weight_grads(self.r.chunks[a.chunk], self.w_queue.pop((a.mb, a.chunk)))
 
     def _FB(self, a) -> None:
-        """Forward of (mb, chunk) and full backward of (mb2, chunk2), one layer of each in turn; each side's
-        tensor is sent as soon as that side ends, so its transfer runs under the other side's compute."""
+        """Forward of (mb, chunk) and full backward of (mb2, chunk2) as one pair; each side's tensor is sent the
+        moment that side ends, so its transfer runs under the other side's compute. `fb_order` "forward-first"
+        runs the forward's layers, posts its send, then the backward's (whose input had the forward's time to
+        arrive); "alternate" takes one layer of each in turn, which pays off only when layers have async comm
+        of their own to hide (on one compute stream it delays the forward's send by the backward's compute)."""
         fch, bch = self.r.chunks[a.chunk], self.r.chunks[a.chunk2]
+        alternate = self.r.fb_order == "alternate"
         with events.span(f"FB mb{a.mb} c{a.chunk} / mb{a.mb2} c{a.chunk2}", "FB", mb=a.mb, chunk=a.chunk,
                          stage=fch.stage, mb2=a.mb2, chunk2=a.chunk2, stage2=bch.stage):
             fwd = forward_steps(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom, self.hooks)
             bwd, ctxs = None, self.saved.pop((a.mb2, a.chunk2))
-            live = 2
-            while live:
-                if fwd is not None:
+            forward_turn = True
+            while fwd is not None or ctxs is not None:
+                if fwd is not None and (ctxs is None or forward_turn or not alternate):
                     try:
                         next(fwd)
                     except StopIteration as stop:
                         self._forward_done(a.mb, fch, stop.value)
-                        fwd, live = None, live - 1
-                if bwd is None and ctxs is not None:                  # its input is waited after F's first layer
-                    bwd = backward_steps(bch, ctxs, self._grad_in(a.mb2, bch), True, self.hooks)
-                if bwd is not None:
+                        fwd = None
+                else:
+                    if bwd is None:                                  # its input is waited only now
+                        bwd = backward_steps(bch, ctxs, self._grad_in(a.mb2, bch), True, self.hooks)
                     try:
                         next(bwd)
                     except StopIteration as stop:
                         self._backward_done(a.mb2, bch, stop.value, ctxs, split=False)
-                        bwd, ctxs, live = None, None, live - 1
+                        bwd = ctxs = None
+                forward_turn = not forward_turn
 
     # ---- end of step
     def finish(self) -> None:

@@ -26,7 +26,7 @@ class RunScreen(Screen):
                 Binding("question_mark", "app.help", "help")]
 
     def __init__(self, world, infos: list[dict], presets: list[str]):
-        super().__init__(id="run")
+        super().__init__()
         self.world, self.infos, self.presets = world, infos, presets
         self.selected = 0
         self.name_filter = ""

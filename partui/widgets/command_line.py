@@ -130,11 +130,13 @@ class CommandSuggester(Suggester):
 
 
 class CommandLine(Input):
-    """An Input with history (up / down) and completion (right arrow or tab accepts)."""
+    """An Input with history (up / down), completion (right arrow or tab accepts); escape
+    hands the keys back to the screen."""
 
     BINDINGS = [Binding("up", "history(-1)", "previous", show=False),
                 Binding("down", "history(1)", "next", show=False),
-                Binding("tab", "complete", "complete", show=False)]
+                Binding("tab", "complete", "complete", show=False),
+                Binding("escape", "leave", "leave the command line", show=False)]
 
     def __init__(self, presets: list[str], names_fn, **kw):
         super().__init__(placeholder=": command (step 3, run 20, show rank 1 optim, help)",
@@ -153,6 +155,9 @@ class CommandLine(Input):
         self._pos = max(0, min(len(self.history), self._pos + delta))
         self.value = self.history[self._pos] if self._pos < len(self.history) else ""
         self.cursor_position = len(self.value)
+
+    def action_leave(self) -> None:
+        self.screen.set_focus(None)  # single-key bindings (s, r, t ...) work again
 
     def action_complete(self) -> None:
         if self._suggestion:

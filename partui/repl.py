@@ -1,0 +1,28 @@
+"""`partui repl`: a Python REPL holding a World (partui.session) with the app's verbs."""
+from __future__ import annotations
+
+import code
+
+BANNER = """partui repl: `w` is a partui.World (the same object the app drives).
+  w.plan("zero2", dp=2)     validate a plan (presets: {presets})
+  w.launch()                start the ranks          w.step(3)  /  w.run(20)
+  w.show(1, "optim")        rank 1's AdamW state     w.snapshot()[0]["shard_map"]
+  w.trace_on(); w.step(); w.trace_save("demo"); w.report()      overlap table (pandas)
+  w.close()                 (also done on exit: ctrl+d)"""
+
+
+def main() -> int:
+    from partui.session import PRESETS, World
+    try:
+        import readline
+        import rlcompleter  # noqa: F401 - tab completes names and attributes
+        readline.parse_and_bind("tab: complete")
+    except ImportError:
+        pass
+    w = World()
+    try:
+        code.interact(banner=BANNER.format(presets=", ".join(PRESETS)),
+                      local={"w": w, "World": World}, exitmsg="closing the world")
+    finally:
+        w.close()
+    return 0
