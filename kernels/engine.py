@@ -197,7 +197,7 @@ def _fill_overlap(res: StepResult, compute_spans, ops, t0, t1) -> None:
 def build_local_layers(ctx: RankContext, seed: int, device=None) -> list:
     """The full layer list with this rank's tp / cp / ep shards (pipeline slicing comes later)."""
     plan, cfg = ctx.plan, ctx.cfg
-    dtype = torch.float32
+    dtype = torch.bfloat16 if plan.dtype == "bf16" else torch.float32  # master copy: optimizer
     tensors = init_params(cfg, seed, dtype)
     if device is not None and device.type != "cpu":  # NCCL under torchrun: weights on the GPU
         tensors = {k: v.to(device) for k, v in tensors.items()}

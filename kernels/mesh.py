@@ -159,10 +159,11 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
              f"seq {cfg.seq} is not divisible by {pieces} ({'2 x ' if plan.cp_mode == 'zigzag' else ''}"
              f"cp {plan.cp}) for {plan.cp_mode}: pick seq a multiple of {pieces}")
         if plan.cp_mode == "ulysses":
-            need(cfg.heads % (plan.cp * plan.tp) == 0 and cfg.kv_heads % plan.cp == 0,
-                 f"Ulysses splits heads over cp {plan.cp}: {cfg.heads} heads and {cfg.kv_heads} kv "
-                 f"heads must be divisible by cp (x tp {plan.tp}); pick cp in "
-                 f"{_divisors(cfg.kv_heads)} or use --cp-mode ring")
+            local_kv = cfg.kv_heads // plan.tp if cfg.kv_heads % plan.tp == 0 else 1  # per tp rank
+            need(cfg.heads % (plan.cp * plan.tp) == 0 and local_kv % plan.cp == 0,
+                 f"Ulysses splits heads over cp {plan.cp}: {cfg.heads} heads (/ tp {plan.tp}) and "
+                 f"{local_kv} kv heads per tp rank must be divisible by cp; pick cp in "
+                 f"{_divisors(local_kv)} or use --cp-mode ring")
     # expert parallel
     experts = plan.experts or cfg.experts
     need(plan.ep == 1 or experts > 0, f"--ep {plan.ep} needs an MoE model: add --experts N")

@@ -132,11 +132,13 @@ class TPHead(Head):
 
 # ---------------------------------------------------------------- building this rank's shards
 
-def check_tp_shapes(cfg, tp: int, sp: bool) -> None:
+def check_tp_shapes(cfg, tp: int, sp: bool, cp: int = 1) -> None:
     """The shapes tensor parallel splits (kernels.mesh.validate checks them first, for the CLI)."""
+    local_seq = cfg.seq // cp                     # sp splits each cp rank's tokens again
     problems = [(cfg.heads % tp, f"{cfg.heads} heads"), (cfg.vocab % tp, f"vocab {cfg.vocab}"),
                 (cfg.ffn_hidden % tp, f"MLP hidden {cfg.ffn_hidden}"),
-                (sp and cfg.seq % tp, f"seq {cfg.seq} (sequence parallel)")]
+                (sp and local_seq % tp, f"the {local_seq} tokens a rank holds (seq {cfg.seq} / cp "
+                                        f"{cp}) for sequence parallel")]
     for bad, what in problems:
         if bad:
             raise ValueError(f"tp {tp} does not divide {what}: pick tp dividing it")
@@ -184,7 +186,7 @@ def build_tp_layers(cfg, tensors: dict, ctx) -> list:
     """[TPEmbed, TPBlock 0..L-1, TPHead] holding this tp rank's pieces of the global tensors."""
     plan = ctx.plan
     tp, r, group = plan.tp, ctx.coords["tp"], ctx.groups["tp"]
-    check_tp_shapes(cfg, tp, plan.sp)
+    check_tp_shapes(cfg, tp, plan.sp, plan.cp)
     assert group.size == tp and group.rank == r, "tp group does not match the tp coordinate"
     hd, dtype = cfg.head_dim, tensors["embed.weight"].dtype
     heads = cfg.heads // tp

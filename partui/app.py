@@ -35,7 +35,7 @@ CSS = """
 #run-status { width: 1fr; padding: 0 1; }
 #loss { width: 30; height: 2; }
 #run-body { height: 1fr; }
-#cards { width: 34; }
+#cards { width: 30; }
 .rank-card { border: round $primary-darken-2; height: auto; padding: 0 1; }
 .rank-card.-selected { border: round $accent; }
 #inspector { width: 1fr; }
@@ -175,7 +175,8 @@ class PartuiApp(App):
         try:
             infos = self.world.launch(on_progress=say)
             self.pids_seen.update(self.world.pids())
-            self.call_from_thread(self._show_run, infos)
+            snaps = self.world.snapshot()    # step 0's state, so the tabs are never empty
+            self.call_from_thread(self._show_run, infos, snaps)
         except (RankError, WorldTimeout) as e:
             self.call_from_thread(self.fail, "launch failed", e)
         except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
@@ -189,9 +190,9 @@ class PartuiApp(App):
         else:
             self.run_screen().update_status(msg)
 
-    def _show_run(self, infos: list[dict]) -> None:
+    def _show_run(self, infos: list[dict], snaps: list[dict]) -> None:
         from partui.screens.run import RunScreen
-        screen = RunScreen(self.world, infos, list(PRESETS))
+        screen = RunScreen(self.world, infos, list(PRESETS), snaps)
         if isinstance(self.screen, RunScreen):
             self.switch_screen(screen)      # reset or a new plan: a fresh screen for the new world
         else:
@@ -305,17 +306,21 @@ class PartuiApp(App):
     def _report(self) -> None:
         """In a worker: load the saved trace with pandas, build both tables and the timeline."""
         from partui.analysis import load, overlap
-        from partui.widgets.timeline import render
         df = load(self.world.trace_path)
         by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
         last = by_step["step"].max() if len(by_step) else None
-        tl = render(df, width=56, step=None if last != last else last)
-        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, tl)
+        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last)
 
-    def _show_report(self, path, by_rank, by_step, tl) -> None:
+    def _show_report(self, path, by_rank, by_step, df, last) -> None:
+        from partui.widgets.timeline import render
         rs = self.run_screen()
         if rs is not None:
-            rs.query_one("#trace-panel").show_report(path, by_rank, by_step, tl)
+            from partui.widgets.inspector import Inspector
+            panel = rs.query_one("#trace-panel")
+            # the timeline fits the tabs' width (the trace tab may be hidden: size 0), no wrapping
+            width = max(20, rs.query_one(Inspector).size.width - 8)
+            tl = render(df, width=width, step=None if last is None or last != last else last)
+            panel.show_report(path, by_rank, by_step, tl)
             rs.select(rs.selected, what="trace")
             self.notify(f"trace saved: {path}")
 

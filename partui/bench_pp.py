@@ -6,7 +6,7 @@ nn.Module Llama with the very weights of ours (the same seeded global init), cut
 (interleaved: rank r holds stages r and r+P; ZBV and DualPipeV: r and 2P-1-r), run with autograd by
 ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble and ScheduleDualPipeV. A step
 is the whole training step on both sides: forward, backward, AdamW and the loss all-reduce; ms a step is the
-median over rounds of the slowest rank. Ours zb1p (one stage a rank) is set beside torch's ZBV (two).
+median over rounds of the slowest rank (also its best step, and the busiest rank's CPU time). Ours zb1p (one stage a rank) is set beside torch's ZBV (two).
 """
 from __future__ import annotations
 
@@ -166,16 +166,18 @@ def _rank_main(rank, world, port, opts, results):
         for r in range(opts["warmup"] + opts["rounds"]):
             for name, fn in fns.items():
                 comm.barrier()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 loss = fn()
-                ms = torch.tensor([(time.perf_counter() - t0) * 1e3])
-                comm.all_reduce(ms, comm.world_group(), op="max")        # the slowest rank's step
+                cost = torch.tensor([(time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3])
+                comm.all_reduce(cost, comm.world_group(), op="max")      # the slowest rank's step
                 first_loss.setdefault(name, loss)
                 if r >= opts["warmup"]:
-                    times[name].append(ms.item())
+                    times[name].append(cost.tolist())
         comm.barrier()
         comm.destroy()
-        results.put((rank, {"ms": {k: statistics.median(v) for k, v in times.items()}, "loss": first_loss}, None))
+        summary = {k: {"ms": statistics.median(t[0] for t in v), "min_ms": min(t[0] for t in v),
+                       "cpu_ms": statistics.median(t[1] for t in v)} for k, v in times.items()}
+        results.put((rank, {"ms": summary, "loss": first_loss}, None))
     except BaseException:  # noqa: BLE001 - reported by the parent
         results.put((rank, None, traceback.format_exc()))
 
@@ -260,8 +262,10 @@ def main(argv: list[str]) -> int:
         for ours, theirs, _ in PAIRS:
             if ours in chosen:
                 a, b = res["ms"]["ours " + ours], res["ms"]["torch " + theirs]
-                rows.append({"world": w, "ours": ours, "ours_ms": a, "torch": theirs, "torch_ms": b,
-                             "ours/torch": a / b, "loss_ours": res["loss"]["ours " + ours],
+                rows.append({"world": w, "ours": ours, "ours_ms": a["ms"], "ours_min": a["min_ms"],
+                             "ours_cpu": a["cpu_ms"], "torch": theirs, "torch_ms": b["ms"],
+                             "torch_min": b["min_ms"], "torch_cpu": b["cpu_ms"], "ours/torch": a["ms"] / b["ms"],
+                             "min ratio": a["min_ms"] / b["min_ms"], "loss_ours": res["loss"]["ours " + ours],
                              "loss_torch": res["loss"]["torch " + theirs]})
     command = "partui bench pp " + " ".join(argv)
     if args.json:
@@ -270,7 +274,10 @@ def main(argv: list[str]) -> int:
     from partui.benchutil import table
     print(f"{args.model} model, {args.layers} layers, {args.microbatches} microbatches of 1 sequence, "
           f"ms a training step (median of {args.rounds}, slowest rank), interleaved with torch's")
-    print(table(rows, ["world", "ours", "ours_ms", "torch", "torch_ms", "ours/torch", "loss_ours", "loss_torch"]))
+    print(table(rows, ["world", "ours", "ours_ms", "ours_min", "ours_cpu", "torch", "torch_ms", "torch_min",
+                       "torch_cpu", "ours/torch", "min ratio", "loss_ours", "loss_torch"]))
+    print("ms: median wall of the slowest rank; min: its best step; cpu: median process CPU ms of the busiest "
+          "rank (gloo threads included), which a crowded machine inflates least")
     print(f"one process, no pipeline: {single:.1f} ms a step")
     print(f"command: {command}")
     return 0

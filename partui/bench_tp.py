@@ -270,7 +270,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps(row), flush=True)
     command = "partui bench tp " + " ".join(argv)
     if not args.json:
-        print(f"model {args.model} {overrides or ''}: dim {cfg.dim}, {cfg.layers} layers, "
+        print(f"model {args.model}: dim {cfg.dim}, {cfg.layers} layers, "
               f"{cfg.heads} heads / {cfg.kv_heads} kv, seq {cfg.seq}, batch {cfg.batch}, "
               f"vocab {cfg.vocab}; median of {args.steps} steps after {args.warmup} warm-up, "
               f"slowest rank; world = tp")

@@ -71,6 +71,12 @@ def plan_and_config(args):
         kw["virtual_stages"] = 2
     plan = Plan(**kw)
     plan = validate(plan, model_config_for(plan, cfg), args.world or None)
+    model_parallel = [f"--{d} {getattr(plan, d)}" for d in ("tp", "pp", "cp", "ep")
+                      if getattr(plan, d) > 1] + (["--overlap"] if plan.overlap else [])
+    if getattr(args, "backward", "hand") == "autograd" and model_parallel:
+        raise ValueError(f"--backward autograd is the oracle for one replica's forward; with "
+                         f"{' '.join(model_parallel)} the forward itself communicates, which "
+                         f"autograd cannot see: drop --backward autograd (or those dims)")
     return plan, cfg
 
 

@@ -41,6 +41,10 @@ def aggregate(step_items: list[dict]) -> dict:
         vals = [s[key] for s in step_items if key in s]
         if vals:
             out[key] = sum(vals) / len(vals)
+    for key in ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct"):  # cp load, per rank
+        vals = [s[key] for s in step_items if key in s]
+        if vals:
+            out[key] = vals
     for key in ("moe_dropped", "moe_tokens_per_expert", "moe_aux_loss"):  # per-rank parts: summed
         vals = [s[key] for s in step_items if key in s]
         if vals:
@@ -87,7 +91,9 @@ def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
     ref = None
     if args.check:
         from kernels.check import Reference
-        ref = Reference(plan, cfg, args.seed, args.optim, args.lr, args.weight_decay, "hand")
+        import torch
+        ref = Reference(plan, cfg, args.seed, args.optim, args.lr, args.weight_decay, "hand",
+                        dtype=torch.bfloat16 if plan.dtype == "bf16" else torch.float32)
     tol_g, tol_l = GRAD_ATOL[plan.dtype], LOSS_ATOL[plan.dtype]
     failed, lines, traced = False, [], []
     tracing = False
@@ -175,6 +181,12 @@ def _summary(plan, cfg, infos, lines, launch_s, world, args, failed, trace_path)
     if any("grad_sync_overlap" in ln for ln in lines):
         vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
         out["grad_sync_overlap"] = sum(vals) / len(vals)
+    for key in ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct"):
+        rows = [ln[key] for ln in lines[1:] or lines if key in ln]
+        if rows:  # per rank, mean over steps (context-parallel load balance)
+            out[key] = [sum(col) / len(col) for col in zip(*rows)]
+    if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
+        out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
     if trace_path:
         out["trace"] = trace_path
     return out

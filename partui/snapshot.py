@@ -24,7 +24,7 @@ def rank_info(eng) -> dict:
     ctx = eng.ctx
     return {"rank": ctx.rank, "label": ctx.label, "coords": ctx.coords,
             "role": eng.runner.role() if hasattr(eng.runner, "role") else "",
-            "n_params": sum(p.data.numel() for p in eng.params.values()),
+            "n_params": sum(pc["tensor"].numel() for pc in eng.param_pieces()),
             "plan": eng.plan.to_dict(), "ledger": eng.sync.ledger()}
 
 

@@ -205,3 +205,19 @@ async def test_rank_failure_shows_and_app_recovers():
         assert [ln["step"] for ln in app.world.history] == [0], (notes(app), app.focused, app.screen_stack)
         await pilot.press("ctrl+c")
     assert_no_process(new)
+
+
+async def test_command_palette_runs_app_commands():
+    from partui.app import PartuiApp
+    from partui.screens.dialogs import HelpScreen
+    app = PartuiApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"help")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), 10, "the help screen")
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, HelpScreen)

@@ -31,6 +31,7 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(cp=2), dict(seq=31), None, ["seq 31", "cp 2"]),
     (dict(cp=2, cp_mode="zigzag"), dict(seq=34), None, ["seq 34", "4", "zigzag"]),
     (dict(cp=4, cp_mode="ulysses"), {}, None, ["Ulysses", "kv heads", "cp 4"]),
+    (dict(tp=2, cp=2, cp_mode="ulysses"), {}, None, ["Ulysses", "1 kv heads per tp rank"]),
     (dict(cp=2, cp_mode="spiral"), {}, None, ["unknown cp mode 'spiral'"]),
     (dict(ep=2, dp=2), {}, None, ["--ep 2 needs an MoE model", "--experts"]),
     (dict(ep=3, dp=3, experts=4), dict(batch=6), None, ["4 experts not divisible by ep 3"]),

@@ -78,3 +78,28 @@ def test_bad_pipeline_input_exits_2(args, needle):
     proc = run_cli("run", *args, "--steps", 1, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr, proc.stderr
+
+
+def test_trace_spans_follow_the_schedule(tmp_path):
+    """Every F / B / W / FB of a traced dualpipev step shows in the trace, with microbatch, chunk and stage."""
+    import collections
+    import json
+    path = tmp_path / "pp.json"
+    proc = run_cli("run", "--pp", 2, "--schedule", "dualpipev", "--microbatches", 4, "--steps", 1,
+                   "--trace", path, "--json", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(path.read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    spans = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("F", "B", "W", "FB")]
+    assert all({"mb", "chunk", "stage"} <= set(e.get("args", {})) for e in spans)
+    got = collections.Counter((e["pid"], e["cat"]) for e in spans)
+    s = build_schedule("dualpipev", 2, 4)
+    want = collections.Counter((r, "B" if a.kind == "BW" else a.kind) for r, acts in enumerate(s.actions)
+                               for a in acts if a.kind in ("F", "B", "BW", "W", "FB"))
+    assert got == want
+
+
+def test_moe_aux_loss_through_split_backward():
+    """MoE blocks on every stage: their aux loss joins the loss there, and deferred W covers the experts."""
+    summary = check_plan("--pp", 2, "--schedule", "zb1p", "--microbatches", 4, "--experts", 4, steps=2)
+    assert summary["max_abs_loss_err"] <= 2e-5

@@ -229,18 +229,18 @@ SMALL = ("--layers", "2", "--seq", "16", "--batch", "4")
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("args", [
-    ("--tp", 2),                      # kv heads sharded (2 kv heads, 1 per rank)
-    ("--tp", 2, "--sp"),
-    ("--tp", 4),                      # kv heads replicated (each on 2 ranks)
-    ("--tp", 4, "--sp"),
-    ("--dp", 2, "--tp", 2),
-    ("--tp", 2, "--experts", 4),      # MoE layers run whole on every tp rank
-    ("--tp", 2, "--sp", "--backward", "autograd"),   # regions are autograd functions too
-], ids=lambda a: " ".join(map(str, a)))
-def test_check_plan_tp(args):
+@pytest.mark.parametrize("args,world", [
+    (("--tp", 2), 2),                      # kv heads sharded (2 kv heads, 1 per rank)
+    (("--tp", 2, "--sp"), 2),
+    (("--tp", 4), 4),                      # kv heads replicated (each on 2 ranks)
+    (("--tp", 4, "--sp"), 4),
+    (("--dp", 2, "--tp", 2), 4),
+    (("--tp", 2, "--experts", 4), 2),      # MoE layers run whole on every tp rank
+    (("--tp", 2, "--sp", "--backward", "autograd"), 2),   # regions are autograd functions too
+], ids=lambda a: " ".join(map(str, a)) if isinstance(a, tuple) else str(a))
+def test_check_plan_tp(args, world):
     summary = check_plan(*args, *SMALL, steps=2, timeout=420)
-    assert summary["world"] == (4 if 4 in args or "--dp" in args else 2)
+    assert summary["world"] == world
     assert summary["max_abs_grad_err"] <= 2e-5
 
 
@@ -288,3 +288,29 @@ def test_bad_tp_input_exits_2(args, words):
     assert proc.returncode == 2, proc.stderr
     for w in words:
         assert w in proc.stderr, (w, proc.stderr)
+
+
+# ---------------------------------------------------------------- the benchmark's torch peer
+
+def test_bench_peer_model_is_the_same_llama():
+    """The nn.Module that DTensor parallelizes gives partui's loss and grads on one process."""
+    from kernels.data import global_batch
+    from kernels.model import build_model, init_params, make_config, reference_step
+    from partui.bench_tp import torch_llama
+    cfg = make_config("tiny", layers=2)
+    ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, 0)
+    ours = build_model(cfg, 0)
+    loss_ref = float(reference_step(ours, ids, targets))
+    peer = torch_llama(cfg, init_params(cfg, 0))
+    loss = peer(ids, targets)
+    loss.backward()
+    assert abs(loss.item() - loss_ref) < 1e-5
+    grads = dict(peer.named_parameters())
+    for name, prm in ours.params().items():
+        assert (grads[name].grad - prm.grad).abs().max().item() < 2e-5, name
+
+
+def test_bench_rejects_bad_tp():
+    from partui.bench_tp import main
+    assert main(["--tp", "1"]) == 2
+    assert main(["--tp", "3"]) == 2          # 4 heads

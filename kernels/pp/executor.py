@@ -158,7 +158,7 @@ class _Step:
     def _input(self, mb: int, ch) -> torch.Tensor:
         if ch.first:
             return self.ids[mb]                                       # [b, s] token ids
-        src, src_chunk = self.s.holder(ch.stage - 1, mb)
+        src, _ = self.s.holder(ch.stage - 1, mb)
         if src == self.r.rank:
             return self.local.pop(("F", mb, ch.index))
         return self.inbox.pop(("F", mb, ch.index)).wait()             # [b, s, dim]
@@ -177,7 +177,9 @@ class _Step:
         if dst == self.r.rank:
             self.local[(kind, mb, dst_chunk)] = t
             return
-        self.sends = [h for h in self.sends if not h.is_completed()]  # a finished send frees its tensor
+        for h in [h for h in self.sends if h.is_completed()]:        # a finished send frees its tensor; its
+            h.wait()                                                  # wait() is instant and logs completion
+            self.sends.remove(h)
         self.sends.append(comm.isend(t.contiguous(), self._peer(dst), self.r.group, TAG[kind]))
         self.sent.add((kind, mb, ch.index))
 
@@ -196,20 +198,20 @@ class _Step:
         if not ch.first:
             self._deliver("B", mb, ch, dx)
 
-    def _args(self, a, mb, chunk) -> dict:
+    def _args(self, mb, chunk) -> dict:
         return dict(mb=mb, chunk=chunk, stage=self.r.chunks[chunk].stage)
 
     # ---- compute actions
     def _F(self, a) -> None:
         ch = self.r.chunks[a.chunk]
-        with events.span(f"F mb{a.mb} c{a.chunk}", "F", **self._args(a, a.mb, a.chunk)):
+        with events.span(f"F mb{a.mb} c{a.chunk}", "F", **self._args(a.mb, a.chunk)):
             x = self._input(a.mb, ch)
             self._forward_done(a.mb, ch, drive(forward_steps(ch, x, self.targets[a.mb], self.denom, self.hooks)))
 
     def _backward(self, a, split: bool) -> None:
         ch = self.r.chunks[a.chunk]
         cat = "B" if split else "BW"
-        with events.span(f"{cat} mb{a.mb} c{a.chunk}", "B", full=not split, **self._args(a, a.mb, a.chunk)):
+        with events.span(f"{cat} mb{a.mb} c{a.chunk}", "B", full=not split, **self._args(a.mb, a.chunk)):
             dy = self._grad_in(a.mb, ch)
             ctxs = self.saved.pop((a.mb, a.chunk))
             dx = drive(backward_steps(ch, ctxs, dy, not split, self.hooks))
@@ -223,7 +225,7 @@ class _Step:
 
     def _W(self, a) -> None:
         assert (a.mb, a.chunk) in self.w_queue, f"{a}: no backward-input queued its weight grad"
-        with events.span(f"W mb{a.mb} c{a.chunk}", "W", **self._args(a, a.mb, a.chunk)):
+        with events.span(f"W mb{a.mb} c{a.chunk}", "W", **self._args(a.mb, a.chunk)):
             weight_grads(self.r.chunks[a.chunk], self.w_queue.pop((a.mb, a.chunk)))
 
     def _FB(self, a) -> None:

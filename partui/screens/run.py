@@ -25,12 +25,12 @@ class RunScreen(Screen):
                 Binding("colon", "command", "command"), Binding("p", "app.setup", "plan"),
                 Binding("question_mark", "app.help", "help")]
 
-    def __init__(self, world, infos: list[dict], presets: list[str]):
+    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None):
         super().__init__()
         self.world, self.infos, self.presets = world, infos, presets
         self.selected = 0
         self.name_filter = ""
-        self.snaps: list[dict] | None = None
+        self.snaps = snaps
 
     def compose(self) -> ComposeResult:
         yield Header()

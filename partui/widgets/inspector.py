@@ -66,11 +66,10 @@ class Inspector(Vertical):
             yield from self.panes()
 
     def panes(self) -> ComposeResult:
-        for what, title in (("params", "Parameters"), ("grad", "Gradients"),
-                            ("optim", "Optimizer")):
+        for what, title in (("params", "Params"), ("grad", "Grads"), ("optim", "Optim")):
             with TabPane(title, id=TABS[what]):
                 yield DataTable(id=f"table-{what}", zebra_stripes=True, cursor_type="row")
-        with TabPane("Shard map", id=TABS["shards"]):
+        with TabPane("Shards", id=TABS["shards"]):
             yield ShardMap("highlight a parameter row to see how it is split", id="shard-map")
         with TabPane("Trace", id=TABS["trace"]):
             yield TracePanel(id="trace-panel")

@@ -69,7 +69,7 @@ class RankCard(Static):
         else:
             t.append(f"comp {s['compute_ms']:.1f} comm {s['comm_ms']:.1f} ms\n")
             pct = 100 * s["overlap_ms"] / s["comm_ms"] if s["comm_ms"] else 0.0
-            t.append(f"overlap {s['overlap_ms']:.1f} ms ({pct:.0f}%) step {s['step_ms']:.0f}")
+            t.append(f"ovl {s['overlap_ms']:.1f} ms {pct:.0f}% · {s['step_ms']:.0f} ms")
         self.update(t)
 
     def on_click(self) -> None:
