@@ -19,7 +19,7 @@ class VocabParallelCrossEntropy:
     def __init__(self, group: comm.Group, vocab_start: int, vocab_stop: int):
         self.group, self.vocab_start, self.vocab_stop = group, vocab_start, vocab_stop
 
-    def forward(self, logits, targets, denom):     # logits [N, V/tp] (this rank's slice), targets [N]
+    def forward(self, logits, targets, denom):     # logits [N, V/tp] (this rank's), targets [N]
         m = logits.max(-1, keepdim=True).values.detach().clone()   # [N, 1]
         comm.all_reduce(m, self.group, op="max")   # global max: no rank's exp can overflow
         z = logits - m                              # [N, V/tp]

@@ -11,44 +11,14 @@ from functools import partial
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
-from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.widgets import Button, Input
 
 from partui.screens.setup import SetupScreen
 from partui.session import PRESETS, World
-from partui.widgets.command_line import EXAMPLES, CommandError, CommandLine, parse
+from partui.screens.commands import CommandsMixin, CommandsProvider
+from partui.screens.style import CSS
+from partui.widgets.command_line import CommandLine
 
-CSS = """
-#setup-body { height: 1fr; }
-#presets { width: 24; }
-#mesh { width: 30; padding: 0 1; }
-#mesh-grid { grid-size: 4; grid-columns: 6 7 6 7; grid-rows: 1; height: 4; }
-#mesh-grid Label { padding: 0 0 0 1; }
-.field { border: none; height: 1; padding: 0; }
-#model { width: 1fr; padding: 0 1; }
-#model-info { height: auto; margin: 1 0; }
-#status { height: 2; padding: 0 1; }
-#status.-invalid { background: $error 15%; }
-#progress { height: 1; padding: 0 1; }
-#command { border: none; height: 1; background: $panel; }
-#run-top { height: 2; }
-#run-status { width: 1fr; padding: 0 1; }
-#loss { width: 30; height: 2; }
-#run-body { height: 1fr; }
-#cards { width: 30; }
-.rank-card { border: round $primary-darken-2; height: auto; padding: 0 1; }
-.rank-card.-selected { border: round $accent; }
-#inspector { width: 1fr; }
-#trace-bar { height: 1; }
-#trace-name { width: 16; }
-#report-rank, #report-step { height: auto; max-height: 10; margin: 1 0 0 0; }
-#help-box, #error-box { width: 90%; height: auto; max-height: 90%; margin: 1 4;
-                        border: thick $accent; background: $surface; padding: 0 1; }
-#error-box { border: thick $error; }
-#error-title { text-style: bold; color: $error; }
-#error-detail { height: auto; max-height: 12; }
-HelpScreen, ErrorDialog { align: center middle; }
-"""
 
 
 @contextlib.contextmanager
@@ -63,26 +33,7 @@ def real_stderr():
         sys.stderr = saved
 
 
-class CommandsProvider(Provider):
-    """The command line's verbs in Textual's palette (ctrl+p)."""
-
-    def commands(self) -> list[str]:
-        return list(EXAMPLES) + [f"plan {p}" for p in PRESETS if p != "custom"]
-
-    async def discover(self) -> Hits:
-        for cmd in EXAMPLES:
-            yield DiscoveryHit(cmd, partial(self.app.execute, cmd), help="partui command")
-
-    async def search(self, query: str) -> Hits:
-        matcher = self.matcher(query)
-        for cmd in self.commands():
-            score = matcher.match(cmd)
-            if score > 0:
-                yield Hit(score, matcher.highlight(cmd), partial(self.app.execute, cmd),
-                          help="partui command")
-
-
-class PartuiApp(App):
+class PartuiApp(CommandsMixin, App):
     TITLE = "partui"
     SUB_TITLE = "distributed training, rank by rank"
     CSS = CSS
@@ -349,50 +300,6 @@ class PartuiApp(App):
     @on(Button.Pressed, "#trace-save")
     def _save_pressed(self) -> None:
         self._trace("save", self.screen.query_one("#trace-name", Input).value.strip())
-
-    def execute(self, text: str) -> None:
-        """Run one command line (`step 3`, `plan zero2 dp=2`, ...); errors become notifications."""
-        try:
-            cmd = parse(text)
-        except CommandError as e:
-            self.notify(str(e), title="command", severity="error")
-            return
-        a = cmd.args
-        if cmd.verb == "quit":
-            self.action_quit()
-        elif cmd.verb == "help":
-            self.action_help()
-        elif cmd.verb == "plan":
-            if not self.engine_ready:
-                self.notify("the engine is still loading (torch): try again in a second")
-                return
-            fields = dict(a["fields"])
-            self.launch_world(a["preset"], fields.pop("model", "tiny"), fields)
-        elif cmd.verb in ("launch", "reset"):
-            if self.run_screen() is None and cmd.verb == "launch":
-                self.setup_screen.action_launch()
-            else:
-                self.action_reset()
-        elif cmd.verb == "step":
-            self.action_step(a["n"])
-        elif cmd.verb == "run":
-            if not self.busy:
-                self.action_run_or_pause(a["n"])
-        elif cmd.verb == "pause":
-            self.pause_requested = True
-        elif cmd.verb == "show":
-            rs = self.run_screen()
-            if rs is None:
-                self.notify("launch a world first: show reads a rank's snapshot")
-            elif not 0 <= a["rank"] < len(rs.infos):
-                self.notify(f"rank {a['rank']} is outside the world of {len(rs.infos)}: pick "
-                            f"0..{len(rs.infos) - 1}", severity="error")
-            else:
-                rs.select(a["rank"], what=a["what"], name=a["name"])
-        elif cmd.verb == "trace":
-            self._trace(a["action"], a.get("name", ""))
-        elif cmd.verb == "report":
-            self._report_worker()
 
     # ---------------------------------------------------------------- quitting
     async def action_quit(self) -> None:

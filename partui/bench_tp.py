@@ -60,7 +60,8 @@ def torch_llama(cfg, tensors):
         return lin
 
     pos = torch.arange(cfg.seq, dtype=torch.float64)
-    inv = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim)
+    half = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64)
+    inv = 1.0 / cfg.rope_theta ** (half / cfg.head_dim)
     ang = torch.cat([pos[:, None] * inv, pos[:, None] * inv], -1)
     cos, sin = ang.cos().float(), ang.sin().float()               # [seq, head_dim]
 
@@ -71,8 +72,8 @@ def torch_llama(cfg, tensors):
     class Attn(nn.Module):
         def __init__(self, p):
             super().__init__()
-            self.wq, self.wk, self.wv, self.wo = (linear(tensors[p + n]) for n in
-                                                  ("wq.weight", "wk.weight", "wv.weight", "wo.weight"))
+            names = ("wq.weight", "wk.weight", "wv.weight", "wo.weight")
+            self.wq, self.wk, self.wv, self.wo = (linear(tensors[p + n]) for n in names)
 
         def forward(self, x):
             b, s, _ = x.shape
@@ -111,7 +112,8 @@ def torch_llama(cfg, tensors):
             self.embed = nn.Embedding(cfg.vocab, cfg.dim)
             self.embed.weight.data.copy_(tensors["embed.weight"])
             self.layers = nn.ModuleList(Block(i) for i in range(cfg.layers))
-            self.norm, self.lm_head = Norm(tensors["norm.weight"]), linear(tensors["lm_head.weight"])
+            self.norm = Norm(tensors["norm.weight"])
+            self.lm_head = linear(tensors["lm_head.weight"])
 
         def forward(self, ids, targets):
             x = self.embed(ids)
@@ -260,10 +262,11 @@ def main(argv: list[str]) -> int:
         ours, peer = res["ours"], res["dtensor"]
         row = {"tp": n, "kv_heads": cfg.kv_heads, "kv": "sharded" if cfg.kv_heads % n == 0
                else "replicated", "ours_ms": ours["step_ms"],
-               "ours_sp_ms": res.get("ours sp", {}) and res["ours sp"]["step_ms"],
+               "ours_sp_ms": res["ours sp"]["step_ms"] if res.get("ours sp") else None,
                "dtensor_ms": peer["step_ms"] if peer else None,
                "ratio": ours["step_ms"] / peer["step_ms"] if peer else None,
-               "loss_ours": ours["first_loss"], "loss_dtensor": peer["first_loss"] if peer else None,
+               "loss_ours": ours["first_loss"],
+               "loss_dtensor": peer["first_loss"] if peer else None,
                "dtensor_error": res["dtensor_error"]}
         table.append(row)
         if args.json:
@@ -283,7 +286,8 @@ def main(argv: list[str]) -> int:
                       f"{'-':>8}  {r['loss_ours']:.5f}, -")
                 print(f"      DTensor: {r['dtensor_error']}")
             else:
-                print(f"{r['tp']:>3} {r['kv']:>11} {r['ours_ms']:9.1f} {sp} {r['dtensor_ms']:11.1f} "
-                      f"{r['ratio']:7.2f}x  {r['loss_ours']:.5f}, {r['loss_dtensor']:.5f}")
+                print(f"{r['tp']:>3} {r['kv']:>11} {r['ours_ms']:9.1f} {sp} "
+                      f"{r['dtensor_ms']:11.1f} {r['ratio']:7.2f}x  "
+                      f"{r['loss_ours']:.5f}, {r['loss_dtensor']:.5f}")
         print(f"command: {command.strip()}")
     return 0

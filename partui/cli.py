@@ -6,7 +6,7 @@ import importlib
 import json
 import sys
 
-BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "collectives", "trace")
+BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "collectives", "trace", "app")
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:

@@ -154,8 +154,7 @@ def _save_trace(args, plan, cfg, world, infos, traced, trace_steps) -> str:
             if not per_rank[r]:
                 per_rank[r] = ev
             else:
-                per_rank[r]["traceEvents"] = per_rank[r].get("traceEvents", []) + \
-                    ev.get("traceEvents", [])
+                per_rank[r]["events"] = per_rank[r].get("events", []) + ev.get("events", [])
     meta = {"plan": plan.to_dict(), "model": cfg.to_dict(), "torch": torch.__version__,
             "steps": [min(trace_steps), max(trace_steps)], "ranks": [i["label"] for i in infos],
             "command": "partui run " + " ".join(sys.argv[2:])}

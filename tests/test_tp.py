@@ -99,7 +99,8 @@ def case_vocab_parallel(rank, world, group):
         ce = VocabParallelCrossEntropy(group, rank * v, (rank + 1) * v)
         loss, c = ce.forward(logits[:, rank * v:(rank + 1) * v].clone(), targets, 40)
         dl = ce.backward_input(c, 0.5)
-        errs["ce loss" + label] = abs(loss.item() - loss_ref.item()) / max(1.0, abs(loss_ref.item()))
+        rel = max(1.0, abs(loss_ref.item()))
+        errs["ce loss" + label] = abs(loss.item() - loss_ref.item()) / rel
         errs["ce dlogits slice" + label] = _err(dl, dl_ref[:, rank * v:(rank + 1) * v])
         errs["ce finite" + label] = 0.0 if bool(torch.isfinite(loss)) else float("inf")
     table = torch.randn(vocab, 5, generator=gen, dtype=D)
@@ -131,6 +132,7 @@ def case_whole_model(rank, world, group):
                                make_config)
     from kernels.tp import build_tp_layers
     errs = {}
+    groups = None
     for kv in (2, 1):
         cfg = make_config("tiny", vocab=64, dim=32, layers=2, heads=4, kv_heads=kv, seq=8, batch=2)
         tensors = init_params(cfg, 1, D)
@@ -142,13 +144,15 @@ def case_whole_model(rank, world, group):
         for sp in (False, True):
             for overlap in (True, False):
                 plan = validate(Plan(tp=world, sp=sp), cfg, world)
-                ctx = RankContext(plan, cfg, rank, coords(plan, rank), build_groups(plan))
+                groups = groups or build_groups(plan)    # the same tp / dp ... partitions
+                ctx = RankContext(plan, cfg, rank, coords(plan, rank), dict(groups))
                 layers = build_tp_layers(cfg, {k: t.clone() for k, t in tensors.items()}, ctx)
                 for layer in layers:
                     if hasattr(layer, "overlap_weight_grad"):
                         layer.overlap_weight_grad = overlap
                 loss = forward_backward(layers, ids, targets, ids.numel())
-                params = {_canonical(n, layer): q for layer in layers for n, q in layer.params().items()}
+                params = {_canonical(n, layer): q for layer in layers
+                          for n, q in layer.params().items()}
                 GradSync(ctx, params, None).reduce_model_parallel()
                 label = f"kv {kv}{' sp' if sp else ''}{' overlap' if overlap else ''}"
                 errs[f"{label} loss"] = abs(loss.item() - loss_ref.item())
