@@ -63,6 +63,19 @@ class FlatUnit:
         for i in range(len(self.params)):
             self.adopt_grad(i)
 
+    def zero_grads(self) -> None:
+        """A new step: one memset of the flat grad, each param's grad (re)pointed at its view
+        and its accumulation count reset (Param.zero_grad would zero each view again)."""
+        if self.grad is None:
+            self.grad = torch.zeros(self.padded, dtype=self.dtype)
+        else:
+            self.grad.zero_()
+        for i, prm in enumerate(self.params):
+            if prm.grad is None or prm.grad.data_ptr() != self.grad.data_ptr() + \
+                    self.offsets[i] * self.grad.element_size():
+                prm.grad = self.view(self.grad, i)
+            prm.grad_count = 0
+
 
 def build_units(ctx, params: dict, unit_bytes: float | None, pad_to_group: bool,
                 split_key=None) -> list[FlatUnit]:

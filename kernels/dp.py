@@ -211,9 +211,10 @@ class BucketedDP(GradSync):
         return out
 
     def start_step(self) -> None:
-        super().start_step()
-        for u in self.units:
-            u.grad.zero_()
+        self.t_start = events.now_ns()
+        self.sync_records = []
+        for u in self.units:       # every grad is a view of a bucket: zero the buckets once
+            u.zero_grads()
         self.order.reset()
         self.handles = []
 
@@ -227,7 +228,7 @@ class BucketedDP(GradSync):
     def finish_backward(self) -> None:
         self.t_backward_end = events.now_ns()
         self.order.flush()
-        with events.span("grad sync wait", "comm"):
+        with events.span("grad sync wait", "wait"):
             comm.wait_all(self.handles)
         self.handles = []
 

@@ -88,6 +88,8 @@ class Engine:
         self.device = torch.device(device)
         self.layers = build_local_layers(self.ctx, seed, self.device)
         self.runner = make_runner(self.ctx, self.layers, backward)
+        if self.plan.pp > 1:  # keep only this rank's stages: the others' weights are freed
+            self.layers = [lay for ch in self.runner.chunks for lay in ch.layers]
         self.params = self.runner.params()              # name -> Param held by this rank
         self.optimizer = make_optimizer(optim, lr, weight_decay)
         self.sync = make_grad_sync(self.ctx, self.params, self.optimizer)

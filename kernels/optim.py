@@ -21,13 +21,17 @@ from kernels.layers import Param
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def adamw_update_(w, g, m, v, lr, b1, b2, eps, weight_decay, step) -> None:
-    """One AdamW step on flat or shaped tensors, all in place: w, m, v updated."""
+def adamw_update_(w, g, m, v, lr, b1, b2, eps, weight_decay, step, scratch=None) -> None:
+    """One AdamW step on flat or shaped tensors, all in place: w, m, v updated.
+
+    `scratch` (w's shape) holds the denominator; without it one is allocated. Reusing one
+    matters for big flat buckets: a fresh multi-MB temporary is fresh pages every step."""
     bias1, bias2 = 1 - b1 ** step, 1 - b2 ** step
     w.mul_(1 - lr * weight_decay)
     m.lerp_(g, 1 - b1)
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
-    denom = (v.sqrt() / math.sqrt(bias2)).add_(eps)
+    denom = torch.sqrt(v, out=scratch) if scratch is not None else v.sqrt()
+    denom.div_(math.sqrt(bias2)).add_(eps)       # torch's order: sqrt(v) / sqrt(bias2) + eps
     w.addcdiv_(m, denom, value=-(lr / bias1))
 
 
@@ -85,6 +89,14 @@ class AdamW:
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.state: dict[str, dict] = {}
         self.step_count = 0
+        self.scratch: dict[torch.dtype, torch.Tensor] = {}  # transient denominator, not state
+
+    def _scratch_like(self, w: torch.Tensor) -> torch.Tensor:
+        """A reused buffer of w's shape (one per dtype, as big as the biggest tensor seen)."""
+        buf = self.scratch.get(w.dtype)
+        if buf is None or buf.numel() < w.numel():
+            buf = self.scratch[w.dtype] = torch.empty(w.numel(), dtype=w.dtype, device=w.device)
+        return buf[:w.numel()].view(w.shape)
 
     def init_state(self, params: list[Param]) -> None:
         """Create the state now (not at the first step), so a memory ledger sees it."""
@@ -107,7 +119,7 @@ class AdamW:
                 w = st.get("master", prm.data)
                 g = prm.grad if prm.grad.dtype == w.dtype else prm.grad.to(w.dtype)
                 adamw_update_(w, g, st["m"], st["v"], self.lr, b1, b2, self.eps,
-                              self.weight_decay, self.step_count)
+                              self.weight_decay, self.step_count, self._scratch_like(w))
                 if "master" in st:
                     prm.data.copy_(w)
 

@@ -153,7 +153,7 @@ class ZeroSync(GradSync):
                 if u.grad is not None:
                     self._scatter(u)
             self.recording = False
-        with events.span("grad sync wait", "comm"):
+        with events.span("grad sync wait", "wait"):
             for h, tmp, u in self.handles:
                 h.wait()
                 if tmp is not None:

@@ -214,14 +214,18 @@ def theoretical_bubble(df: pd.DataFrame):
         return None
     comp = df[df["kind"] == "compute"]
     mean = comp.groupby("cat")["dur"].mean()
-    f, b, w = (float(mean.get(k, np.nan)) for k in ("F", "B", "W"))
+    f, b, w, fb = (float(mean.get(k, np.nan)) for k in ("F", "B", "W", "FB"))
     if not np.isfinite(f) or not np.isfinite(b):
         return None
     w = w if np.isfinite(w) else 0.0
-    try:
-        sched = build_schedule(plan.get("schedule", "1f1b"), pp, int(plan.get("microbatches", 1)),
-                               plan.get("virtual_stages"))
-        res = simulate(sched, Cost(F=f, B=b + w, W=w))  # Cost.B is the full backward
+    name = plan.get("schedule", "1f1b")
+    try:  # virtual stages only mean something to the interleaved schedule
+        sched = build_schedule(name, pp, int(plan.get("microbatches", 1)),
+                               plan.get("virtual_stages") if name == "interleaved" else None)
+        cost = Cost(F=f, B=b + w, W=w)  # Cost.B is the full backward
+        if np.isfinite(fb):
+            cost = Cost(F=f, B=b + w, W=w, FB=fb)
+        res = simulate(sched, cost)
     except (ValueError, TypeError):
         return None
     per_stage = np.asarray(res.bubble_per_rank, dtype=float) / res.makespan * 100

@@ -123,7 +123,8 @@ def case_vocab_parallel(rank, world, group):
 
 def case_whole_model(rank, world, group):
     """build_tp_layers against build_model in float64: loss and every grad piece, with and
-    without sp, kv heads sharded and replicated, dW overlapped with dX comm or not."""
+    without sp, kv heads sharded and replicated, dW overlapped with dX comm or not, and under
+    torch autograd (the regions are autograd functions, so the oracle sees the comm)."""
     from kernels import comm
     from kernels.dp import GradSync, piece_index
     from kernels.engine import RankContext, build_groups
@@ -142,19 +143,20 @@ def case_whole_model(rank, world, group):
         loss_ref = forward_backward(dense.layers, ids, targets, ids.numel())
         ref = dense.params()
         for sp in (False, True):
-            for overlap in (True, False):
+            for overlap in (True, False, "autograd"):
                 plan = validate(Plan(tp=world, sp=sp), cfg, world)
                 groups = groups or build_groups(plan)    # the same tp / dp ... partitions
                 ctx = RankContext(plan, cfg, rank, coords(plan, rank), dict(groups))
                 layers = build_tp_layers(cfg, {k: t.clone() for k, t in tensors.items()}, ctx)
                 for layer in layers:
                     if hasattr(layer, "overlap_weight_grad"):
-                        layer.overlap_weight_grad = overlap
-                loss = forward_backward(layers, ids, targets, ids.numel())
+                        layer.overlap_weight_grad = overlap is True
+                loss = forward_backward(layers, ids, targets, ids.numel(),
+                                        "autograd" if overlap == "autograd" else "hand")
                 params = {_canonical(n, layer): q for layer in layers
                           for n, q in layer.params().items()}
                 GradSync(ctx, params, None).reduce_model_parallel()
-                label = f"kv {kv}{' sp' if sp else ''}{' overlap' if overlap else ''}"
+                label = f"kv {kv}{' sp' if sp else ''} {overlap}"
                 errs[f"{label} loss"] = abs(loss.item() - loss_ref.item())
                 assert set(params) == set(ref), sorted(set(ref) ^ set(params))
                 worst = 0.0
@@ -240,7 +242,6 @@ SMALL = ("--layers", "2", "--seq", "16", "--batch", "4")
     (("--tp", 4, "--sp"), 4),
     (("--dp", 2, "--tp", 2), 4),
     (("--tp", 2, "--experts", 4), 2),      # MoE layers run whole on every tp rank
-    (("--tp", 2, "--sp", "--backward", "autograd"), 2),   # regions are autograd functions too
 ], ids=lambda a: " ".join(map(str, a)) if isinstance(a, tuple) else str(a))
 def test_check_plan_tp(args, world):
     summary = check_plan(*args, *SMALL, steps=2, timeout=420)
