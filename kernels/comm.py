@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import threading
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from kernels import events
+from kernels.handles import AvgHandle as _AvgHandle
+from kernels.handles import Handle, OpLog, OpRecord, oplog  # noqa: F401 (the comm API)
 
 _op_ids = itertools.count(1)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
@@ -135,85 +136,6 @@ def world_group() -> Group:
     return Group("world", list(range(world_size())), dist.group.WORLD if is_initialized() else None)
 
 
-# ---------------------------------------------------------------- op log and handles
-
-@dataclass
-class OpRecord:
-    op_id: int
-    op: str
-    group: str
-    nbytes: int
-    peer: int | None
-    t_issue: int
-    t_complete: int | None = None
-    wait_ns: int = 0
-    waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
-
-
-class OpLog:
-    """Every op's issue and completion time since the last `clear()`; always on, a few ns an op."""
-
-    def __init__(self):
-        self.records: list[OpRecord] = []
-        self._lock = threading.Lock()
-
-    def add(self, rec: OpRecord) -> None:
-        with self._lock:
-            self.records.append(rec)
-
-    def clear(self) -> list[OpRecord]:
-        with self._lock:
-            out, self.records = self.records, []
-        return out
-
-
-oplog = OpLog()
-
-
-class Handle:
-    """An in-flight op. `wait()` blocks until done and returns the output tensor(s)."""
-
-    def __init__(self, rec: OpRecord, work, result):
-        self.rec, self._work, self.result = rec, work, result
-        self._done = work is None
-        if work is not None:
-            try:
-                fut = work.get_future()
-            except RuntimeError:  # gloo's p2p work has no future: completion is seen at wait()
-                fut = None
-            if fut is not None:
-                fut.add_done_callback(self._on_complete)
-
-    def _on_complete(self, _fut) -> None:
-        t = events.now_ns()
-        if self.rec.t_complete is not None:  # wait() saw it first
-            return
-        self.rec.t_complete = t
-        rec = events.recorder()
-        if rec is not None and hasattr(rec, "comm_complete"):
-            rec.comm_complete(self.rec.op_id, t)
-
-    def is_completed(self) -> bool:
-        return self._done or self._work.is_completed()
-
-    def wait(self):
-        if not self._done:
-            t0 = events.now_ns()
-            self._work.wait()
-            t1 = events.now_ns()
-            rec = events.recorder()
-            if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
-                self.rec.t_complete = t1
-                if rec is not None and hasattr(rec, "comm_complete"):
-                    rec.comm_complete(self.rec.op_id, t1)
-            self.rec.wait_ns += t1 - t0
-            self.rec.waits = (self.rec.waits or []) + [(t0, t1)]
-            if rec is not None and hasattr(rec, "comm_wait"):
-                rec.comm_wait(self.rec.op_id, t0, t1)
-            self._done = True
-        return self.result
-
-
 def _issue(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
     rec = OpRecord(next(_op_ids), op, group.name if group else "world", int(nbytes), peer,
                    events.now_ns())
@@ -270,19 +192,6 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
         return _AvgHandle(rec, work, t, group.size if group else world_size()) if async_op \
             else _run(rec, work, t, False).div_(group.size if group else world_size())
     return _run(rec, work, t, async_op)
-
-
-class _AvgHandle(Handle):
-    def __init__(self, rec, work, t, n):
-        super().__init__(rec, work, t)
-        self._n, self._divided = n, False
-
-    def wait(self):
-        super().wait()
-        if not self._divided:
-            self.result.div_(self._n)
-            self._divided = True
-        return self.result
 
 
 def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op: str = "sum",

@@ -134,9 +134,11 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
     # tensor parallel
     need(cfg.heads % plan.tp == 0,
          f"tp {plan.tp} does not divide {cfg.heads} heads: pick tp in {_divisors(cfg.heads)}")
+    tp_ok = [d for d in range(1, cfg.heads + 1)
+             if cfg.heads % d == 0 and (cfg.kv_heads % d == 0 or d % cfg.kv_heads == 0)]
     need(cfg.kv_heads % plan.tp == 0 or plan.tp % cfg.kv_heads == 0,
          f"tp {plan.tp} and {cfg.kv_heads} kv heads: tp must divide the kv heads (sharded) or be "
-         f"a multiple of them (replicated); pick tp in {_divisors(cfg.heads)}")
+         f"a multiple of them (replicated); pick tp in {', '.join(map(str, tp_ok))}")
     need(cfg.vocab % plan.tp == 0,
          f"vocab {cfg.vocab} is not divisible by tp {plan.tp}: pick a vocab multiple of {plan.tp}")
     need(cfg.ffn_hidden % plan.tp == 0,
@@ -145,6 +147,9 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
     need(not plan.sp or cfg.seq % plan.tp == 0,
          f"sequence parallel splits seq {cfg.seq} over tp {plan.tp}: pick seq a multiple of "
          f"{plan.tp}")
+    need(not plan.sp or (cfg.seq // plan.cp) % plan.tp == 0,
+         f"sequence parallel splits each cp rank's {cfg.seq // plan.cp} tokens (seq {cfg.seq} / "
+         f"cp {plan.cp}) over tp {plan.tp}: pick seq a multiple of {plan.cp * plan.tp}")
     # pipeline parallel
     need(plan.schedule in SCHEDULES,
          f"unknown schedule {plan.schedule!r}: pick one of {', '.join(SCHEDULES)}")
@@ -166,6 +171,9 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
                  f"{_divisors(local_kv)} or use --cp-mode ring")
     # expert parallel
     experts = plan.experts or cfg.experts
+    need(not (plan.sp and experts),
+         f"--sp (sequence parallel) cannot run the {experts}-expert MoE layers on sequence shards "
+         f"(a routing group is one whole sequence): drop --sp or --experts")
     need(plan.ep == 1 or experts > 0, f"--ep {plan.ep} needs an MoE model: add --experts N")
     if experts:
         need(experts % plan.ep == 0,

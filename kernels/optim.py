@@ -59,7 +59,15 @@ class SGD:
                 self.state[prm.name] = _master(prm)
 
     def step(self, params: list[Param]) -> None:
+        self.begin_step()
+        self.update(params)
+
+    def begin_step(self) -> None:
+        """Count a new step; then `update` each group of params (e.g. a bucket once synced)."""
         self.step_count += 1
+
+    def update(self, params: list[Param]) -> None:
+        """This step's update of some params (call once per param per step)."""
         self.init_state(params)
         with events.span("sgd", "optimizer", step=self.step_count):
             for prm in params:
@@ -108,7 +116,15 @@ class AdamW:
                 self.state[prm.name] = st
 
     def step(self, params: list[Param]) -> None:
+        self.begin_step()
+        self.update(params)
+
+    def begin_step(self) -> None:
+        """Count a new step (bias correction uses it); then `update` each group of params."""
         self.step_count += 1
+
+    def update(self, params: list[Param]) -> None:
+        """This step's update of some params (call once per param per step)."""
         self.init_state(params)
         b1, b2 = self.betas
         with events.span("adamw", "optimizer", step=self.step_count):

@@ -4,97 +4,21 @@ gloo's, measured interleaved in the same world so machine noise hits both alike.
 Bus bandwidth, the nccl-tests definition: busbw = size / time x factor, factor 2(N-1)/N for
 all-reduce, (N-1)/N for reduce-scatter and all-gather (size = the full tensor), 1 for broadcast.
 
-`run_world(size, fn, *args)` is also what the collectives tests launch worlds with: it forks
-`size` ranks (gloo on 127.0.0.1, a port picked by the OS), runs fn(rank, size, *args) in each
-and returns their results in rank order, or raises with the failing rank's traceback.
+Each world size is one forked gloo world (partui.forkworld.run_world).
 """
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import os
 import statistics
+import sys
 import time
-import traceback
-from multiprocessing.connection import wait as mp_wait
+
+from partui.forkworld import run_world  # noqa: F401 - tests import it from here too
 
 SIZES = ["1K", "16K", "256K", "1M", "4M", "16M", "64M"]
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
-
-
-# ---------------------------------------------------------------- a forked world
-
-def _rank_main(rank: int, size: int, conn, fn, args, timeout_s: float) -> None:
-    try:
-        import torch
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from kernels import comm
-        if rank == 0:
-            store, port = comm.store_server(size, timeout_s)
-            conn.send(("port", port))
-        else:
-            store = comm.store_client(conn.recv()[1], size, timeout_s)
-        comm.init("gloo", rank, size, store=store, timeout_s=timeout_s)
-        result = fn(rank, size, *args)
-        comm.barrier()
-        conn.send(("ok", result))
-        comm.destroy()
-    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
-        conn.send(("error", f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
-
-
-def run_world(size: int, fn, *args, timeout_s: float = 120.0) -> list:
-    """fn(rank, size, *args) on `size` forked gloo ranks; results in rank order."""
-    ctx = mp.get_context("fork")  # fn and args need no pickling; the parent has not started gloo
-    procs, conns = [], []
-    try:
-        for r in range(size):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_rank_main, args=(r, size, child, fn, args, timeout_s),
-                            daemon=True)
-            p.start()
-            child.close()
-            procs.append(p)
-            conns.append(parent)
-        deadline = time.monotonic() + timeout_s
-        kind, port = _recv(conns[0], procs[0], deadline)
-        if kind != "port":
-            raise RuntimeError(port)
-        for c in conns[1:]:
-            c.send(("port", port))
-        results = []
-        for c, p in zip(conns, procs):
-            kind, body = _recv(c, p, deadline)
-            if kind != "ok":
-                raise RuntimeError(body)
-            results.append(body)
-        return results
-    finally:
-        for p in procs:
-            p.join(2.0)
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
-        for c in conns:
-            c.close()
-
-
-def _recv(conn, proc, deadline: float):
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"a rank did not answer in time (pid {proc.pid})")
-        ready = mp_wait([conn, proc.sentinel], timeout=left)
-        if conn in ready:
-            try:
-                return conn.recv()
-            except EOFError:
-                raise RuntimeError(f"rank process {proc.pid} closed its pipe") from None
-        if proc.sentinel in ready and not conn.poll(0):
-            raise RuntimeError(f"rank process {proc.pid} died (exit code {proc.exitcode})")
 
 
 # ---------------------------------------------------------------- measuring
@@ -183,7 +107,12 @@ def main(argv: list[str]) -> int:
                  f"or --iters < 1")
     print(f"{'op':<15}{'world':>6}{'bytes':>8}{'gloo GB/s':>11}{'hand GB/s':>11}{'hand/gloo':>11}")
     for w in worlds:
-        rows = run_world(w, _measure, ops, sizes, a.iters, a.warmup, timeout_s=a.timeout)[0]
+        try:
+            rows = run_world(w, _measure, ops, sizes, a.iters, a.warmup, timeout_s=a.timeout,
+                             what=f"collectives world of {w}")[0]
+        except (RuntimeError, TimeoutError) as e:
+            print(f"partui bench collectives: {e}", file=sys.stderr)
+            return 1
         for row in rows:
             g = busbw(row["op"], row["bytes"], row["native_s"], w)
             h = busbw(row["op"], row["bytes"], row["hand_s"], w)

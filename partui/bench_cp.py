@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import os
-import queue
 import statistics
 import sys
-import traceback
+
+from partui import forkworld
 
 TORCH_CP_NOTE = ("torch's own context_parallel does not run on CPU in torch 2.13 (\"Operator "
                  "aten._scaled_dot_product_flash_attention_for_cpu.default does not have a "
@@ -46,72 +44,33 @@ def parse(argv):
     return ap.parse_args(argv)
 
 
-def _rank_main(rank, world, port, opts, results):
-    try:
-        import torch
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from dataclasses import replace
+def _rank_rows(rank, world, opts) -> dict:
+    """This rank's per-step rows for every core (runs inside the forked gloo world)."""
+    from dataclasses import replace
 
-        from kernels import comm
-        from kernels.cp import apply_context_parallel
-        from kernels.engine import Engine, build_groups
-        from kernels.mesh import Plan, validate
-        from kernels.model import make_config
-        comm.init("gloo", rank, world, store=comm.store_client(port, world, 60), timeout_s=120)
-        cfg = make_config("tiny", **opts["model"])
-        base = validate(Plan(cp=world, cp_mode="ring"), cfg, world)
-        groups = build_groups(base)
-        engines = {}
-        for mode in opts["modes"]:
-            plan = replace(base, cp_mode="ring" if mode == "allgather" else mode)
-            eng = Engine(plan, cfg, rank, seed=0, groups=groups)
-            if mode == "allgather":  # same contiguous layout as ring, K/V gathered instead
-                apply_context_parallel(eng.layers, eng.ctx, "allgather")
-            engines[mode] = eng
-        rows = {m: [] for m in opts["modes"]}
-        for step in range(opts["warmup"] + opts["steps"]):
-            for mode, eng in engines.items():
-                res = eng.step()
-                if step >= opts["warmup"]:
-                    rows[mode].append({"step_ms": res.step_ms, "loss": res.loss,
-                                       **{k: v for k, v in res.extra.items()
-                                          if k.startswith("attn_")}})
-        comm.barrier()
-        comm.destroy()
-        results.put((rank, rows, None))
-    except BaseException:  # noqa: BLE001 - reported by the parent
-        results.put((rank, None, traceback.format_exc()))
-
-
-def run_world(opts: dict, world: int, timeout_s: float) -> dict[int, dict]:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "kernels.engine"])
-    from kernels import comm
-    store, port = comm.store_server(world, 60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, opts, results), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(world):
-            rank, rows, tb = results.get(timeout=timeout_s)
-            if tb is not None:
-                raise RuntimeError(f"rank {rank} failed:\n{tb}")
-            out[rank] = rows
-    except queue.Empty:
-        raise TimeoutError(f"the cp world did not finish within {timeout_s:.0f} s: try fewer "
-                           f"--steps or a shorter --seq") from None
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(2)
-        del store
-    return out
+    from kernels.cp import apply_context_parallel
+    from kernels.engine import Engine, build_groups
+    from kernels.mesh import Plan, validate
+    from kernels.model import make_config
+    cfg = make_config("tiny", **opts["model"])
+    base = validate(Plan(cp=world, cp_mode="ring"), cfg, world)
+    groups = build_groups(base)
+    engines = {}
+    for mode in opts["modes"]:
+        plan = replace(base, cp_mode="ring" if mode == "allgather" else mode)
+        eng = Engine(plan, cfg, rank, seed=0, groups=groups)
+        if mode == "allgather":  # same contiguous layout as ring, K/V gathered instead
+            apply_context_parallel(eng.layers, eng.ctx, "allgather")
+        engines[mode] = eng
+    rows = {m: [] for m in opts["modes"]}
+    for step in range(opts["warmup"] + opts["steps"]):
+        for mode, eng in engines.items():
+            res = eng.step()
+            if step >= opts["warmup"]:
+                rows[mode].append({"step_ms": res.step_ms, "loss": res.loss,
+                                   **{k: v for k, v in res.extra.items()
+                                      if k.startswith("attn_")}})
+    return rows
 
 
 def summarise(per_rank: dict[int, dict], modes: list[str]) -> list[dict]:
@@ -168,7 +127,9 @@ def main(argv: list[str]) -> int:
         return 2
     opts = {"model": model, "modes": modes, "steps": args.steps, "warmup": args.warmup}
     try:
-        per_rank = run_world(opts, args.cp, args.timeout)
+        per_rank = dict(enumerate(forkworld.run_world(
+            args.cp, _rank_rows, opts, timeout_s=args.timeout, what=f"cp {args.cp} world",
+            fix="try fewer --steps, a shorter --seq or a larger --timeout")))
     except (RuntimeError, TimeoutError) as e:
         print(f"partui bench cp: {e}", file=sys.stderr)
         return 1

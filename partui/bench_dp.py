@@ -1,9 +1,11 @@
 """`partui bench dp`: bucketed DP against torch DDP, ZeRO-3 against torch FSDP2 (`fully_shard`),
 same model, same world, same run, steps interleaved round-robin so machine noise hits all alike.
 
-Every rank runs all four variants; a variant's step time is the slowest rank's, and the figure is
-the median over the measured rounds. The torch peers use partui/bench_models.py (same shapes,
-same init) with torch's own autograd and AdamW.
+Every rank runs all four variants, in an order rotated every round (no variant always follows
+the same one); a variant's step time is the slowest rank's, and the figure is the median over the
+measured rounds. The torch peers use partui/bench_models.py (same shapes, same init) with torch's
+own autograd and AdamW, and end their step as ours does: the global loss all-reduced over the
+world (float64 scalar), so every rank knows it.
 """
 from __future__ import annotations
 
@@ -54,11 +56,15 @@ def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            total = torch.tensor([loss.item()], dtype=torch.float64)  # as Engine.step: global loss
+            dist.all_reduce(total)
 
         times = {v: [] for v in VARIANTS}
         overlap = {"dp": [], "zero3": []}
+        wait = {"dp": [], "zero3": []}      # ms blocked on comm in the step (sync + loss)
         for step in range(opts["warmup"] + opts["steps"]):
-            for v in VARIANTS:
+            k = step % len(VARIANTS)
+            for v in VARIANTS[k:] + VARIANTS[:k]:
                 dist.barrier()
                 t0 = time.perf_counter()
                 if v in ours:
@@ -71,10 +77,13 @@ def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
                     times[v].append(ms.item())
                     if v in overlap and "grad_sync_overlap" in res.extra:
                         overlap[v].append(res.extra["grad_sync_overlap"])
+                    if v in wait:
+                        wait[v].append(res.wait_ms)
         if rank == 0:
             out_q.put(("ok", {"times": {v: statistics.median(t) for v, t in times.items()},
                               "overlap": {v: statistics.mean(o) if o else None
                                           for v, o in overlap.items()},
+                              "wait": {v: statistics.median(w) for v, w in wait.items()},
                               "n_params": cfg.n_params()}))
         dist.barrier()
     except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -138,7 +147,8 @@ def main(argv: list[str]) -> int:
         rows.append({"world": w, "dp_ms": t["dp"], "ddp_ms": t["ddp"],
                      "dp/ddp": t["dp"] / t["ddp"], "zero3_ms": t["zero3"],
                      "fsdp2_ms": t["fsdp2"], "zero3/fsdp2": t["zero3"] / t["fsdp2"],
-                     "dp_overlap": r["overlap"]["dp"], "zero3_overlap": r["overlap"]["zero3"]})
+                     "dp_overlap": r["overlap"]["dp"], "zero3_overlap": r["overlap"]["zero3"],
+                     "dp_wait_ms": r["wait"]["dp"]})
     cmd = "partui bench dp " + " ".join(argv)
     if args.json:
         print(json.dumps({"model": args.model, "batch": args.batch, "rows": rows,

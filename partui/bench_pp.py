@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import os
-import queue
 import statistics
 import sys
 import time
-import traceback
+
+from partui import forkworld
 
 # ours -> torch counterpart (class name in torch.distributed.pipelining), layout of the torch stages
 PAIRS = [("gpipe", "ScheduleGPipe", "one"), ("1f1b", "Schedule1F1B", "one"),
@@ -136,80 +134,44 @@ def torch_runner(cls_name: str, layout: str, cfg, tensors, rank: int, pp: int, m
 
 # ---------------------------------------------------------------- one world
 
-def _rank_main(rank, world, port, opts, results):
-    try:
-        import torch
-        torch.set_num_threads(1)
-        from kernels import comm
-        from kernels.data import global_batch
-        from kernels.engine import Engine, build_groups
-        from kernels.mesh import Plan, validate
-        from kernels.model import init_params, make_config
-        comm.init("gloo", rank, world, store=comm.store_client(port, world, 60), timeout_s=300)
-        cfg = make_config(opts["model"], layers=opts["layers"], batch=opts["microbatches"])
-        m, denom = opts["microbatches"], cfg.batch * cfg.seq
-        groups = build_groups(validate(Plan(pp=world, microbatches=m), cfg, world))
-        tensors = init_params(cfg, 0)
-        ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, 0)
-        fns = {}
-        for ours, theirs, layout in PAIRS:
-            if ours not in opts["schedules"]:
-                continue
-            plan = validate(Plan(pp=world, schedule=ours, microbatches=m,
-                                 virtual_stages=2 if ours == "interleaved" else 1), cfg, world)
-            eng = Engine(plan, cfg, rank, seed=0, lr=1e-3, groups=groups)
-            eng.runner.fb_order, eng.runner.recv_ahead = opts["fb_order"], opts["recv_ahead"]
-            fns["ours " + ours] = lambda eng=eng: eng.step().loss
-            step = torch_runner(theirs, layout, cfg, tensors, rank, world, m, denom)
-            fns["torch " + theirs] = lambda step=step: step(ids, targets)
-        times, first_loss = {k: [] for k in fns}, {}
-        for r in range(opts["warmup"] + opts["rounds"]):
-            for name, fn in fns.items():
-                comm.barrier()
-                t0, c0 = time.perf_counter(), time.process_time()
-                loss = fn()
-                cost = torch.tensor([(time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3])
-                comm.all_reduce(cost, comm.world_group(), op="max")      # the slowest rank's step
-                first_loss.setdefault(name, loss)
-                if r >= opts["warmup"]:
-                    times[name].append(cost.tolist())
-        comm.barrier()
-        comm.destroy()
-        summary = {k: {"ms": statistics.median(t[0] for t in v), "min_ms": min(t[0] for t in v),
-                       "cpu_ms": statistics.median(t[1] for t in v)} for k, v in times.items()}
-        results.put((rank, {"ms": summary, "loss": first_loss}, None))
-    except BaseException:  # noqa: BLE001 - reported by the parent
-        results.put((rank, None, traceback.format_exc()))
-
-
-def run_world(opts: dict, world: int, timeout_s: float) -> dict:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "kernels.engine"])
+def _rank_times(rank, world, opts) -> dict:
+    """Step ms (slowest rank) and first loss per schedule, ours and torch's, inside the forked world."""
+    import torch
     from kernels import comm
-    store, port = comm.store_server(world, 60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, opts, results), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    out = None
-    try:
-        for _ in range(world):
-            rank, res, tb = results.get(timeout=timeout_s)
-            if tb is not None:
-                raise RuntimeError(f"rank {rank} failed:\n{tb}")
-            out = res if rank == 0 else out
-    except queue.Empty:
-        raise TimeoutError(f"the pp {world} world did not finish within {timeout_s:.0f} s: try fewer "
-                           f"--rounds or --schedules") from None
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(2)
-        del store
-    return out
+    from kernels.data import global_batch
+    from kernels.engine import Engine, build_groups
+    from kernels.mesh import Plan, validate
+    from kernels.model import init_params, make_config
+    cfg = make_config(opts["model"], layers=opts["layers"], batch=opts["microbatches"])
+    m, denom = opts["microbatches"], cfg.batch * cfg.seq
+    groups = build_groups(validate(Plan(pp=world, microbatches=m), cfg, world))
+    tensors = init_params(cfg, 0)
+    ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, 0)
+    fns = {}
+    for ours, theirs, layout in PAIRS:
+        if ours not in opts["schedules"]:
+            continue
+        plan = validate(Plan(pp=world, schedule=ours, microbatches=m,
+                             virtual_stages=2 if ours == "interleaved" else 1), cfg, world)
+        eng = Engine(plan, cfg, rank, seed=0, lr=1e-3, groups=groups)
+        eng.runner.fb_order, eng.runner.recv_ahead = opts["fb_order"], opts["recv_ahead"]
+        fns["ours " + ours] = lambda eng=eng: eng.step().loss
+        step = torch_runner(theirs, layout, cfg, tensors, rank, world, m, denom)
+        fns["torch " + theirs] = lambda step=step: step(ids, targets)
+    times, first_loss = {k: [] for k in fns}, {}
+    for r in range(opts["warmup"] + opts["rounds"]):
+        for name, fn in fns.items():
+            comm.barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss = fn()
+            cost = torch.tensor([(time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3])
+            comm.all_reduce(cost, comm.world_group(), op="max")      # the slowest rank's step
+            first_loss.setdefault(name, loss)
+            if r >= opts["warmup"]:
+                times[name].append(cost.tolist())
+    summary = {k: {"ms": statistics.median(t[0] for t in v), "min_ms": min(t[0] for t in v),
+                   "cpu_ms": statistics.median(t[1] for t in v)} for k, v in times.items()}
+    return {"ms": summary, "loss": first_loss}
 
 
 def one_process_ms(opts: dict, rounds: int) -> float:
@@ -255,7 +217,8 @@ def main(argv: list[str]) -> int:
     rows = []
     for w in worlds:
         try:
-            res = run_world(opts, w, args.timeout)
+            res = forkworld.run_world(w, _rank_times, opts, timeout_s=args.timeout, what=f"pp {w} world",
+                                      fix="try fewer --rounds or --schedules, or a larger --timeout")[0]
         except (RuntimeError, TimeoutError) as e:
             print(f"partui bench pp: {e}", file=sys.stderr)
             return 1

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import os
-import queue
 import statistics
 import sys
 import time
-import traceback
+
+from partui import forkworld
 
 
 def parse(argv):
@@ -145,79 +143,41 @@ def dtensor_parallelize(model, cfg, world):
 
 # ---------------------------------------------------------------- one world
 
-def _rank_main(rank, world, port, opts, results):
+def _rank_rows(rank, world, opts) -> dict:
+    """(step ms, loss) per step of ours and DTensor on this rank, inside the forked gloo world."""
+    import torch
+    from kernels.data import global_batch
+    from kernels.engine import Engine
+    from kernels.mesh import Plan
+    from kernels.model import init_params, make_config
+    cfg = make_config(opts["model"], **opts["overrides"])
+    ours = {"ours": Engine(Plan(tp=world), cfg, rank, seed=0)}
+    if opts["sp"]:
+        ours["ours sp"] = Engine(Plan(tp=world, sp=True), cfg, rank, seed=0,
+                                 groups=ours["ours"].ctx.groups)
+    rows = {name: [] for name in [*ours, "dtensor"]}
+    error = None
     try:
-        import torch
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from kernels import comm
-        from kernels.data import global_batch
-        from kernels.engine import Engine
-        from kernels.mesh import Plan
-        from kernels.model import init_params, make_config
-        comm.init("gloo", rank, world, store=comm.store_client(port, world, 60), timeout_s=120)
-        cfg = make_config(opts["model"], **opts["overrides"])
-        ours = {"ours": Engine(Plan(tp=world), cfg, rank, seed=0)}
-        if opts["sp"]:
-            ours["ours sp"] = Engine(Plan(tp=world, sp=True), cfg, rank, seed=0,
-                                     groups=ours["ours"].ctx.groups)
-        rows = {name: [] for name in [*ours, "dtensor"]}
-        error = None
-        try:
-            peer = dtensor_parallelize(torch_llama(cfg, init_params(cfg, 0)), cfg, world)
-            optim = torch.optim.AdamW(peer.parameters(), lr=1e-3, weight_decay=0.0)
-        except Exception as e:  # noqa: BLE001 - reported as the peer's result
-            error = f"{type(e).__name__}: {e}"
-        for step in range(opts["warmup"] + opts["steps"]):
-            for name, eng in ours.items():
-                res = eng.step()
-                rows[name].append((res.step_ms, res.loss))
-            if error is None:
-                ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, step)
-                t0 = time.perf_counter()
-                try:
-                    loss = peer(ids, targets)
-                    loss.backward()
-                    optim.step()
-                    optim.zero_grad(set_to_none=True)
-                    rows["dtensor"].append(((time.perf_counter() - t0) * 1e3, loss.item()))
-                except Exception as e:  # noqa: BLE001 - every rank fails at the same view
-                    error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        comm.barrier()
-        comm.destroy()
-        results.put((rank, {"rows": rows, "dtensor_error": error}, None))
-    except BaseException:  # noqa: BLE001 - reported by the parent
-        results.put((rank, None, traceback.format_exc()))
-
-
-def run_world(opts: dict, world: int, timeout_s: float) -> dict[int, dict]:
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "kernels.engine"])
-    from kernels import comm
-    store, port = comm.store_server(world, 60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, opts, results), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(world):
-            rank, body, tb = results.get(timeout=timeout_s)
-            if tb is not None:
-                raise RuntimeError(f"rank {rank} failed:\n{tb}")
-            out[rank] = body
-    except queue.Empty:
-        raise TimeoutError(f"the tp {world} world did not finish within {timeout_s:.0f} s: try "
-                           f"fewer --steps or a smaller model") from None
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(2)
-        del store
-    return out
+        peer = dtensor_parallelize(torch_llama(cfg, init_params(cfg, 0)), cfg, world)
+        optim = torch.optim.AdamW(peer.parameters(), lr=1e-3, weight_decay=0.0)
+    except Exception as e:  # noqa: BLE001 - reported as the peer's result
+        error = f"{type(e).__name__}: {e}"
+    for step in range(opts["warmup"] + opts["steps"]):
+        for name, eng in ours.items():
+            res = eng.step()
+            rows[name].append((res.step_ms, res.loss))
+        if error is None:
+            ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, step)
+            t0 = time.perf_counter()
+            try:
+                loss = peer(ids, targets)
+                loss.backward()
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+                rows["dtensor"].append(((time.perf_counter() - t0) * 1e3, loss.item()))
+            except Exception as e:  # noqa: BLE001 - every rank fails at the same view
+                error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return {"rows": rows, "dtensor_error": error}
 
 
 def summarise(per_rank: dict[int, dict], warmup: int) -> dict:
@@ -258,7 +218,14 @@ def main(argv: list[str]) -> int:
             "warmup": args.warmup, "sp": args.sp}
     table = []
     for n in sizes:
-        res = summarise(run_world(opts, n, args.timeout), args.warmup)
+        try:
+            per_rank = forkworld.run_world(
+                n, _rank_rows, opts, timeout_s=args.timeout, what=f"tp {n} world",
+                fix="try fewer --steps, a smaller model or a larger --timeout")
+            res = summarise(dict(enumerate(per_rank)), args.warmup)
+        except (RuntimeError, TimeoutError) as e:
+            print(f"partui bench tp: {e}", file=sys.stderr)
+            return 1
         ours, peer = res["ours"], res["dtensor"]
         row = {"tp": n, "kv_heads": cfg.kv_heads, "kv": "sharded" if cfg.kv_heads % n == 0
                else "replicated", "ours_ms": ours["step_ms"],

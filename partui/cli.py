@@ -71,7 +71,7 @@ def plan_and_config(args):
         kw["virtual_stages"] = 2
     plan = Plan(**kw)
     plan = validate(plan, model_config_for(plan, cfg), args.world or None)
-    model_parallel = [f"--{d} {getattr(plan, d)}" for d in ("tp", "pp", "cp", "ep")
+    model_parallel = [f"--{d} {getattr(plan, d)}" for d in ("pp", "cp", "ep")  # tp regions are autograd-aware
                       if getattr(plan, d) > 1] + (["--overlap"] if plan.overlap else [])
     if getattr(args, "backward", "hand") == "autograd" and model_parallel:
         raise ValueError(f"--backward autograd is the oracle for one replica's forward; with "

@@ -1,10 +1,7 @@
 """Context parallelism: layouts and block plans without processes; ring / zigzag / Ulysses /
 all-gather cores against dense attention in float64 on real gloo worlds; end-to-end --check plans.
 """
-import multiprocessing as mp
 import os
-import queue
-import traceback
 
 import pytest
 import torch
@@ -12,6 +9,7 @@ import torch
 from conftest import check_plan, run_cli
 from kernels.cp import local_positions
 from kernels.cp_ring import block_plan, merge_block
+from partui.forkworld import run_world
 
 WORLD_TIMEOUT_S = 150
 
@@ -82,64 +80,33 @@ def _dense(q, k, v):
     return torch.softmax(s, -1) @ vv
 
 
-def _rank_main(rank, world, port, mode, heads, kv_heads, results):
-    try:
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from kernels import comm
-        from kernels.cp import make_core
-        store = comm.store_client(port, world, 60)
-        comm.init("gloo", rank, world, store=store, timeout_s=60)
-        group = comm.new_groups("cp", [list(range(world))])
-        b, seq, hd = 2, 8 * world, 4
-        gen = torch.Generator().manual_seed(1)
-        def rand(h):
-            return torch.randn(b, h, seq, hd, generator=gen, dtype=torch.float64,
-                               requires_grad=True)
-        q, k, v = rand(heads), rand(kv_heads), rand(kv_heads)
-        do = torch.randn(b, heads, seq, hd, generator=gen, dtype=torch.float64)
-        o_ref = _dense(q, k, v)
-        dq_ref, dk_ref, dv_ref = torch.autograd.grad(o_ref, (q, k, v), do)
-        pos = local_positions(seq, "zigzag" if mode == "zigzag" else "contiguous", world, rank)
-        core = make_core(mode, group, seq)
-        mine = lambda t: t.detach()[:, :, pos].contiguous()  # noqa: E731
-        o, ctx = core.forward(mine(q), mine(k), mine(v))
-        dq, dk, dv = core.backward(ctx, mine(do))
-        errs = {name: (got - mine(want)).abs().max().item() for name, got, want in
-                (("o", o, o_ref), ("dq", dq, dq_ref), ("dk", dk, dk_ref), ("dv", dv, dv_ref))}
-        comm.barrier()
-        comm.destroy()
-        results.put((rank, errs, None))
-    except BaseException:  # noqa: BLE001 - the parent reports it
-        results.put((rank, None, traceback.format_exc()))
+def _core_errors(rank, world, mode, heads, kv_heads):
+    """Max error of one core's forward and backward on this rank against dense attention."""
+    from kernels import comm
+    from kernels.cp import make_core
+    group = comm.new_groups("cp", [list(range(world))])
+    b, seq, hd = 2, 8 * world, 4
+    gen = torch.Generator().manual_seed(1)
+    def rand(h):
+        return torch.randn(b, h, seq, hd, generator=gen, dtype=torch.float64,
+                           requires_grad=True)
+    q, k, v = rand(heads), rand(kv_heads), rand(kv_heads)
+    do = torch.randn(b, heads, seq, hd, generator=gen, dtype=torch.float64)
+    o_ref = _dense(q, k, v)
+    dq_ref, dk_ref, dv_ref = torch.autograd.grad(o_ref, (q, k, v), do)
+    pos = local_positions(seq, "zigzag" if mode == "zigzag" else "contiguous", world, rank)
+    core = make_core(mode, group, seq)
+    mine = lambda t: t.detach()[:, :, pos].contiguous()  # noqa: E731
+    o, ctx = core.forward(mine(q), mine(k), mine(v))
+    dq, dk, dv = core.backward(ctx, mine(do))
+    return {name: (got - mine(want)).abs().max().item() for name, got, want in
+            (("o", o, o_ref), ("dq", dq, dq_ref), ("dk", dk, dk_ref), ("dv", dv, dv_ref))}
 
 
 def _run_world(world, mode, heads=4, kv_heads=2):
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch"])
-    from kernels import comm
-    store, port = comm.store_server(world, 60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, mode, heads, kv_heads, results),
-                         daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(world):
-            rank, errs, tb = results.get(timeout=WORLD_TIMEOUT_S)
-            assert tb is None, f"rank {rank} failed:\n{tb}"
-            out[rank] = errs
-    except queue.Empty:
-        pytest.fail(f"{mode} world of {world} gave no answer within {WORLD_TIMEOUT_S} s")
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(2)
-        del store
-    return out
+    errs = run_world(world, _core_errors, mode, heads, kv_heads, timeout_s=WORLD_TIMEOUT_S,
+                     what=f"{mode} cp world of {world}")
+    return dict(enumerate(errs))
 
 
 @pytest.mark.timeout(WORLD_TIMEOUT_S + 60)
@@ -188,8 +155,8 @@ def test_check_plan_tp2_cp2(mode):
 @pytest.mark.timeout(200)
 def test_autograd_backward_with_cp_is_refused_clearly():
     proc = run_cli("run", "--cp", 2, "--backward", "autograd", *SMALL, "--steps", 1, timeout=180)
-    assert proc.returncode != 0
-    assert "--backward hand" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 2  # refused before launch
+    assert "drop --backward autograd" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.timeout(120)

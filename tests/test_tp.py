@@ -1,15 +1,13 @@
 """Tensor parallel: f / g regions, sequence-parallel regions, vocab-parallel embedding and loss
 and whole tp models against the dense layers in float64 (2-rank gloo worlds), then end to end
 with --check, and the bad inputs."""
-import multiprocessing as mp
 import os
-import queue
-import traceback
 
 import pytest
 import torch
 
 from conftest import check_plan, run_cli
+from partui.forkworld import run_world
 
 WORLD_TIMEOUT_S = 180
 D = torch.float64
@@ -174,48 +172,16 @@ CASES = {"regions": case_regions, "pair": case_column_row_pair, "vocab": case_vo
          "model": case_whole_model}
 
 
-def _rank_main(rank, world, port, case, results):
-    try:
-        torch.set_num_threads(1)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from kernels import comm
-        store = comm.store_client(port, world, 60)
-        comm.init("gloo", rank, world, store=store, timeout_s=60)
-        group = comm.new_groups("tp", [list(range(world))])
-        errs = CASES[case](rank, world, group)
-        comm.barrier()
-        comm.destroy()
-        results.put((rank, errs, None))
-    except BaseException:  # noqa: BLE001 - the parent reports it
-        results.put((rank, None, traceback.format_exc()))
+def _case_errors(rank, world, case):
+    from kernels import comm
+    group = comm.new_groups("tp", [list(range(world))])
+    return CASES[case](rank, world, group)
 
 
 def _run_world(world, case):
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch"])
-    from kernels import comm
-    store, port = comm.store_server(world, 60)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, case, results), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    out = {}
-    try:
-        for _ in range(world):
-            rank, errs, tb = results.get(timeout=WORLD_TIMEOUT_S)
-            assert tb is None, f"rank {rank} failed:\n{tb}"
-            out[rank] = errs
-    except queue.Empty:
-        pytest.fail(f"tp world of {world} ({case}) gave no answer within {WORLD_TIMEOUT_S} s")
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join(2)
-        del store
-    return out
+    errs = run_world(world, _case_errors, case, timeout_s=WORLD_TIMEOUT_S,
+                     what=f"tp world of {world} ({case})")
+    return dict(enumerate(errs))
 
 
 @pytest.mark.timeout(WORLD_TIMEOUT_S + 60)

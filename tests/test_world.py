@@ -121,7 +121,7 @@ def test_invalid_plan_exits_2_and_launches_nothing():
     (["--capacity-factor", "0", "--experts", "4"], "capacity factor 0.0 must be > 0"),
     (["--bucket-mb", "-1", "--dp", "2"], "bucket size -1.0 MB must be > 0"),
     (["--model", "huge"], "unknown model preset 'huge'"),
-    (["--tp", "2", "--backward", "autograd"], "autograd cannot see"),
+    (["--cp", "2", "--backward", "autograd"], "autograd cannot see"),
 ])
 def test_bad_run_flags_exit_2(args, words):
     proc = run_cli("run", "--steps", 2, *args)
