@@ -20,7 +20,7 @@ import torch
 from kernels import comm, events
 from kernels.buckets import (ReadyOrder, build_units, global_pieces, overlap_share,
                              sync_group_name)
-from kernels.engine import LayerHooks
+from kernels.model import LayerHooks
 from kernels.layers import Param
 
 __all__ = ["GradSync", "NaiveDP", "BucketedDP", "make_grad_sync", "sync_group_name",

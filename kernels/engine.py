@@ -15,7 +15,8 @@ import torch
 from kernels import comm, events
 from kernels.data import dp_slice, global_batch
 from kernels.mesh import Plan, coord_label, coords, partition, validate
-from kernels.model import ModelConfig, build_model, forward_backward, init_params
+from kernels.model import (LayerHooks, ModelConfig, build_model, forward_backward,  # noqa: F401
+                           init_params, named_params)
 from kernels.optim import make_optimizer
 
 GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "ep_dp", "cp_dp")
@@ -49,15 +50,6 @@ def model_config_for(plan: Plan, cfg: ModelConfig) -> ModelConfig:
         cfg = replace(cfg, experts=plan.experts, top_k=plan.top_k,
                       capacity_factor=plan.capacity_factor)
     return cfg
-
-
-class LayerHooks:
-    """Called around each layer's forward and backward (ZeRO-3 gathers and frees here)."""
-
-    def before_forward(self, layer): ...
-    def after_forward(self, layer): ...
-    def before_backward(self, layer): ...
-    def after_backward(self, layer): ...
 
 
 @dataclass
@@ -225,12 +217,7 @@ class MicrobatchRunner:
             self.cp_shard = lambda t: sequence_shard(t, ctx)
 
     def params(self) -> dict:
-        from kernels.model import _canonical
-        out = {}
-        for layer in self.layers:
-            for name, prm in layer.params().items():
-                out[_canonical(name, layer)] = prm
-        return out
+        return named_params(self.layers)
 
     def shard_sequence(self, t):
         return self.cp_shard(t) if self.cp_shard else t

@@ -220,6 +220,10 @@ def _validate_pipeline(plan: Plan, cfg, need) -> None:
     elif plan.schedule in ("1f1b", "zb1p"):
         need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}: use "
                      f"--microbatches {p}")
+    need(plan.zero < 3 or plan.schedule not in ("zb1p", "dualpipe", "dualpipev"),
+         f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
+         f"the weight grads (W) past it: use --zero 2 with {plan.schedule}, or a schedule without "
+         f"split W (gpipe, 1f1b, interleaved) with --zero 3")
     need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
          f"--virtual-stages is for the interleaved schedule, not {plan.schedule}")
 

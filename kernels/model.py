@@ -252,11 +252,7 @@ class Llama:
     layers: list = field(default_factory=list)  # [Embed, Block..., Head]
 
     def params(self) -> dict[str, Param]:
-        out = {}
-        for layer in self.layers:
-            for name, prm in layer.params().items():
-                out[_canonical(name, layer)] = prm
-        return out
+        return named_params(self.layers)
 
     def zero_grad(self) -> None:
         for prm in self.params().values():
@@ -267,6 +263,20 @@ def _canonical(name: str, layer) -> str:
     if isinstance(layer, Block):
         return f"layers.{layer.index}.{name}"
     return name  # Embed gives embed.weight, Head gives norm.weight / lm_head.weight
+
+
+def named_params(layers: list) -> dict[str, Param]:
+    """Every Param of a list of stage layers under its global (canonical) name."""
+    return {_canonical(name, layer): prm for layer in layers for name, prm in layer.params().items()}
+
+
+class LayerHooks:
+    """Called around each layer's forward and backward (ZeRO-3 gathers and frees here)."""
+
+    def before_forward(self, layer): ...
+    def after_forward(self, layer): ...
+    def before_backward(self, layer): ...
+    def after_backward(self, layer): ...
 
 
 def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, rank_ctx=None) -> Llama:
@@ -289,7 +299,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
 
     backward="autograd" runs the same forward under torch autograd and copies the grads into
     the Params' buffers: the oracle that the hand-written backward is held to. `hooks` (see
-    kernels.engine.LayerHooks) run around every layer's forward and backward (ZeRO-3).
+    LayerHooks) run around every layer's forward and backward (ZeRO-3).
     """
     if backward == "autograd":
         return _forward_backward_autograd(layers, ids, targets, denom, hooks)

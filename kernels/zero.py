@@ -24,7 +24,7 @@ import torch
 from kernels import comm, events
 from kernels.buckets import ReadyOrder, build_units, flat_blocks, global_pieces
 from kernels.dp import GradSync
-from kernels.engine import LayerHooks
+from kernels.model import LayerHooks
 from kernels.layers import Param
 
 

@@ -49,6 +49,8 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(experts=4, ep=2, overlap=True), dict(batch=2), None,
      ["--overlap runs microbatches in pairs", "per-rank batch 1"]),
     (dict(experts=4, ep_dispatch="random"), {}, None, ["unknown EP dispatch 'random'"]),
+    (dict(dp=2, zero=3, pp=2, schedule="zb1p", microbatches=4), {}, None,
+     ["ZeRO-3", "zb1p defers the weight grads", "--zero 2"]),
 ]
 
 

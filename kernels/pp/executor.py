@@ -21,7 +21,8 @@ from kernels import comm, events
 from kernels.mesh import partition
 from kernels.model import Block
 from kernels.pp.schedules import COMPUTE_KINDS, build_schedule
-from kernels.pp.stages import NoHooks, backward_steps, build_chunks, drive, forward_steps, weight_grads
+from kernels.model import LayerHooks
+from kernels.pp.stages import backward_steps, build_chunks, drive, forward_steps, weight_grads
 
 TAG = {"F": 7101, "B": 7102}   # activations and gradients: one FIFO channel each per peer
 
@@ -95,7 +96,7 @@ class PipelineRunner:
     # ---------------------------------------------------------------- one step
     def forward_backward(self, ids, targets, denom, hooks):
         run = _Step(self, ids.chunk(self.plan.microbatches), targets.chunk(self.plan.microbatches), denom,
-                    hooks or NoHooks())
+                    hooks or LayerHooks())
         acts, computes = self.actions, self.compute_order
         posted = 0                                            # RECVs are posted in list order: FIFO per channel
         for i, a in enumerate(acts):

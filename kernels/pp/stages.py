@@ -12,14 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.model import Block, Embed, Head, _canonical
-
-
-class NoHooks:
-    def before_forward(self, layer): ...
-    def after_forward(self, layer): ...
-    def before_backward(self, layer): ...
-    def after_backward(self, layer): ...
+from kernels.model import Block, Embed, Head, named_params
 
 
 @dataclass
@@ -39,11 +32,7 @@ class Chunk:
         return self.stage == self.stages - 1
 
     def params(self) -> dict:
-        out = {}
-        for layer in self.layers:
-            for name, prm in layer.params().items():
-                out[_canonical(name, layer)] = prm
-        return out
+        return named_params(self.layers)
 
     def block_range(self) -> str:
         idx = [layer.index for layer in self.layers if isinstance(layer, Block)]
