@@ -20,7 +20,6 @@ from dataclasses import replace
 
 from kernels import events
 from kernels.engine import MicrobatchRunner
-from kernels.layers.base import Ctx
 from kernels.model import Block
 
 
@@ -88,7 +87,7 @@ class OverlapRunner(MicrobatchRunner):
                     ctxs[i].append(c)
             if split:
                 for i in (0, 1):
-                    c_m = pending[i][1].c_m
+                    c_m = pending[i][1].dispatch
                     layer.mlp.wait(c_m)
                     with self._compute(f"experts L{layer.index} mb{mbs[i]}", "expert",
                                        layer=layer.index, mb=mbs[i]):
@@ -112,25 +111,19 @@ class OverlapRunner(MicrobatchRunner):
     def _fa(self, blk, x, mb):
         """A: attention branch, norm, router; the dispatch all-to-all is issued at the end."""
         with self._compute(f"attn+router L{blk.index} mb{mb}", "F", layer=blk.index, mb=mb):
-            n1, c_n1 = blk.attn_norm.forward(x)
-            e1, c_e1 = blk.enter_attn.forward(n1)
-            a, c_a = blk.attn.forward(e1)
-            a, c_x1 = blk.exit_attn.forward(a)
-            h = x + a
-            n2, c_n2 = blk.mlp_norm.forward(h)
-            e2, c_e2 = blk.enter_mlp.forward(n2)
-            c_m = blk.mlp.forward_dispatch(e2)
-        return Ctx(h=h, c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2, c_m=c_m)
+            h, e2, st = blk.forward_to_mlp(x)
+            st.h, st.dispatch = h, blk.mlp.forward_dispatch(e2)
+        return st
 
     def _fc(self, blk, st, ctxs, mb):
         """C: wait for the combine, weighted sum and residual; the block ctx Block expects."""
-        blk.mlp.wait(st.c_m)
+        blk.mlp.wait(st.dispatch)
         with self._compute(f"combine L{blk.index} mb{mb}", "F", layer=blk.index, mb=mb):
-            m, c_m = blk.mlp.forward_combine(st.c_m)
-            m, c_x2 = blk.exit_mlp.forward(m)
-            y = st.h + m
-        ctxs.append(Ctx(c_n1=st.c_n1, c_e1=st.c_e1, c_a=st.c_a, c_x1=st.c_x1, c_n2=st.c_n2,
-                        c_e2=st.c_e2, c_m=c_m, c_x2=c_x2, aux_loss=c_m.aux_loss))
+            m, c_m = blk.mlp.forward_combine(st.dispatch)
+            h = st.h
+            del st.h, st.dispatch  # the rest of st is the block ctx backward_input expects
+            y, ctx = blk.finish_forward(h, m, c_m, st)
+        ctxs.append(ctx)
         return y
 
     # ---------------------------------------------------------------- backward, mirrored

@@ -170,7 +170,8 @@ class Block(Layer):
         return {"attn_norm": self.attn_norm, "attn": self.attn, "mlp_norm": self.mlp_norm,
                 mlp_name: self.mlp}
 
-    def forward(self, x):                                   # x [B, S, dim]
+    def forward_to_mlp(self, x):                            # x [B, S, dim]
+        """The block up to the MLP's input: (h, mlp input, ctx). The EP overlap runner splits here."""
         n1, c_n1 = self.attn_norm.forward(x)
         e1, c_e1 = self.enter_attn.forward(n1)
         a, c_a = self.attn.forward(e1)
@@ -178,10 +179,18 @@ class Block(Layer):
         h = x + a
         n2, c_n2 = self.mlp_norm.forward(h)
         e2, c_e2 = self.enter_mlp.forward(n2)
+        return h, e2, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2)
+
+    def finish_forward(self, h, m, c_m, ctx):
+        """Residual after the MLP's output m; completes the ctx backward_input expects."""
+        m, ctx.c_x2 = self.exit_mlp.forward(m)
+        ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
+        return h + m, ctx
+
+    def forward(self, x):                                   # x [B, S, dim]
+        h, e2, ctx = self.forward_to_mlp(x)
         m, c_m = self.mlp.forward(e2)
-        m, c_x2 = self.exit_mlp.forward(m)
-        return h + m, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2,
-                          c_m=c_m, c_x2=c_x2, aux_loss=getattr(c_m, "aux_loss", 0.0))
+        return self.finish_forward(h, m, c_m, ctx)
 
     def backward_input(self, ctx, dy):
         dm = self.exit_mlp.backward(ctx.c_x2, dy)
