@@ -56,6 +56,7 @@ def init(backend: str, rank: int, world_size: int, init_method: str | None = Non
     kw = {"init_method": init_method} if init_method else {}
     if store is not None:
         kw = {"store": store}
+    _P2P_FUTURES.clear()
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s), **kw)
 
@@ -82,6 +83,7 @@ def is_initialized() -> bool:
 
 
 def destroy() -> None:
+    _P2P_FUTURES.clear()
     if is_initialized():
         dist.destroy_process_group()
 
@@ -276,13 +278,23 @@ def _check_tag(tag: int) -> None:
 def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> Handle:
     _check_tag(tag)
     rec = _issue("send", group, _nbytes(t), dst, tag=tag)
-    return Handle(rec, dist.isend(t, dst, tag=tag), t)
+    return Handle(rec, dist.isend(t, dst, tag=tag), t, future=_p2p_futures())
 
 
 def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
     _check_tag(tag)
     rec = _issue("recv", group, _nbytes(t), src, tag=tag)
-    return Handle(rec, dist.irecv(t, src, tag=tag), t)
+    return Handle(rec, dist.irecv(t, src, tag=tag), t, future=_p2p_futures())
+
+
+_P2P_FUTURES: dict = {}
+
+
+def _p2p_futures() -> bool:
+    """Whether this backend's p2p work has a future: nccl's has, gloo's has not."""
+    if "ok" not in _P2P_FUTURES:
+        _P2P_FUTURES["ok"] = dist.get_backend() != "gloo"
+    return _P2P_FUTURES["ok"]
 
 
 @dataclass
@@ -337,10 +349,11 @@ class _TracedStep:
 
     def __init__(self, work, sid: int, r):
         self.work, self.sid, self.r, self.done = work, sid, r, False
-        try:
-            work.get_future().add_done_callback(lambda _f: self._complete())
-        except RuntimeError:
-            pass
+        if _p2p_futures():
+            try:
+                work.get_future().add_done_callback(lambda _f: self._complete())
+            except RuntimeError:
+                pass
 
     def _complete(self) -> None:
         if not self.done and hasattr(self.r, "comm_complete"):

@@ -209,7 +209,7 @@ class MoE(Layer):
 
     def backward_router_weight(self, c) -> None:
         with events.span("router dW", "W", layer=self.index):
-            self.router.accumulate(c.dlogits.t() @ c.xt)        # [E, dim]
+            self.router.accumulate_matmul(c.dlogits.t(), c.xt)  # [E, dim]
         c.dlogits = c.xt = None
 
     def backward_weight(self, c) -> None:

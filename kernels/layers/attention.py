@@ -49,8 +49,8 @@ def attention_block_backward(q, k, v, o, lse, do, q_pos=None, k_pos=None, scale=
     n_kv = k.shape[1]
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
     qg, dog = _group(q, n_kv), _group(do, n_kv)                 # [B, KV, G*Sq, hd]
-    lse_g = lse.reshape(b, n_kv, -1, 1)                        # [B, KV, G*Sq, 1]
-    if probs is None:
+    if probs is None:                                          # recompute them from the final lse
+        lse_g = lse.reshape(b, n_kv, -1, 1)                    # [B, KV, G*Sq, 1]
         s = (qg @ k.transpose(-1, -2)) * scale
         m = _mask(q_pos, k_pos, h // n_kv)
         if m is not None:
@@ -59,25 +59,42 @@ def attention_block_backward(q, k, v, o, lse, do, q_pos=None, k_pos=None, scale=
     dv = probs.transpose(-1, -2) @ dog                         # [B, KV, Sk, hd]
     dp = dog @ v.transpose(-1, -2)                             # [B, KV, G*Sq, Sk]
     delta = (dog * _group(o, n_kv)).sum(-1, keepdim=True)      # [B, KV, G*Sq, 1]
-    ds = probs * (dp - delta) * scale
+    ds = (dp - delta).mul_(probs).mul_(scale)                  # in place: dp is not needed again
     dq = (ds @ k).reshape(b, h, sq, d)
     dk = ds.transpose(-1, -2) @ qg                             # [B, KV, Sk, hd]
     return dq, dk, dv
 
 
 class LocalAttention:
-    """The attention core when a rank holds the whole sequence: one causal block."""
+    """The attention core when a rank holds the whole sequence: one causal block. Nothing merges
+    its result, so it skips the log-sum-exp: the causal mask is an additive bias folded into the
+    scores' matmul, and the probabilities come from one softmax (kept for the backward)."""
 
     def __init__(self, positions: torch.Tensor):
         self.positions = positions
+        self._bias = {}                                        # (groups, dtype) -> [G*S, S]
 
-    def forward(self, q, k, v):
-        o, lse, p = attention_block_forward(q, k, v, self.positions, self.positions)
-        return o, Ctx(q=q, k=k, v=v, o=o, lse=lse, p=p)
+    def bias(self, groups: int, dtype) -> torch.Tensor:
+        key = (groups, dtype)
+        if key not in self._bias:
+            zero = torch.zeros(len(self.positions), len(self.positions), dtype=dtype)
+            self._bias[key] = zero.masked_fill(_mask(self.positions, self.positions, 1), float("-inf")
+                                               ).repeat(groups, 1)   # [G*S, S]: -inf in the future
+        return self._bias[key]
+
+    def forward(self, q, k, v):                                # q [B, H, S, hd], k/v [B, KV, S, hd]
+        b, h, s, d = q.shape
+        n_kv = k.shape[1]
+        qg = _group(q, n_kv).reshape(b * n_kv, -1, d)          # [B*KV, G*S, hd]
+        kf, vf = k.reshape(b * n_kv, s, d), v.reshape(b * n_kv, s, d)   # [B*KV, S, hd]
+        scores = torch.baddbmm(self.bias(h // n_kv, q.dtype), qg, kf.transpose(1, 2),
+                               alpha=1.0 / math.sqrt(d))       # [B*KV, G*S, S]
+        p = torch.softmax(scores, dim=-1)
+        o = torch.bmm(p, vf).reshape(b, h, s, d)               # [B, H, S, hd]
+        return o, Ctx(q=q, k=k, v=v, o=o, p=p.view(b, n_kv, -1, s))
 
     def backward(self, ctx, do):
-        dq, dk, dv = attention_block_backward(ctx.q, ctx.k, ctx.v, ctx.o, ctx.lse, do,
-                                              self.positions, self.positions, probs=ctx.p)
+        dq, dk, dv = attention_block_backward(ctx.q, ctx.k, ctx.v, ctx.o, None, do, probs=ctx.p)
         ctx.q = ctx.k = ctx.v = ctx.o = ctx.p = None
         return dq, dk, dv
 

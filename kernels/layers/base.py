@@ -41,6 +41,17 @@ class Param:
             self.grad = g.to(self.data.dtype).clone() if g.dtype != self.data.dtype else g.clone()
         else:
             self.grad.add_(g)
+        self._landed()
+
+    def accumulate_matmul(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        """grad += a @ b, fused (no temporary product) once the buffer exists."""
+        if self.grad is None or a.dtype != self.grad.dtype:
+            self.accumulate(a @ b)
+            return
+        self.grad.addmm_(a, b)
+        self._landed()
+
+    def _landed(self) -> None:
         self.grad_count += 1
         for hook in self.grad_hooks:
             hook(self)

@@ -25,7 +25,7 @@ class Linear(Layer):
     def backward_weight(self, ctx):
         x2 = ctx.x.reshape(-1, ctx.x.shape[-1])     # [tokens, in]
         dy2 = ctx.dy.reshape(-1, ctx.dy.shape[-1])  # [tokens, out]
-        self.weight.accumulate(dy2.t() @ x2)        # [out, in]
+        self.weight.accumulate_matmul(dy2.t(), x2)  # [out, in]
         ctx.x = ctx.dy = None                       # free activations once W is done
 
 
