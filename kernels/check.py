@@ -4,6 +4,12 @@ Each rank reports pieces of the full gradients: {name, kind: "slice" | "flat", i
 ("slice": [[start, stop], ...] per dim, None for the whole tensor; "flat": [start, stop] into the
 flattened tensor). Every piece is compared with the same region of the reference, and the pieces
 of all ranks together must cover every element of every parameter.
+
+Each step is checked at the plan's own state: the reference computes the step's loss and grads at
+params equal to the plan's, then takes its optimizer step with the plan's (synced) grads, so the
+params after the update are compared too (the sharded optimizers) and the next step starts from the
+same params again. Trained apart, the two would drift: Adam's first updates turn fp32 noise in a
+near-zero grad into a whole learning rate, and the next grads differ far above rounding.
 """
 from __future__ import annotations
 
@@ -27,16 +33,39 @@ class Reference:
         self.optimizer = make_optimizer(optim, lr, weight_decay)
         self.step_count = 0
 
-    def step(self):
-        """(loss, {name: full grad}) of the next step, then the optimizer update."""
+    def forward_backward(self):
+        """(loss, {name: full grad}) of the next step at the current params."""
         ids, targets = global_batch(self.cfg.batch, self.cfg.seq, self.cfg.vocab, self.seed,
                                     self.step_count)
         self.model.zero_grad()
         loss = reference_step(self.model, ids, targets, 1, self.backward)
-        grads = {n: p.grad.clone() for n, p in self.params.items()}
+        return float(loss), {n: p.grad.clone() for n, p in self.params.items()}
+
+    def update(self, grads: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The optimizer step, from `grads` (full tensors by name) when given, else from the reference's
+        own; returns the params after it."""
+        for n, prm in self.params.items():
+            if grads is not None:
+                prm.grad = grads[n].to(prm.data.dtype).clone()
         self.optimizer.step(list(self.params.values()))
         self.step_count += 1
-        return float(loss), grads
+        return {n: p.data for n, p in self.params.items()}
+
+    def step(self):
+        """(loss, {name: full grad}) of the next step, then the update from those grads."""
+        loss, grads = self.forward_backward()
+        self.update()
+        return loss, grads
+
+
+def assemble(pieces_by_rank: list[list[dict]], like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Full tensors (shaped as `like`'s) from the ranks' pieces; coverage is compare_pieces' to check."""
+    out = {n: torch.zeros_like(t) for n, t in like.items()}
+    for pieces in pieces_by_rank:
+        for pc in pieces:
+            dst = region(out[pc["name"]], pc["kind"], pc["index"])
+            dst.copy_(pc["tensor"].to(dst.dtype).reshape(dst.shape))
+    return out
 
 
 def region(full: torch.Tensor, kind: str, index):
@@ -48,7 +77,7 @@ def region(full: torch.Tensor, kind: str, index):
 
 
 def compare_pieces(pieces_by_rank: list[list[dict]], ref: dict[str, torch.Tensor]) -> dict:
-    """Max abs and max relative error of every piece against the reference, and coverage."""
+    """Max abs error of every piece (grads or params) against the reference, the worst, and coverage."""
     covered = {n: torch.zeros(t.numel(), dtype=torch.bool) for n, t in ref.items()}
     max_abs, worst = 0.0, None
     for rank, pieces in enumerate(pieces_by_rank):
@@ -64,4 +93,4 @@ def compare_pieces(pieces_by_rank: list[list[dict]], ref: dict[str, torch.Tensor
             idx = torch.arange(ref[name].numel()).reshape(ref[name].shape)
             covered[name][region(idx, pc["kind"], pc["index"]).reshape(-1)] = True
     missing = [n for n, c in covered.items() if not bool(c.all())]
-    return {"max_abs_grad_err": max_abs, "worst": worst, "missing": missing}
+    return {"max_abs_err": max_abs, "worst": worst, "missing": missing}

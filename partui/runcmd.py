@@ -6,8 +6,9 @@ import os
 import sys
 import time
 
-GRAD_ATOL = {"fp32": 2e-5, "bf16": 3e-2}  # max abs error of any gradient element
+GRAD_ATOL = {"fp32": 2e-5, "bf16": 3e-2}   # max abs error of any gradient element
 LOSS_ATOL = {"fp32": 2e-5, "bf16": 3e-2}
+PARAM_ATOL = {"fp32": 1e-6, "bf16": 3e-2}  # after the update, both sides stepping from the same grads
 
 
 def _fail(msg: str, code: int = 2) -> int:
@@ -94,7 +95,6 @@ def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
         import torch
         ref = Reference(plan, cfg, args.seed, args.optim, args.lr, args.weight_decay, "hand",
                         dtype=torch.bfloat16 if plan.dtype == "bf16" else torch.float32)
-    tol_g, tol_l = GRAD_ATOL[plan.dtype], LOSS_ATOL[plan.dtype]
     failed, lines, traced = False, [], []
     tracing = False
     for step in range(args.steps):
@@ -107,19 +107,7 @@ def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
             traced.append(world.trace_stop())
             tracing = False
         if ref is not None:
-            from kernels.check import compare_pieces
-            ref_loss, ref_grads = ref.step()
-            cmp = compare_pieces([it.pop("grad_pieces") for it in items], ref_grads)
-            line["ref_loss"] = ref_loss
-            line["max_abs_loss_err"] = abs(line["loss"] - ref_loss)
-            line["max_abs_grad_err"] = cmp["max_abs_grad_err"]
-            ok = line["max_abs_loss_err"] <= tol_l and cmp["max_abs_grad_err"] <= tol_g \
-                and not cmp["missing"]
-            if cmp["missing"]:
-                line["missing_grads"] = cmp["missing"]
-            if not ok:
-                line["check"] = f"FAILED (worst {cmp['worst']})"
-                failed = True
+            failed = _check_step(ref, items, line, plan.dtype) or failed
         line["ledgers"] = [it.get("ledger") for it in items]
         lines.append(line)
         if args.json:
@@ -127,8 +115,9 @@ def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
         else:
             extra = ""
             if ref is not None:
-                extra = (f"  loss err {line['max_abs_loss_err']:.2e}  grad err "
-                         f"{line['max_abs_grad_err']:.2e}" + ("  FAILED" if "check" in line else ""))
+                extra = (f"  loss err {line['max_abs_loss_err']:.2e}  grad err {line['max_abs_grad_err']:.2e}"
+                         f"  param err {line['max_abs_param_err']:.2e}"
+                         + (f"  {line['check']}" if "check" in line else ""))
             print(f"step {line['step']:4d}  loss {line['loss']:.4f}  {line['step_ms']:8.1f} ms"
                   + extra, flush=True)
     trace_path = None
@@ -143,6 +132,32 @@ def _train(args, plan, cfg, world, infos, launch_s, trace_steps) -> int:
               + (f" · check {'FAILED' if failed else 'passed'}" if args.check else "")
               + (f" · trace {trace_path}" if trace_path else ""))
     return 1 if failed else 0
+
+
+def _check_step(ref, items, line, dtype: str) -> bool:
+    """One step against the reference, at the plan's own params (kernels.check): loss and grads, then the
+    params after both sides update from the plan's grads. Fills `line`; True when it failed."""
+    from kernels.check import assemble, compare_pieces
+    grad_pieces = [it.pop("grad_pieces") for it in items]
+    param_pieces = [it.pop("param_pieces") for it in items]
+    ref_loss, ref_grads = ref.forward_backward()
+    grads = compare_pieces(grad_pieces, ref_grads)
+    params = compare_pieces(param_pieces, ref.update(assemble(grad_pieces, ref_grads)))
+    line["ref_loss"] = ref_loss
+    line["max_abs_loss_err"] = abs(line["loss"] - ref_loss)
+    line["max_abs_grad_err"] = grads["max_abs_err"]
+    line["max_abs_param_err"] = params["max_abs_err"]
+    bad = [f"loss {line['max_abs_loss_err']:.2e} > {LOSS_ATOL[dtype]:g}"] \
+        if line["max_abs_loss_err"] > LOSS_ATOL[dtype] else []
+    for what, cmp, tol in (("grad", grads, GRAD_ATOL[dtype]), ("param", params, PARAM_ATOL[dtype])):
+        if cmp["max_abs_err"] > tol:
+            bad.append(f"{what} {cmp['max_abs_err']:.2e} > {tol:g} at {cmp['worst']}")
+        if cmp["missing"]:
+            line[f"missing_{what}s"] = cmp["missing"]
+            bad.append(f"no rank reports all of the {what}s of {', '.join(cmp['missing'][:3])}")
+    if bad:
+        line["check"] = "FAILED (" + "; ".join(bad) + ")"
+    return bool(bad)
 
 
 def _save_trace(args, plan, cfg, world, infos, traced, trace_steps) -> str:
@@ -177,6 +192,7 @@ def _summary(plan, cfg, infos, lines, launch_s, world, args, failed, trace_path)
         out["check"] = "failed" if failed else "passed"
         out["max_abs_grad_err"] = max(ln["max_abs_grad_err"] for ln in lines)
         out["max_abs_loss_err"] = max(ln["max_abs_loss_err"] for ln in lines)
+        out["max_abs_param_err"] = max(ln["max_abs_param_err"] for ln in lines)
     if any("grad_sync_overlap" in ln for ln in lines):
         vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
         out["grad_sync_overlap"] = sum(vals) / len(vals)

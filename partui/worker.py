@@ -71,6 +71,7 @@ def handle(state: dict, cmd: str, payload: dict):
             item["ledger"] = eng.sync.ledger()
             if payload.get("check"):
                 item["grad_pieces"] = eng.grad_pieces()
+                item["param_pieces"] = eng.param_pieces()   # after this step's update
             out.append(item)
         return out
     if cmd == "snapshot":

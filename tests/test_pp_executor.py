@@ -40,11 +40,23 @@ def test_schedule_matches_reference(plan):
     assert "embed" in roles[0] and "head" in roles[0 if schedule in ("dualpipe", "dualpipev") else pp - 1]
 
 
-@pytest.mark.parametrize("plan", [p for p in PLANS if p[0] == 2], ids=_id)
+@pytest.mark.parametrize("plan", PLANS, ids=_id)
 def test_schedule_with_dp2_matches_reference(plan):
     pp, schedule, extra = plan
-    summary = check_plan("--pp", pp, "--dp", 2, "--schedule", schedule, *extra, steps=2)
+    # each dp rank runs every microbatch of its half of the batch: batch 16 keeps 8 microbatches of one
+    summary = check_plan("--pp", pp, "--dp", 2, "--schedule", schedule, "--batch", 16, *extra, steps=2)
+    assert summary["world"] == 2 * pp
+    assert summary["max_abs_grad_err"] <= 2e-5
+
+
+@pytest.mark.parametrize("schedule, extra", [("1f1b", []), ("zb1p", ["--sp"]), ("dualpipev", ["--sp"])])
+def test_schedule_with_tp2_matches_reference(schedule, extra):
+    """Tensor parallel inside each stage (f/g, and sequence parallel's gather / scatter) under a split W."""
+    summary = check_plan("--pp", 2, "--tp", 2, "--schedule", schedule, "--microbatches", 4, *extra, steps=2)
     assert summary["world"] == 4
+    assert summary["max_abs_grad_err"] <= 2e-5
+    roles = [r["role"] for r in summary["ranks"]]
+    assert sum("pp rank 0 of 2" in r for r in roles) == 2      # two tp ranks share each stage
 
 
 def test_stage_split_keeps_only_own_layers():

@@ -106,7 +106,7 @@ def _bf16_rank(rank, world, port, zero, q):
             ref_loss, ref_grads = ref.step()
             cmp = compare_pieces(mine, {n: g.float() for n, g in ref_grads.items()})
             scale = max(g.float().abs().max().item() for g in ref_grads.values())
-            errs.append((cmp["max_abs_grad_err"], scale, abs(res.loss - ref_loss), cmp["missing"]))
+            errs.append((cmp["max_abs_err"], scale, abs(res.loss - ref_loss), cmp["missing"]))
         if rank == 0:
             q.put(("ok", errs, eng.sync.ledger()))
         dist.barrier()
