@@ -170,8 +170,8 @@ def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
     if by == "rank":
         res = res.drop(columns="step")
         theory = theoretical_bubble(df)
-        if theory is not None:
-            res["theory_bubble_pct"] = theory
+        if theory is not None:    # the schedule's, under this trace's own F / B / W times
+            res["sim_bubble_pct"], res["formula_bubble_pct"] = theory
     return res.reset_index(drop=True)
 
 
@@ -217,8 +217,9 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def theoretical_bubble(df: pd.DataFrame):
-    """For pipeline runs (metadata plan.pp > 1): the schedule's bubble % per rank under the
-    measured mean F, B, W span times, from kernels.pp.simulate; None when it does not apply."""
+    """For pipeline runs (metadata plan.pp > 1), under the measured mean F, B, W span times: the
+    simulator's bubble % per rank (kernels.pp.simulate) and the published formula's bubble as a %
+    of the simulated step (one figure: the formulas assume equal stages); None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
     plan = meta.get("plan") or {}
     pp = int(plan.get("pp") or 1)
@@ -226,7 +227,7 @@ def theoretical_bubble(df: pd.DataFrame):
         return None
     try:  # written alongside this module; optional so a trace still analyses without it
         from kernels.pp.schedules import build_schedule
-        from kernels.pp.simulate import Cost, simulate
+        from kernels.pp.simulate import Cost, formula_bubble, simulate
     except ImportError:
         return None
     comp = df[df["kind"] == "compute"]
@@ -243,13 +244,36 @@ def theoretical_bubble(df: pd.DataFrame):
         if np.isfinite(fb):
             cost = Cost(F=f, B=b + w, W=w, FB=fb)
         res = simulate(sched, cost)
+        formula = formula_bubble(name, pp, cost, int(plan.get("virtual_stages") or 1))[0]
     except (ValueError, TypeError):
         return None
     per_stage = np.asarray(res.bubble_per_rank, dtype=float) / res.makespan * 100
     coords = meta.get("coords") or {}
     ranks = sorted(df["rank"].unique())
     stage = [_pp_coord(coords.get(str(r), ""), r) for r in ranks]
-    return pd.Series([per_stage[s] if s < len(per_stage) else np.nan for s in stage]).to_numpy()
+    sim = np.array([per_stage[s] if s < len(per_stage) else np.nan for s in stage])
+    return sim, np.full(len(ranks), 100 * formula / res.makespan)
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on (its affinity, else the machine's count)."""
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def oversubscription_note(df: pd.DataFrame) -> str | None:
+    """A line for reports of a trace whose ranks outnumbered the cores they shared, else None."""
+    meta = df.attrs.get("metadata") or {}
+    cpus, ranks = meta.get("cpus"), df["rank"].nunique() if len(df) else 0
+    if not cpus or ranks <= cpus:
+        return None
+    return (f"note: {ranks} ranks shared {cpus} CPU cores and took turns on them, so spans stretch and the "
+            f"measured bubble includes time a rank was ready but had no core"
+            + ("; sim_bubble_pct is the schedule's own under the measured F/B/W times"
+               if int((meta.get("plan") or {}).get("pp") or 1) > 1 else ""))
 
 
 def _pp_coord(coords: str, rank: int) -> int:

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from partui.analysis import TraceError, load, overlap, step_times
+from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -86,6 +86,9 @@ def run(args) -> int:
         out = _render(table, args.format)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
+        note = oversubscription_note(df) if other is None and args.by == "rank" else None
+        if note and args.format in ("table", "markdown"):
+            out += "\n" + note
         if args.plot:
             plot_timeline(df, args.plot)
     except TraceError as exc:

@@ -170,7 +170,8 @@ def _save_trace(args, plan, cfg, world, infos, traced, trace_steps) -> str:
                 per_rank[r] = ev
             else:
                 per_rank[r]["events"] = per_rank[r].get("events", []) + ev.get("events", [])
-    meta = {"plan": plan.to_dict(), "model": cfg.to_dict(), "torch": torch.__version__,
+    from partui.analysis import usable_cpus
+    meta = {"plan": plan.to_dict(), "model": cfg.to_dict(), "torch": torch.__version__, "cpus": usable_cpus(),
             "steps": [min(trace_steps), max(trace_steps)], "ranks": [i["label"] for i in infos],
             "command": "partui run " + " ".join(sys.argv[2:])}
     return merge(per_rank, args.trace, meta)

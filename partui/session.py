@@ -285,8 +285,9 @@ class World:
                     per_rank[r]["events"] = per_rank[r]["events"] + ev["events"]
                     per_rank[r]["t1_us"] = ev["t1_us"]
             steps = self._traced_steps or [len(self.history)]
+            from partui.analysis import usable_cpus
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
-                    "torch": torch.__version__, "steps": [min(steps), max(steps)],
+                    "torch": torch.__version__, "cpus": usable_cpus(), "steps": [min(steps), max(steps)],
                     "ranks": [i["label"] for i in self.infos], "command": "partui app"}
             self.trace_path = merge(per_rank, path, meta)
             self._traced, self._traced_steps = [], []

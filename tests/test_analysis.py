@@ -106,8 +106,26 @@ def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
                  coords={"0": "pp0", "1": "pp1"})
     r = overlap(load(path), "rank")
     # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%
-    assert r["theory_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
-    assert "theory_bubble_pct" not in overlap(load(write(tmp_path, two_ranks(), "b.json")), "rank")
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    assert "sim_bubble_pct" not in overlap(load(write(tmp_path, two_ranks(), "b.json")), "rank")
+
+
+def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
+    """ZB1P with split backward spans: the formula takes B as the full backward (input + weight)."""
+    pytest.importorskip("kernels.pp.simulate")
+    ev = []
+    for r in range(2):
+        ev.append(X(r, "step", "step", 0, 2000, step=0))
+        ev += [X(r, f"F{m}", "F", 100 * m, 10, mb=m) for m in range(4)]
+        ev += [X(r, f"B{m}", "B", 100 * m + 40, 20, mb=m) for m in range(4)]
+        ev += [X(r, f"W{m}", "W", 100 * m + 70, 10, mb=m) for m in range(4)]
+    path = write(tmp_path, ev, plan={"pp": 2, "schedule": "zb1p", "microbatches": 4},
+                 coords={"0": "pp0", "1": "pp1"})
+    r = overlap(load(path), "rank")
+    # F=1, B(input)=2, W=1: formula (P-1)(F+B_full-2W) = 1 * (1 + 3 - 2) = 2 units of a 4 * 4 + 2 = 18 step
+    assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)   # equal stages: they agree
 
 
 def kineto(tmp_path, events, name, rank=0):
@@ -182,3 +200,12 @@ def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
     assert r["exposed_comm_ms"] == pytest.approx(0.040)
     by_op = overlap(df, "op").iloc[0]
     assert by_op["op"] == "all_to_all" and by_op["overlap_pct"] == pytest.approx(0.0)
+
+
+def test_report_notes_ranks_outnumbering_cores(tmp_path):
+    from partui.analysis import oversubscription_note
+    ev = two_ranks()
+    assert oversubscription_note(load(write(tmp_path, ev, "a.json"))) is None          # no cpus recorded
+    df = load(write(tmp_path, ev, "b.json", cpus=1, plan={"pp": 2}))
+    assert "2 ranks shared 1 CPU cores" in oversubscription_note(df)
+    assert oversubscription_note(load(write(tmp_path, ev, "c.json", cpus=2))) is None
