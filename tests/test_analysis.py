@@ -95,16 +95,21 @@ def test_step_times_span_all_ranks(tmp_path):
     assert st["step_ms"].tolist() == pytest.approx([0.100, 0.050])
 
 
-def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
+def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
+    """overlap() per rank of a 2-rank pipeline trace: 4 microbatches, each {cat: (start offset, dur)}."""
     pytest.importorskip("kernels.pp.simulate")
     ev = []
     for r in range(2):
-        ev.append(X(r, "step", "step", 0, 1000, step=0))
-        ev += [X(r, f"F{m}", "F", 100 * m, 10, mb=m) for m in range(4)]
-        ev += [X(r, f"B{m}", "B", 100 * m + 50, 20, mb=m) for m in range(4)]
-    path = write(tmp_path, ev, plan={"pp": 2, "schedule": "1f1b", "microbatches": 4},
+        ev.append(X(r, "step", "step", 0, 2000, step=0))
+        ev += [X(r, f"{cat}{m}", cat, 100 * m + t0, dur, mb=m)
+               for m in range(4) for cat, (t0, dur) in spans.items()]
+    path = write(tmp_path, ev, name, plan={"pp": 2, "schedule": schedule, "microbatches": 4},
                  coords={"0": "pp0", "1": "pp1"})
-    r = overlap(load(path), "rank")
+    return overlap(load(path), "rank")
+
+
+def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
+    r = pp2_report(tmp_path, "1f1b", {"F": (0, 10), "B": (50, 20)})
     # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%
     assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
     assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
@@ -113,16 +118,7 @@ def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
 
 def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
     """ZB1P with split backward spans: the formula takes B as the full backward (input + weight)."""
-    pytest.importorskip("kernels.pp.simulate")
-    ev = []
-    for r in range(2):
-        ev.append(X(r, "step", "step", 0, 2000, step=0))
-        ev += [X(r, f"F{m}", "F", 100 * m, 10, mb=m) for m in range(4)]
-        ev += [X(r, f"B{m}", "B", 100 * m + 40, 20, mb=m) for m in range(4)]
-        ev += [X(r, f"W{m}", "W", 100 * m + 70, 10, mb=m) for m in range(4)]
-    path = write(tmp_path, ev, plan={"pp": 2, "schedule": "zb1p", "microbatches": 4},
-                 coords={"0": "pp0", "1": "pp1"})
-    r = overlap(load(path), "rank")
+    r = pp2_report(tmp_path, "zb1p", {"F": (0, 10), "B": (40, 20), "W": (70, 10)})
     # F=1, B(input)=2, W=1: formula (P-1)(F+B_full-2W) = 1 * (1 + 3 - 2) = 2 units of a 4 * 4 + 2 = 18 step
     assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
     assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)   # equal stages: they agree

@@ -57,9 +57,13 @@ def test_region_slices_and_flat_ranges():
     assert region(t, "flat", [5, 8]).tolist() == [5, 6, 7]
 
 
+def _flat_pieces(full: dict) -> list[dict]:
+    return [{"name": n, "kind": "flat", "index": [0, t.numel()], "tensor": t.reshape(-1)} for n, t in full.items()]
+
+
 def _plan_side(steps=2, perturb_param=None):
     """A stand-in for a world's step items: a second Reference plays the plan, reporting its grads and
-    params as two pieces each (a slice and a flat range), as ranks do."""
+    params as flat pieces, as a rank does."""
     from partui.runcmd import _check_step
     plan, cfg = Plan(), make_config("tiny", layers=1)
     ref, fake = Reference(plan, cfg), Reference(plan, cfg)
@@ -69,9 +73,7 @@ def _plan_side(steps=2, perturb_param=None):
         params = {n: t.clone() for n, t in fake.update().items()}
         if perturb_param and step == perturb_param[0]:
             params[perturb_param[1]].reshape(-1)[0] += 1e-4
-        split = lambda full: [{"name": n, "kind": "flat", "index": [0, t.numel()], "tensor": t.reshape(-1)}  # noqa
-                              for n, t in full.items()]
-        items = [{"loss": loss, "grad_pieces": split(grads), "param_pieces": split(params)}]
+        items = [{"loss": loss, "grad_pieces": _flat_pieces(grads), "param_pieces": _flat_pieces(params)}]
         line = {"loss": loss}
         lines.append((_check_step(ref, items, line, "fp32"), line))
     return lines
