@@ -44,8 +44,8 @@ class Reference:
     def update(self, grads: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The optimizer step, from `grads` (full tensors by name) when given, else from the reference's
         own; returns the params after it."""
-        for n, prm in self.params.items():
-            if grads is not None:
+        if grads is not None:
+            for n, prm in self.params.items():
                 prm.grad = grads[n].to(prm.data.dtype).clone()
         self.optimizer.step(list(self.params.values()))
         self.step_count += 1

@@ -31,6 +31,7 @@ COLLECTIVES = ("native", "hand")
 HAND_TAG_BASE = 1 << 24   # p2p tags from here on are reserved for hand collectives
 HAND_TAG_SPAN = 1 << 20   # 2**18 ops in flight per group x 4 phases (see collectives.op_tag)
 _collectives = "native"
+_P2P_FUTURES: dict = {}    # {"has": bool} once the world's backend is known; cleared by init / destroy
 
 
 def set_collectives(mode: str) -> None:
@@ -287,14 +288,11 @@ def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -
     return Handle(rec, dist.irecv(t, src, tag=tag), t, future=_p2p_futures())
 
 
-_P2P_FUTURES: dict = {}
-
-
 def _p2p_futures() -> bool:
-    """Whether this backend's p2p work has a future: nccl's has, gloo's has not."""
-    if "ok" not in _P2P_FUTURES:
-        _P2P_FUTURES["ok"] = dist.get_backend() != "gloo"
-    return _P2P_FUTURES["ok"]
+    """Whether this backend's p2p work has a future: nccl's has, gloo's has not (cached per world)."""
+    if "has" not in _P2P_FUTURES:
+        _P2P_FUTURES["has"] = dist.get_backend() != "gloo"
+    return _P2P_FUTURES["has"]
 
 
 @dataclass
