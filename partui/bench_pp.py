@@ -6,7 +6,8 @@ nn.Module Llama with the very weights of ours (the same seeded global init), cut
 (interleaved: rank r holds stages r and r+P; ZBV and DualPipeV: r and 2P-1-r), run with autograd by
 ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble and ScheduleDualPipeV. A step
 is the whole training step on both sides: forward, backward, AdamW and the loss all-reduce; ms a step is the
-median over rounds of the slowest rank (also its best step, and the busiest rank's CPU time). Ours zb1p (one stage a rank) is set beside torch's ZBV (two).
+median over rounds of the slowest rank (also its best step, the busiest rank's CPU time and all ranks' CPU
+summed). Ours zb1p (one stage a rank) is set beside torch's ZBV (two).
 """
 from __future__ import annotations
 
@@ -165,12 +166,15 @@ def _rank_times(rank, world, opts) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             loss = fn()
             cost = torch.tensor([(time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3])
+            cpu_all = cost[1:].clone()
             comm.all_reduce(cost, comm.world_group(), op="max")      # the slowest rank's step
-            first_loss.setdefault(name, loss)
+            comm.all_reduce(cpu_all, comm.world_group())             # every rank's CPU: with more ranks
+            first_loss.setdefault(name, loss)                        # than cores, wall ~ this / cores
             if r >= opts["warmup"]:
-                times[name].append(cost.tolist())
+                times[name].append(cost.tolist() + cpu_all.tolist())
     summary = {k: {"ms": statistics.median(t[0] for t in v), "min_ms": min(t[0] for t in v),
-                   "cpu_ms": statistics.median(t[1] for t in v)} for k, v in times.items()}
+                   "cpu_ms": statistics.median(t[1] for t in v),
+                   "cpu_all_ms": statistics.median(t[2] for t in v)} for k, v in times.items()}
     return {"ms": summary, "loss": first_loss}
 
 
@@ -228,8 +232,9 @@ def main(argv: list[str]) -> int:
                 rows.append({"world": w, "ours": ours, "ours_ms": a["ms"], "ours_min": a["min_ms"],
                              "ours_cpu": a["cpu_ms"], "torch": theirs, "torch_ms": b["ms"],
                              "torch_min": b["min_ms"], "torch_cpu": b["cpu_ms"], "ours/torch": a["ms"] / b["ms"],
-                             "min ratio": a["min_ms"] / b["min_ms"], "loss_ours": res["loss"]["ours " + ours],
-                             "loss_torch": res["loss"]["torch " + theirs]})
+                             "min ratio": a["min_ms"] / b["min_ms"],
+                             "cpu_all ratio": a["cpu_all_ms"] / b["cpu_all_ms"],
+                             "loss_ours": res["loss"]["ours " + ours], "loss_torch": res["loss"]["torch " + theirs]})
     command = "partui bench pp " + " ".join(argv)
     if args.json:
         print(json.dumps({"command": command, "one_process_ms": single, "rows": rows}))
@@ -238,9 +243,10 @@ def main(argv: list[str]) -> int:
     print(f"{args.model} model, {args.layers} layers, {args.microbatches} microbatches of 1 sequence, "
           f"ms a training step (median of {args.rounds}, slowest rank), interleaved with torch's")
     print(table(rows, ["world", "ours", "ours_ms", "ours_min", "ours_cpu", "torch", "torch_ms", "torch_min",
-                       "torch_cpu", "ours/torch", "min ratio", "loss_ours", "loss_torch"]))
+                       "torch_cpu", "ours/torch", "min ratio", "cpu_all ratio", "loss_ours", "loss_torch"]))
     print("ms: median wall of the slowest rank; min: its best step; cpu: median process CPU ms of the busiest "
-          "rank (gloo threads included), which a crowded machine inflates least")
+          "rank (gloo threads included), which a crowded machine inflates least; cpu_all: all ranks' CPU summed "
+          "(with more ranks than cores, wall follows it)")
     print(f"one process, no pipeline: {single:.1f} ms a step")
     print(f"command: {command}")
     return 0
