@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from kernels import comm, events
+from kernels import comm
+
+from kernels.comm import events
 from kernels.data import dp_slice, global_batch
 from kernels.mesh import Plan, coord_label, coords, partition, validate
 from kernels.model import (LayerHooks, ModelConfig, build_model, forward_backward,  # noqa: F401
@@ -75,7 +77,7 @@ class Engine:
         if backward not in ("hand", "autograd"):
             raise ValueError(f"unknown backward {backward!r}: pick hand or autograd")
         groups = groups if groups is not None else build_groups(self.plan)
-        comm.set_collectives(self.plan.collectives)    # native (gloo / nccl) or hand (kernels.collectives)
+        comm.set_collectives(self.plan.collectives)    # native (gloo / nccl) or hand (kernels.comm.collectives)
         self.ctx = RankContext(self.plan, cfg, rank, coords(self.plan, rank), groups)
         self.device = torch.device(device)
         self.layers = build_local_layers(self.ctx, seed, self.device)
@@ -116,9 +118,9 @@ class Engine:
         _fill_overlap(res, compute_spans, comm.oplog.clear(), t0, t1)
         res.extra.update(self.sync.step_stats())
         if self.plan.cp > 1:  # attention time / FLOPs / K/V overlap of this step (kernels/cp.py)
-            res.extra.update(__import__("kernels.cp", fromlist=["cp_stats"]).cp_stats())
+            res.extra.update(__import__("kernels.cp.core", fromlist=["cp_stats"]).cp_stats())
         if self.cfg.experts:  # expert load (tokens per expert, dropped, aux loss); dense: nothing
-            from kernels.ep import moe_stats
+            from kernels.ep.layer import moe_stats
             res.extra.update(moe_stats())
         return res
 
@@ -196,12 +198,12 @@ def build_local_layers(ctx: RankContext, seed: int, device=None) -> list:
     if device is not None and device.type != "cpu":  # NCCL under torchrun: weights on the GPU
         tensors = {k: v.to(device) for k, v in tensors.items()}
     if plan.tp > 1:
-        from kernels.tp import build_tp_layers
+        from kernels.tp.layers import build_tp_layers
         layers = build_tp_layers(cfg, tensors, ctx)
     else:
         layers = build_model(cfg, seed, dtype, tensors, rank_ctx=ctx).layers
     if plan.cp > 1:
-        from kernels.cp import apply_context_parallel
+        from kernels.cp.core import apply_context_parallel
         apply_context_parallel(layers, ctx)
     return layers
 
@@ -213,7 +215,7 @@ class MicrobatchRunner:
         self.ctx, self.layers, self.backward = ctx, layers, backward
         self.cp_shard = None
         if ctx.plan.cp > 1:
-            from kernels.cp import sequence_shard
+            from kernels.cp.core import sequence_shard
             self.cp_shard = lambda t: sequence_shard(t, ctx)
 
     def params(self) -> dict:
@@ -241,7 +243,7 @@ class MicrobatchRunner:
 
 def make_runner(ctx: RankContext, layers: list, backward: str):
     if ctx.plan.overlap and ctx.plan.pp == 1:
-        from kernels.ep_overlap import OverlapRunner  # two microbatches: a2a behind compute
+        from kernels.ep.overlap import OverlapRunner  # two microbatches: a2a behind compute
         return OverlapRunner(ctx, layers, backward)
     if ctx.plan.pp > 1:
         from kernels.pp.executor import PipelineRunner
@@ -250,5 +252,5 @@ def make_runner(ctx: RankContext, layers: list, backward: str):
 
 
 def make_grad_sync(ctx: RankContext, params: dict, optimizer):
-    from kernels.dp import make_grad_sync as _make
+    from kernels.dp.sync import make_grad_sync as _make
     return _make(ctx, params, optimizer)

@@ -91,7 +91,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple]:
                        p + "attn.wv.weight": (cfg.kv_heads * hd, d),
                        p + "attn.wo.weight": (d, cfg.heads * hd), p + "mlp_norm.weight": (d,)})
         if is_moe_layer(cfg, i):
-            from kernels.ep import moe_param_shapes  # the MoE variant lives with expert parallelism
+            from kernels.ep.layer import moe_param_shapes  # the MoE variant lives with expert parallelism
             shapes.update(moe_param_shapes(cfg, p + "moe."))
         else:
             shapes.update({p + "mlp.w1.weight": (cfg.ffn_hidden, d),
@@ -246,7 +246,7 @@ def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, ra
                      lin("attn.wo.weight"), cfg.heads, cfg.kv_heads, cfg.head_dim, cos, sin,
                      LocalAttention(positions))
     if is_moe_layer(cfg, i):
-        from kernels.ep import build_moe  # the MoE variant lives with expert parallelism
+        from kernels.ep.layer import build_moe  # the MoE variant lives with expert parallelism
         mlp = build_moe(cfg, pre + "moe.", tensors, rank_ctx)
     else:
         mlp = SwiGLU(lin("mlp.w1.weight"), lin("mlp.w3.weight"), lin("mlp.w2.weight"))

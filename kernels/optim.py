@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from kernels import events
+from kernels.comm import events
 from kernels.layers import Param
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)

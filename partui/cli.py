@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks against torch built-ins")
     bench.add_argument("what", choices=BENCHES)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
-    for mod in ("partui.cmd_report", "partui.cmd_simulate"):
+    for mod in ("partui.commands.report", "partui.commands.simulate"):
         try:
             importlib.import_module(mod).add_parser(sub)
         except ModuleNotFoundError as e:
@@ -111,21 +111,21 @@ def main(argv=None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.cmd in (None, "app"):
-        from partui.app import main as app_main
+        from partui.app.main import main as app_main
         return app_main()
     if args.cmd == "repl":
-        from partui.repl import main as repl_main
+        from partui.commands.repl import main as repl_main
         return repl_main()
     if args.cmd == "run":
-        from partui.runcmd import run
+        from partui.commands.run import run
         return run(args)
     if args.cmd == "bench":
-        mod = importlib.import_module(f"partui.bench_{args.what}")
+        mod = importlib.import_module(f"partui.bench.{args.what}")
         return mod.main(args.rest)
     if args.cmd == "report":
-        return importlib.import_module("partui.cmd_report").run(args)
+        return importlib.import_module("partui.commands.report").run(args)
     if args.cmd == "simulate":
-        return importlib.import_module("partui.cmd_simulate").run(args)
+        return importlib.import_module("partui.commands.simulate").run(args)
     ap.print_help()
     return 2
 

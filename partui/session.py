@@ -47,13 +47,13 @@ PRESETS: dict[str, tuple[str, dict]] = {
 }
 # (does the plan use it?, module, attribute) for every engine part written separately
 ENGINE_PARTS = (
-    (lambda f: f.get("grad_sync") == "bucketed" and not f.get("zero"), "kernels.dp", "BucketedDP"),
-    (lambda f: f.get("zero", 0) > 0, "kernels.zero", "make_zero"),
-    (lambda f: f.get("tp", 1) > 1, "kernels.tp", "build_tp_layers"),
+    (lambda f: f.get("grad_sync") == "bucketed" and not f.get("zero"), "kernels.dp.sync", "BucketedDP"),
+    (lambda f: f.get("zero", 0) > 0, "kernels.dp.zero", "make_zero"),
+    (lambda f: f.get("tp", 1) > 1, "kernels.tp.layers", "build_tp_layers"),
     (lambda f: f.get("pp", 1) > 1, "kernels.pp.executor", "PipelineRunner"),
-    (lambda f: f.get("cp", 1) > 1, "kernels.cp", "apply_context_parallel"),
-    (lambda f: f.get("ep", 1) > 1 or f.get("experts", 0) > 0, "kernels.ep", "build_moe"),
-    (lambda f: bool(f.get("overlap")), "kernels.ep_overlap", "OverlapRunner"),
+    (lambda f: f.get("cp", 1) > 1, "kernels.cp.core", "apply_context_parallel"),
+    (lambda f: f.get("ep", 1) > 1 or f.get("experts", 0) > 0, "kernels.ep.layer", "build_moe"),
+    (lambda f: bool(f.get("overlap")), "kernels.ep.overlap", "OverlapRunner"),
 )
 SHOW_WHAT = ("params", "grad", "optim")
 TRACE_DIR = "traces"
@@ -285,7 +285,7 @@ class World:
                     per_rank[r]["events"] = per_rank[r]["events"] + ev["events"]
                     per_rank[r]["t1_us"] = ev["t1_us"]
             steps = self._traced_steps or [len(self.history)]
-            from partui.analysis import usable_cpus
+            from partui.analysis.metrics import usable_cpus
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
                     "torch": torch.__version__, "cpus": usable_cpus(), "steps": [min(steps), max(steps)],
                     "ranks": [i["label"] for i in self.infos], "command": "partui app"}
@@ -295,7 +295,7 @@ class World:
 
     def report(self, by: str = "rank", path: str | None = None):
         """The overlap table (pandas DataFrame) of the last saved trace, by rank or step."""
-        from partui.analysis import load, overlap
+        from partui.analysis.metrics import load, overlap
         path = path or self.trace_path
         if path is None:
             raise RuntimeError("no trace saved yet: trace_on(), step, trace_save(name), report()")

@@ -1,6 +1,6 @@
 """Per-rank trace recording and the merge into one Chrome trace that opens in Perfetto.
 
-Each worker runs a `RankTracer`: it is the `kernels.events` recorder (compute spans, comm
+Each worker runs a `RankTracer`: it is the `kernels.comm.events` recorder (compute spans, comm
 issue/complete/wait, counters) and, beside it, a viztracer in sparse mode (only @log_sparse
 functions) or, with sparse=False, full function tracing. `stop()` returns plain JSON-able Chrome
 events with pid = rank and ts in microseconds from perf_counter_ns; the controller calls
@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from kernels import events
+from kernels.comm import events
 
 COMPUTE_TID = 1
 COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...

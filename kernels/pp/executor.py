@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels import comm, events
+from kernels import comm
+
+from kernels.comm import events
 from kernels.mesh import partition
 from kernels.model import Block
 from kernels.pp.schedules import COMPUTE_KINDS, build_schedule
@@ -53,7 +55,7 @@ class PipelineRunner:
         self.chunks = build_chunks(layers, self.schedule, self.rank)   # the other stages' layers are dropped
         self.cp_shard = None
         if plan.cp > 1:
-            from kernels.cp import sequence_shard
+            from kernels.cp.core import sequence_shard
             self.cp_shard = lambda t: sequence_shard(t, ctx)
         self._params = {}
         for ch in sorted(self.chunks, key=lambda c: c.stage):   # model order: the same on mirrored ranks

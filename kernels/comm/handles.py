@@ -1,0 +1,106 @@
+"""Handles of in-flight comm ops and the always-on op log (no torch.distributed here).
+
+A `Handle`'s completion time is taken when its future completes (in gloo's thread), or at
+`wait()` for work without a future (gloo's p2p); `OpLog` keeps every op's issue / complete /
+wait times since the last clear, so overlap can be measured without a tracer.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from kernels.comm import events
+
+
+@dataclass
+class OpRecord:
+    op_id: int
+    op: str
+    group: str
+    nbytes: int
+    peer: int | None
+    t_issue: int
+    t_complete: int | None = None
+    wait_ns: int = 0
+    waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
+
+
+class OpLog:
+    """Every op's issue and completion time since the last `clear()`; always on, a few ns an op."""
+
+    def __init__(self):
+        self.records: list[OpRecord] = []
+        self._lock = threading.Lock()
+
+    def add(self, rec: OpRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+    def clear(self) -> list[OpRecord]:
+        with self._lock:
+            out, self.records = self.records, []
+        return out
+
+
+oplog = OpLog()
+
+
+class Handle:
+    """An in-flight op. `wait()` blocks until done and returns the output tensor(s)."""
+
+    def __init__(self, rec: OpRecord, work, result, future: bool = True):
+        """future=False: the work has none (gloo's p2p), so completion is seen at wait(); asking
+        would cost a C++ exception, ~0.1 ms an op."""
+        self.rec, self._work, self.result = rec, work, result
+        self._done = work is None
+        if work is not None and future:
+            try:
+                fut = work.get_future()
+            except RuntimeError:  # no future after all: completion is seen at wait()
+                fut = None
+            if fut is not None:
+                fut.add_done_callback(self._on_complete)
+
+    def _on_complete(self, _fut) -> None:
+        t = events.now_ns()
+        if self.rec.t_complete is not None:  # wait() saw it first
+            return
+        self.rec.t_complete = t
+        rec = events.recorder()
+        if rec is not None and hasattr(rec, "comm_complete"):
+            rec.comm_complete(self.rec.op_id, t)
+
+    def is_completed(self) -> bool:
+        return self._done or self._work.is_completed()
+
+    def wait(self):
+        if not self._done:
+            t0 = events.now_ns()
+            self._work.wait()
+            t1 = events.now_ns()
+            rec = events.recorder()
+            if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
+                self.rec.t_complete = t1
+                if rec is not None and hasattr(rec, "comm_complete"):
+                    rec.comm_complete(self.rec.op_id, t1)
+            self.rec.wait_ns += t1 - t0
+            self.rec.waits = (self.rec.waits or []) + [(t0, t1)]
+            if rec is not None and hasattr(rec, "comm_wait"):
+                rec.comm_wait(self.rec.op_id, t0, t1)
+            self._done = True
+        return self.result
+
+
+class AvgHandle(Handle):
+    """An all-reduce average: sum on the wire, divide once at wait."""
+
+    def __init__(self, rec, work, t, n):
+        super().__init__(rec, work, t)
+        self._n, self._divided = n, False
+
+    def wait(self):
+        super().wait()
+        if not self._divided:
+            self.result.div_(self._n)
+            self._divided = True
+        return self.result

@@ -1,0 +1,248 @@
+"""Expert parallelism: the MoE layer with its experts sharded over the ep group, all-to-all
+dispatch and combine, and the per-step expert-load accumulator.
+
+A forward runs in phases so kernels/ep_overlap.py can put one microbatch's all-to-all in flight
+while another computes:
+
+    forward_dispatch(x)   route, build the rows, exchange counts, issue the dispatch all-to-all
+    forward_experts(c)    wait for the rows, run the local experts, issue the combine all-to-all
+    forward_combine(c)    wait for the outputs, weighted sum back into token order
+
+and the backward mirrors it (backward_combine / backward_experts / backward_dispatch); the
+backward of an all-to-all is the reverse all-to-all with the splits swapped.
+Dispatch "uneven" sends only kept rows (counts exchanged first by an all-to-all of counts);
+"even" is GShard's capacity-padded buffer of equal splits, no count exchange.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels import comm
+
+from kernels.comm import events
+from kernels.layers.base import Ctx, Layer, Param
+from kernels.ep.routing import (combine, combine_backward, even_rows, experts_backward_input,
+                         experts_backward_weight, experts_forward, gate_backward, gather_rows,
+                         group_tokens, route, scatter_rows, uneven_rows, capacity)
+
+DISPATCH_MODES = ("uneven", "even")
+_STATS: dict[int, dict] = {}   # layer -> load since the last moe_stats()
+
+
+def moe_param_shapes(cfg, prefix: str) -> dict[str, tuple]:
+    """One tensor per kind, stacked over experts (dim 0), so EP shards dim 0."""
+    e, h, d = cfg.experts, cfg.ffn_hidden, cfg.dim
+    return {prefix + "router.weight": (e, d), prefix + "experts.w1.weight": (e, h, d),
+            prefix + "experts.w3.weight": (e, h, d), prefix + "experts.w2.weight": (e, d, h)}
+
+
+def moe_stats() -> dict:
+    """Expert load of this rank's tokens since the last call (then reset): a step stat."""
+    if not _STATS:
+        return {}
+    layers = {str(i): {"tokens_per_expert": s["tokens"].tolist(), "dropped": s["dropped"],
+                       "aux_loss": s["aux"]} for i, s in sorted(_STATS.items())}
+    total = sum(s["tokens"] for s in _STATS.values())
+    out = {"moe_tokens_per_expert": total.tolist(),
+           "moe_dropped": sum(s["dropped"] for s in _STATS.values()),
+           "moe_aux_loss": sum(s["aux"] for s in _STATS.values()), "moe_layers": layers}
+    _STATS.clear()
+    return out
+
+
+def _record_load(layer: int, tokens: torch.Tensor, dropped: int, aux: float) -> None:
+    s = _STATS.setdefault(layer, {"tokens": torch.zeros_like(tokens), "dropped": 0, "aux": 0.0})
+    s["tokens"] += tokens
+    s["dropped"] += dropped
+    s["aux"] += aux
+    if events.recorder() is not None:
+        events.counter(f"moe layer {layer} load", dropped=dropped,
+                       **{f"expert {e}": int(n) for e, n in enumerate(tokens.tolist())})
+
+
+class _Ready:
+    """A finished exchange (group of one): wait() returns the tensor."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def wait(self):
+        return self.t
+
+
+def _exchange(inp: torch.Tensor, group, out_rows: int, out_splits, in_splits):
+    """Async all-to-all of rows [N, dim] -> [out_rows, dim]; a group of one moves nothing."""
+    if group is None or group.size == 1:
+        return _Ready(inp)
+    out = inp.new_empty((out_rows, inp.shape[1]))
+    return comm.all_to_all_single(out, inp.contiguous(), group, out_splits, in_splits,
+                                  async_op=True)
+
+
+class MoE(Layer):
+    """Router + E SwiGLU experts, this rank holding experts [lo, lo + local)."""
+
+    is_moe = True
+
+    def __init__(self, cfg, index: int, router: Param, w1: Param, w3: Param, w2: Param,
+                 group=None, dispatch: str = "uneven", lo: int = 0):
+        if dispatch not in DISPATCH_MODES:
+            raise ValueError(f"unknown EP dispatch {dispatch!r}: pick uneven or even")
+        self.cfg, self.index, self.dispatch = cfg, index, dispatch
+        self.router, self.w1, self.w3, self.w2 = router, w1, w3, w2
+        self.group = group
+        self.ep = group.size if group is not None else 1
+        self.local = cfg.experts // self.ep
+        self.lo = lo                                            # first global expert held here
+        self.gs = group_tokens(cfg)
+        self.global_groups = cfg.batch * cfg.seq // self.gs
+
+    def own_params(self):
+        return {"router.weight": self.router, "experts.w1.weight": self.w1,
+                "experts.w3.weight": self.w3, "experts.w2.weight": self.w2}
+
+    # ---------------------------------------------------------------- forward phases
+    def forward_dispatch(self, x):                              # x [B, S, dim]
+        shape = x.shape
+        xt = x.reshape(-1, shape[-1])                           # [T, dim]
+        if xt.shape[0] % self.gs:
+            raise ValueError(f"MoE layer {self.index} got {xt.shape[0]} tokens, not whole routing "
+                             f"groups of {self.gs}: context parallel cannot shard an MoE model")
+        with events.span("router + dispatch rows", "F", layer=self.index):
+            logits = xt @ self.router.data.t()                  # [T, E]
+            r = route(logits, self.cfg, self.gs, self.global_groups)
+            rows = (even_rows(r, self.gs, capacity(self.cfg, self.gs), xt.dtype)
+                    if self.dispatch == "even" else uneven_rows(r, xt.dtype))
+            send = gather_rows(xt, rows)                        # [N, dim] grouped by expert
+        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)], minlength=self.cfg.experts)
+        _record_load(self.index, kept, int((~r.keep).sum()), float(r.aux.detach()))
+        if self.dispatch == "even":                             # equal splits: nothing to tell
+            recv_counts = rows.counts.view(self.ep, self.local)
+        else:
+            recv_counts = self._exchange_counts(rows.counts)
+        in_splits = rows.counts.view(self.ep, self.local).sum(1).tolist()
+        out_splits = recv_counts.sum(1).tolist()                # [ep] rows from each source
+        c = Ctx(shape=shape, xt=xt, r=r, rows=rows, in_splits=in_splits, out_splits=out_splits,
+                recv_counts=recv_counts, aux_loss=r.aux)
+        c.pending = _exchange(send, self.group, sum(out_splits), out_splits, in_splits)
+        return c
+
+    def _exchange_counts(self, counts: torch.Tensor) -> torch.Tensor:
+        """[ep, local]: rows each source rank sends to each of my experts."""
+        if self.ep == 1:
+            return counts.view(1, -1)
+        out = torch.empty_like(counts)
+        comm.all_to_all_single(out, counts, self.group)
+        return out.view(self.ep, self.local)
+
+    def wait(self, c):
+        """Block until the phase's all-to-all has landed (kept apart so waits are not compute)."""
+        if c.pending is not None:
+            c.arrived, c.pending = c.pending.wait(), None
+        return c.arrived
+
+    def _grouping(self, c):
+        """Received rows come [source][local expert]; the experts want [local expert][source]."""
+        per = c.recv_counts.reshape(-1)
+        owner = torch.arange(self.local, device=per.device).repeat(self.ep).repeat_interleave(per)
+        c.perm = torch.sort(owner, stable=True).indices
+        c.inv = torch.argsort(c.perm)
+        c.expert_counts = c.recv_counts.sum(0).tolist()         # [local]
+
+    def forward_experts(self, c) -> None:
+        recv = self.wait(c)                                     # [M, dim]
+        with events.span("experts", "expert", layer=self.index, rows=int(recv.shape[0])):
+            self._grouping(c)
+            y, c.cx = self.run_experts(recv.index_select(0, c.perm), c.expert_counts)
+            y = y.index_select(0, c.inv)                        # back to arrival order
+        c.pending = _exchange(y, self.group, c.rows.src.numel(), c.in_splits, c.out_splits)
+
+    def run_experts(self, rows, counts: list[int]):
+        """rows [M, dim] grouped by local expert -> (outputs [M, dim], ctx); tests swap it."""
+        return experts_forward(self.w1.data, self.w3.data, self.w2.data, rows, counts)
+
+    def forward_combine(self, c):
+        ret = self.wait(c)                                      # [N, dim] in send order
+        with events.span("combine", "F", layer=self.index):
+            c.ret = ret
+            out = combine(ret, c.rows, c.r, c.xt.shape[0])
+        return out.view(c.shape), c
+
+    def forward(self, x):
+        c = self.forward_dispatch(x)
+        self.forward_experts(c)
+        return self.forward_combine(c)
+
+    # ---------------------------------------------------------------- backward phases
+    def backward_combine(self, c, dy) -> None:
+        with events.span("combine dX", "B", layer=self.index):
+            drows, c.dw = combine_backward(dy.reshape(-1, dy.shape[-1]), c.ret, c.rows, c.r)
+        c.ret = None
+        c.pending = _exchange(drows, self.group, sum(c.out_splits), c.out_splits, c.in_splits)
+
+    def backward_experts(self, c) -> None:
+        dy = self.wait(c)                                       # [M, dim] arrival order
+        with events.span("experts dX", "B", layer=self.index):
+            dx = experts_backward_input(self.w1.data, self.w3.data, self.w2.data, c.cx,
+                                        dy.index_select(0, c.perm))
+            dx = dx.index_select(0, c.inv)
+        c.pending = _exchange(dx, self.group, c.rows.src.numel(), c.in_splits, c.out_splits)
+
+    def backward_dispatch(self, c):
+        drows = self.wait(c)                                    # [N, dim] send order
+        with events.span("router dX", "B", layer=self.index):
+            t = c.xt.shape[0]
+            dxt = scatter_rows(drows, c.rows, t)
+            c.dlogits = gate_backward(c.r, c.dw, self.cfg.top_k)   # [T, E]
+            dxt = dxt + c.dlogits @ self.router.data
+        return dxt.view(c.shape)
+
+    def backward_input(self, c, dy):
+        self.backward_combine(c, dy)
+        self.backward_experts(c)
+        return self.backward_dispatch(c)
+
+    def backward_expert_weights(self, c) -> None:
+        with events.span("experts dW", "W", layer=self.index):
+            d1, d3, d2 = experts_backward_weight(c.cx, self.w1.data, self.w3.data, self.w2.data)
+        self.w1.accumulate(d1)
+        self.w3.accumulate(d3)
+        self.w2.accumulate(d2)
+
+    def backward_router_weight(self, c) -> None:
+        with events.span("router dW", "W", layer=self.index):
+            self.router.accumulate_matmul(c.dlogits.t(), c.xt)  # [E, dim]
+        c.dlogits = c.xt = None
+
+    def backward_weight(self, c) -> None:
+        self.backward_expert_weights(c)
+        self.backward_router_weight(c)
+
+
+def build_moe(cfg, prefix: str, tensors: dict, rank_ctx=None, dispatch: str | None = None) -> MoE:
+    """The MoE layer of block `prefix`; with a rank context, this rank's experts of the ep group."""
+    index = int(prefix.split(".")[1])
+    group, lo, local = None, 0, cfg.experts
+    if rank_ctx is not None:
+        plan = rank_ctx.plan
+        if plan.cp > 1:
+            raise ValueError("context parallel cannot shard an MoE model (a routing group is one "
+                             "whole sequence): drop --cp or --experts")
+        group = rank_ctx.group("ep")
+        local = cfg.experts // group.size
+        lo = group.rank * local
+        dispatch = dispatch or getattr(plan, "ep_dispatch", None)
+    shard = (slice(lo, lo + local), slice(None), slice(None))
+
+    def expert(kind):
+        name = prefix + f"experts.{kind}.weight"
+        full = tensors[name]
+        prm = Param(name, full[lo:lo + local].clone(), full.shape,
+                    shard if local < cfg.experts else None)
+        if rank_ctx is not None:
+            prm.meta["dp_group"] = "ep_dp"   # summed only over ranks holding the same experts
+        return prm
+
+    router = Param(prefix + "router.weight", tensors[prefix + "router.weight"])
+    return MoE(cfg, index, router, expert("w1"), expert("w3"), expert("w2"), group,
+               dispatch or "uneven", lo)

@@ -1,0 +1,76 @@
+"""The command line's verbs, run by the app (`execute`) and offered in Textual's palette."""
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from partui.session import PRESETS
+from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
+
+
+class CommandsProvider(Provider):
+    """The command line's verbs in Textual's palette (ctrl+p)."""
+
+    def commands(self) -> list[str]:
+        return list(EXAMPLES) + [f"plan {p}" for p in PRESETS if p != "custom"]
+
+    async def discover(self) -> Hits:
+        for cmd in EXAMPLES:
+            yield DiscoveryHit(cmd, partial(self.app.execute, cmd), help="partui command")
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for cmd in self.commands():
+            score = matcher.match(cmd)
+            if score > 0:
+                yield Hit(score, matcher.highlight(cmd), partial(self.app.execute, cmd),
+                          help="partui command")
+
+
+class CommandsMixin:
+    """`execute(text)` for the app: parse one command line and call the app's actions."""
+
+    def execute(self, text: str) -> None:
+        """Run one command line (`step 3`, `plan zero2 dp=2`, ...); errors become notifications."""
+        try:
+            cmd = parse(text)
+        except CommandError as e:
+            self.notify(str(e), title="command", severity="error")
+            return
+        a = cmd.args
+        if cmd.verb == "quit":
+            self.action_quit()
+        elif cmd.verb == "help":
+            self.action_help()
+        elif cmd.verb == "plan":
+            if not self.engine_ready:
+                self.notify("the engine is still loading (torch): try again in a second")
+                return
+            fields = dict(a["fields"])
+            self.launch_world(a["preset"], fields.pop("model", "tiny"), fields)
+        elif cmd.verb in ("launch", "reset"):
+            if self.run_screen() is None and cmd.verb == "launch":
+                self.setup_screen.action_launch()
+            else:
+                self.action_reset()
+        elif cmd.verb == "step":
+            self.action_step(a["n"])
+        elif cmd.verb == "run":
+            if not self.busy:
+                self.action_run_or_pause(a["n"])
+        elif cmd.verb == "pause":
+            self.pause_requested = True
+        elif cmd.verb == "show":
+            rs = self.run_screen()
+            if rs is None:
+                self.notify("launch a world first: show reads a rank's snapshot")
+            elif not 0 <= a["rank"] < len(rs.infos):
+                self.notify(f"rank {a['rank']} is outside the world of {len(rs.infos)}: pick "
+                            f"0..{len(rs.infos) - 1}", severity="error")
+            else:
+                rs.select(a["rank"], what=a["what"], name=a["name"])
+        elif cmd.verb == "trace":
+            self._trace(a["action"], a.get("name", ""))
+        elif cmd.verb == "report":
+            self._report_worker()

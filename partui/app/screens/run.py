@@ -1,0 +1,132 @@
+"""Run: step / run / pause / reset, the loss curve, a card per rank, and the selected rank's
+Parameters / Gradients / Optimizer / Shard map / Trace tabs. Every number is from a snapshot,
+a step summary or the trace analysis."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Sparkline, Static
+
+from partui.app.widgets.command_line import CommandLine
+from partui.app.widgets.inspector import TABS, Inspector
+from partui.app.widgets.rank_card import RankCard
+from partui.app.widgets.shard_map import ShardMap
+
+
+class RunScreen(Screen):
+    BINDINGS = [Binding("s", "app.step(1)", "step"), Binding("n", "app.step(10)", "step 10"),
+                Binding("r", "app.run_or_pause", "run/pause"), Binding("x", "app.reset", "reset"),
+                Binding("t", "app.trace_toggle", "trace"),
+                Binding("left_square_bracket", "select(-1)", "rank-", show=False),
+                Binding("right_square_bracket", "select(1)", "rank+"),
+                Binding("colon", "command", "command"), Binding("p", "app.setup", "plan"),
+                Binding("question_mark", "app.help", "help")]
+
+    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None):
+        super().__init__()
+        self.world, self.infos, self.presets = world, infos, presets
+        self.selected = 0
+        self.name_filter = ""
+        self.snaps = snaps
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="run-top"):
+            yield Static("", id="run-status")
+            yield Sparkline([], id="loss")
+        with Horizontal(id="run-body"):
+            with VerticalScroll(id="cards"):
+                for info in self.infos:
+                    yield RankCard(info, id=f"card-{info['rank']}")
+            yield Inspector(id="inspector")
+        yield CommandLine(self.presets, self.param_names, id="command")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.select(0)
+        self.update_status()
+
+    # ---------------------------------------------------------------- state shown
+    def param_names(self) -> list[str]:
+        if not self.snaps:
+            return []
+        return [p["name"] for p in self.snaps[self.selected]["params"]]
+
+    def cards(self) -> list[RankCard]:
+        return list(self.query(RankCard))
+
+    def set_busy(self, busy: bool) -> None:
+        for c in self.cards():
+            c.busy = busy
+
+    def update_status(self, note: str = "") -> None:
+        w = self.world
+        plan = w.current_plan
+        losses = w.losses()
+        t = Text()
+        t.append(f"{plan.describe()} · world {plan.world}", style="bold")
+        t.append(f" · step {len(losses)}")
+        if losses:
+            t.append(f" · loss {losses[-1]:.4f}", style="bold green")
+        if w.recording:
+            t.append(" · ● rec", style="bold red")
+        if not w.launched:
+            t.append(" · world closed: x (reset) relaunches", style="bold red")
+        if note:
+            t.append(f" · {note}", style="yellow")
+        self.query_one("#run-status", Static).update(t)
+        self.query_one("#loss", Sparkline).data = losses[-200:]
+
+    def show_step(self, line: dict | None, snaps: list[dict] | None) -> None:
+        if line is not None:
+            for c, item in zip(self.cards(), line["ranks"]):
+                c.update_step(item)
+        if snaps is not None:
+            self.snaps = snaps
+            self.fill_inspector()
+        self.update_status()
+
+    def fill_inspector(self) -> None:
+        if self.snaps:
+            self.query_one(Inspector).fill(self.snaps[self.selected], self.name_filter)
+            self.draw_shard_map()
+
+    def draw_shard_map(self) -> None:
+        if not self.snaps:
+            return
+        insp = self.query_one(Inspector)
+        what = "optimizer" if insp.active == TABS["optim"] else "params"
+        table = self.query_one("#table-optim" if what == "optimizer" else "#table-params", DataTable)
+        if not table.row_count:
+            return
+        name = str(table.get_row_at(table.cursor_row)[0])
+        self.query_one(ShardMap).show(name, self.snaps, what)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id in ("table-params", "table-grad", "table-optim"):
+            self.draw_shard_map()
+
+    # ---------------------------------------------------------------- selection
+    def select(self, rank: int, what: str | None = None, name: str | None = None) -> None:
+        self.selected = rank
+        for c in self.cards():
+            c.selected = c.rank == rank
+        if name is not None:
+            self.name_filter = name
+        insp = self.query_one(Inspector)
+        if what is not None:
+            insp.active = TABS[what]
+        self.query_one(f"#card-{rank}").scroll_visible()
+        self.fill_inspector()
+
+    def action_select(self, delta: int) -> None:
+        self.select((self.selected + delta) % len(self.infos))
+
+    def on_rank_card_selected(self, event: RankCard.Selected) -> None:
+        self.select(event.rank)
+
+    def action_command(self) -> None:
+        self.query_one("#command").focus()

@@ -1,0 +1,164 @@
+"""Setup: presets, a mesh editor validated live with the Plan's own messages, the model size,
+and Launch (in a worker, with visible progress)."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from partui.app.widgets.command_line import CommandLine
+
+INT_INPUTS = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
+CP_MODES = ("ring", "zigzag", "ulysses")
+MODELS = ("tiny", "small", "medium", "large")
+DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "microbatches": 1,
+            "experts": 0, "schedule": "1f1b", "cp_mode": "ring"}
+
+
+class SetupScreen(Screen):
+    BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("colon", "command", "command"),
+                Binding("question_mark", "app.help", "help")]
+
+    def __init__(self, presets: dict):
+        super().__init__(id="setup")
+        self.presets = presets            # name -> (label, fields)
+        self.gaps: dict[str, str | None] = {}
+        self.plan = self.error = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="setup-body"):
+            yield OptionList(*[Option(f"  {label}", id=name)
+                               for name, (label, _) in self.presets.items()], id="presets")
+            with Vertical(id="mesh"):
+                with Grid(id="mesh-grid"):
+                    for name in INT_INPUTS:
+                        yield Label(name[:5] if name != "microbatches" else "mb")
+                        yield Input(str(DEFAULTS[name]), type="integer", id=f"f-{name}",
+                                    classes="field")
+                yield Select([(s, s) for s in SCHEDULES], value="1f1b", allow_blank=False,
+                             id="f-schedule", prompt="schedule")
+                yield Select([(m, m) for m in CP_MODES], value="ring", allow_blank=False,
+                             id="f-cp_mode", prompt="cp mode")
+            with Vertical(id="model"):
+                yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
+                             id="f-model")
+                yield Static("", id="model-info")
+                yield Button("Launch ⏎", variant="primary", id="launch")
+        yield Static("loading the engine (torch) ...", id="status")
+        yield Static("", id="progress")
+        yield CommandLine(list(self.presets), lambda: [], id="command")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#presets", OptionList).highlighted = 0
+        self.query_one("#presets").focus()
+
+    # ---------------------------------------------------------------- presets
+    def set_gaps(self, gaps: dict[str, str | None]) -> None:
+        """Mark presets the engine cannot run yet (shown, never hidden)."""
+        self.gaps = gaps
+        ol = self.query_one("#presets", OptionList)
+        for i, (name, (label, _)) in enumerate(self.presets.items()):
+            prompt = Text(f"  {label}")
+            if gaps.get(name):
+                prompt = Text(f"  {label} · not yet", style="dim")
+            ol.replace_option_prompt_at_index(i, prompt)
+        self.revalidate()
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        name = event.option.id
+        if name == "custom":
+            return
+        fields = dict(DEFAULTS, **self.presets[name][1])
+        for key in INT_INPUTS:
+            self.query_one(f"#f-{key}", Input).value = str(int(fields[key]))
+        self.query_one("#f-schedule", Select).value = fields["schedule"]
+        self.query_one("#f-cp_mode", Select).value = fields["cp_mode"]
+        self.preset = name
+        self.revalidate()
+
+    def on_option_list_option_selected(self, _event) -> None:
+        self.action_launch()
+
+    # ---------------------------------------------------------------- the mesh
+    def fields(self) -> dict:
+        out = {}
+        for key in INT_INPUTS:
+            raw = self.query_one(f"#f-{key}", Input).value.strip()
+            out[key] = int(raw) if raw.lstrip("-").isdigit() else raw
+        out["schedule"] = self.query_one("#f-schedule", Select).value
+        out["cp_mode"] = self.query_one("#f-cp_mode", Select).value
+        preset = getattr(self, "preset", "custom")
+        for k, v in self.presets.get(preset, ("", {}))[1].items():
+            if k not in out:  # preset-only fields (sp, grad_sync, virtual_stages)
+                out[k] = v
+        return out
+
+    def model(self) -> str:
+        return self.query_one("#f-model", Select).value
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id and event.input.id.startswith("f-"):
+            self.revalidate()
+
+    def on_select_changed(self, _event) -> None:
+        self.revalidate()
+
+    def revalidate(self) -> None:
+        """Validate the editor's plan now; the status line shows the Plan's own message."""
+        if not self.app.engine_ready:
+            return
+        from kernels.mesh import coord_label
+        from partui.session import PlanError, make_plan
+        status = self.query_one("#status", Static)
+        fields = self.fields()
+        bad = [k for k in INT_INPUTS if not isinstance(fields[k], int)]
+        self.plan = None
+        if bad:
+            self.error = f"{bad[0]} must be a whole number"
+        else:
+            try:
+                self.plan, cfg = make_plan("custom", self.model(), **fields)
+                self.error = None
+            except (PlanError, ValueError) as e:
+                self.error, cfg = str(e), None
+        if self.error:
+            status.update(Text(f"✗ {self.error}", style="bold red"))
+            status.set_class(True, "-invalid")
+            return
+        status.set_class(False, "-invalid")
+        p = self.plan
+        who = "  ".join(f"r{r}={coord_label(p, r)}" for r in range(min(p.world, 4)))
+        status.update(Text(f"✓ valid: {p.world} ranks · {p.describe()} · {who}"
+                           + (" ..." if p.world > 4 else ""), style="green"))
+        self.query_one("#model-info", Static).update(
+            f"{cfg.n_params() / 1e6:.2f} M params\nlayers {cfg.layers} dim {cfg.dim}\n"
+            f"heads {cfg.heads} kv {cfg.kv_heads}\nseq {cfg.seq} batch {cfg.batch}\n"
+            f"vocab {cfg.vocab}")
+
+    # ---------------------------------------------------------------- launch
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "launch":
+            self.action_launch()
+
+    def action_launch(self) -> None:
+        if not self.app.engine_ready:
+            self.app.notify("the engine is still loading (torch): a second, please")
+            return
+        self.revalidate()
+        if self.error:
+            self.app.notify(self.error, title="invalid plan", severity="error")
+            return
+        self.app.launch_world("custom", self.model(), self.fields())
+
+    def action_command(self) -> None:
+        self.query_one("#command").focus()
+
+    def progress(self, msg: str) -> None:
+        self.query_one("#progress", Static).update(Text(msg, style="yellow"))

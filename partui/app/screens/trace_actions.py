@@ -1,0 +1,82 @@
+"""The app's trace verbs: record on/off, save, and the overlap report drawn in the trace panel.
+Mixed into PartuiApp; saving and analysis run in thread workers."""
+from __future__ import annotations
+
+from textual import on, work
+from textual.widgets import Button, Input
+
+
+class TraceMixin:
+    def action_trace_toggle(self) -> None:
+        self._trace("off" if self.world.recording else "on")
+
+    def _trace(self, action: str, name: str = "") -> None:
+        if self.run_screen() is None:
+            self.notify("launch a world first: tracing records its steps")
+            return
+        if self._begin():
+            self._trace_worker(action, name)
+
+    @work(thread=True, group="world")
+    def _trace_worker(self, action: str, name: str) -> None:
+        from partui.world import RankError, WorldTimeout
+        try:
+            if action == "on":
+                self.world.trace_on()
+            elif action == "off":
+                self.world.trace_off()
+            else:
+                self.world.trace_save(name)
+            self.call_from_thread(self._trace_state)
+            if action == "save":
+                self._report()
+        except (RankError, WorldTimeout) as e:
+            self.call_from_thread(self.fail, "rank failure while tracing", e)
+        except Exception as e:  # noqa: BLE001 - a trace that fails to save must not end the app
+            self.call_from_thread(self.fail, f"trace {action} failed", e)
+        finally:
+            self.call_from_thread(self._end)
+
+    def _trace_state(self) -> None:
+        rs = self.run_screen()
+        if rs is not None:
+            rs.query_one("#trace-panel").set_recording(self.world.recording)
+            rs.update_status()
+
+    def _report(self) -> None:
+        """In a worker: load the saved trace with pandas, build both tables and the timeline."""
+        from partui.analysis.metrics import load, overlap
+        df = load(self.world.trace_path)
+        by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
+        last = by_step["step"].max() if len(by_step) else None
+        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last)
+
+    def _show_report(self, path, by_rank, by_step, df, last) -> None:
+        from partui.app.widgets.timeline import render
+        rs = self.run_screen()
+        if rs is not None:
+            from partui.app.widgets.inspector import Inspector
+            panel = rs.query_one("#trace-panel")
+            # the timeline fits the tabs' width (the trace tab may be hidden: size 0), no wrapping
+            width = max(20, rs.query_one(Inspector).size.width - 8)
+            tl = render(df, width=width, step=None if last is None or last != last else last)
+            panel.show_report(path, by_rank, by_step, tl)
+            rs.select(rs.selected, what="trace")
+            self.notify(f"trace saved: {path}")
+
+    @work(thread=True, group="world")
+    def _report_worker(self) -> None:
+        try:
+            if self.world.trace_path is None:
+                raise RuntimeError("no trace saved yet: trace on, step, trace save NAME")
+            self._report()
+        except Exception as e:  # noqa: BLE001
+            self.call_from_thread(self.fail, "report failed", e)
+
+    @on(Button.Pressed, "#trace-record")
+    def _record_pressed(self) -> None:
+        self.action_trace_toggle()
+
+    @on(Button.Pressed, "#trace-save")
+    def _save_pressed(self) -> None:
+        self._trace("save", self.screen.query_one("#trace-name", Input).value.strip())

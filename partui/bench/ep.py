@@ -1,0 +1,167 @@
+"""`partui bench ep`: our expert parallel step against the same MoE with every expert on every
+rank (no EP, no all-to-all) and against the all-to-all without overlap, in one gloo world.
+
+For every variant each rank records its compute spans and its all-to-all in-flight intervals
+(issue to completion, from the comm layer's own timestamps) and reports, per step:
+    a2a in flight      merged all-to-all time
+    overlapped         the part of it during which this rank was computing (HTA's definition)
+and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
+time minus the overlap step time, as a share of the no-overlap all-to-all time.
+Variants run round-robin, so machine noise hits them alike.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+VARIANTS = [  # name, ep (0: world), dispatch, overlap
+    ("no EP: all experts on every rank", 1, "uneven", False),
+    ("EP uneven a2a, no overlap", 0, "uneven", False),
+    ("EP even (capacity-padded) a2a, no overlap", 0, "even", False),
+    ("EP uneven a2a + overlap (ours)", 0, "uneven", True),
+    ("EP even a2a + overlap", 0, "even", True),
+]
+
+
+class _A2ARecorder:
+    """Compute spans (leaf kinds, not the step / F+B envelopes) and all-to-all intervals."""
+
+    def __init__(self):
+        self.spans, self.issue, self.done = [], {}, {}
+
+    def compute(self, name, cat, t0, t1, args):
+        if cat not in ("step", "FB"):
+            self.spans.append((t0, t1))
+
+    def comm_issue(self, op_id, op, group, nbytes, peer, t_ns, args):
+        if op == "all_to_all" and nbytes:
+            self.issue[op_id] = t_ns
+
+    def comm_complete(self, op_id, t_ns):
+        self.done.setdefault(op_id, t_ns)
+
+    def comm_wait(self, op_id, t0, t1):
+        self.done.setdefault(op_id, t1)
+
+    def figures(self) -> tuple[float, float]:
+        from kernels.engine import _intersect, _length, _merge
+        a2a = _merge([(t, self.done.get(i, t)) for i, t in self.issue.items()])
+        return _length(a2a) / 1e6, _intersect(a2a, _merge(self.spans)) / 1e6
+
+
+def _rank(rank, world, port, opts, q):
+    try:
+        import torch
+        torch.set_num_threads(1)
+        from kernels import comm
+        from kernels.comm import events
+        from kernels.engine import Engine
+        from kernels.mesh import Plan
+        from kernels.model import make_config
+        store = comm.store_client(port, world, 120)
+        comm.init("gloo", rank, world, store=store, timeout_s=120)
+        cfg = make_config(opts["model"], **opts["overrides"])
+        engines = []
+        for _name, ep, dispatch, overlap in VARIANTS:
+            plan = Plan(world=world, ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
+                        capacity_factor=opts["cf"], overlap=overlap)
+            eng = Engine(plan, cfg, rank=rank, optim="sgd")
+            for layer in eng.layers:
+                if getattr(getattr(layer, "mlp", None), "is_moe", False):
+                    layer.mlp.dispatch = dispatch
+            engines.append(eng)
+        out = [[] for _ in VARIANTS]
+        for rnd in range(opts["warmup"] + opts["steps"]):
+            for v, eng in enumerate(engines):
+                rec = _A2ARecorder()
+                comm.barrier(comm.world_group())
+                events.set_recorder(rec)
+                res = eng.step()
+                events.set_recorder(None)
+                if rnd >= opts["warmup"]:
+                    out[v].append((res.step_ms, *rec.figures(), res.loss))
+        q.put((rank, out))
+        comm.destroy()
+    except BaseException:  # noqa: BLE001 - the parent prints it
+        import traceback
+        q.put((rank, traceback.format_exc()))
+
+
+def measure(world: int, opts: dict) -> list[dict]:
+    import multiprocessing as mp
+
+    from kernels import comm
+    store, port = comm.store_server(world, 120)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, world, port, opts, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        results = dict(q.get(timeout=opts["timeout"]) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    del store
+    for rank, res in results.items():
+        if isinstance(res, str):
+            raise RuntimeError(f"rank {rank} failed:\n{res}")
+    rows = []
+    for v, (name, *_rest) in enumerate(VARIANTS):
+        per_rank = [results[r][v] for r in range(world)]
+        steps = [max(pr[s][0] for pr in per_rank) for s in range(opts["steps"])]
+        a2a = sum(s[1] for pr in per_rank for s in pr) / (world * opts["steps"])
+        ovl = sum(s[2] for pr in per_rank for s in pr) / (world * opts["steps"])
+        rows.append({"variant": name, "step_ms": statistics.median(steps), "a2a_ms": a2a,
+                     "a2a_overlap_pct": 100 * ovl / a2a if a2a else None,
+                     "loss": per_rank[0][-1][3]})
+    base = rows[0]["step_ms"]
+    for row, (_n, _ep, dispatch, overlap) in zip(rows, VARIANTS):
+        row["vs_no_ep"] = row["step_ms"] / base
+        if overlap:
+            off = next(r for r, v in zip(rows, VARIANTS) if v[2] == dispatch and v[1] != 1 and not v[3])
+            row["vs_no_overlap"] = row["step_ms"] / off["step_ms"]
+            row["saved_ms"] = off["step_ms"] - row["step_ms"]
+            row["saved_pct_of_a2a"] = 100 * row["saved_ms"] / off["a2a_ms"] if off["a2a_ms"] else None
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="partui bench ep", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--top-k", type=int, default=2)
+    ap.add_argument("--capacity-factor", type=float, default=1.25)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=900.0)
+    for name in ("layers", "dim", "seq", "batch"):
+        ap.add_argument(f"--{name}", type=int, default=None)
+    a = ap.parse_args(argv)
+    if a.world < 2 or a.experts % a.world:
+        print(f"partui bench ep: --world {a.world} must be >= 2 and divide --experts {a.experts}",
+              file=sys.stderr)
+        return 2
+    if a.capacity_factor is not None and a.capacity_factor <= 0:
+        print(f"partui bench ep: capacity factor {a.capacity_factor} must be > 0", file=sys.stderr)
+        return 2
+    opts = {"model": a.model, "experts": a.experts, "top_k": a.top_k, "cf": a.capacity_factor,
+            "steps": a.steps, "warmup": a.warmup, "timeout": a.timeout,
+            "overrides": {k: getattr(a, k) for k in ("layers", "dim", "seq", "batch")}}
+    try:
+        rows = measure(a.world, opts)
+    except (RuntimeError, ValueError) as e:
+        print(f"partui bench ep: {e}", file=sys.stderr)
+        return 1
+    from partui.bench.harness import table
+    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms",
+                       "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
+    print(f"\na2a_ms: all-to-all in flight per rank per step; a2a_overlap_pct: share of it during "
+          f"compute (in flight); saved: the step time overlap really took off.\ncommand: partui "
+          f"bench ep {' '.join(argv)}")
+    return 0

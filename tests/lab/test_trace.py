@@ -1,0 +1,224 @@
+"""RankTracer and merge: synthetic recorder calls, a real 2-rank gloo run, Perfetto, atomic write."""
+import gzip
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+
+from kernels.comm import events
+from partui import trace
+from partui.trace import COMM_TID, COMPUTE_TID, RankTracer, merge
+
+# shared/ sits beside the checkout (here and in CI)
+CHECKER = os.path.join(ROOT, "..", "shared",
+                       "tools", "perfetto", "check.py")
+
+def _open(path):
+    return gzip.open(path) if path.endswith(".gz") else open(path)
+
+
+def _spans(doc, **match):
+    return [e for e in doc["traceEvents"] if all(e.get(k) == v for k, v in match.items())]
+
+
+def test_recorder_builds_compute_comm_and_wait_spans():
+    t = RankTracer(0, "dp0").start()
+    assert events.recorder() is t
+    t.compute("F", "F", 1_000, 5_000, {"step": 0, "mb": 1})
+    t.comm_issue(7, "all_reduce", "dp", 64, None, 2_000, {})
+    t.comm_issue(8, "all_gather", "dp", 32, None, 2_500, {})  # overlaps op 7: a second lane
+    threading.Thread(target=t.comm_complete, args=(7, 4_000)).start()  # gloo's thread
+    t.comm_complete(8, 3_000)
+    t.comm_wait(7, 4_500, 4_800)  # completion came first: in flight ends at 4_000
+    t.counter("mem", 3_000, {"bytes": 5})
+    time.sleep(0.01)
+    ev = t.stop()
+    assert events.recorder() is None
+    json.dumps(ev)  # plain JSON-able
+    by_name = {e["name"]: e for e in ev["events"] if e["ph"] in ("X", "C") and e["pid"] == 0
+               and e.get("cat") != "FEE"}
+    f, ar, ag = by_name["F"], by_name["all_reduce"], by_name["all_gather"]
+    assert (f["ts"], f["dur"], f["tid"], f["cat"], f["args"]) == (1.0, 4.0, COMPUTE_TID, "F",
+                                                                  {"step": 0, "mb": 1})
+    assert (ar["ts"], ar["dur"], ar["tid"]) == (2.0, 2.0, COMM_TID)
+    assert (ag["ts"], ag["dur"], ag["tid"]) == (2.5, 0.5, COMM_TID + 1)
+    assert ar["args"]["group"] == "dp" and ar["args"]["bytes"] == 64
+    w = by_name["wait all_reduce"]
+    assert (w["ts"], w["dur"], w["tid"], w["cat"]) == (4.5, 0.3, COMPUTE_TID, "wait")
+    assert by_name["mem"]["args"] == {"bytes": 5}
+
+
+def test_wait_before_callback_ends_flight_and_unfinished_op_runs_to_stop():
+    t = RankTracer(1, "").start()
+    t.comm_issue(1, "recv", "pp", 16, 0, 1_000, {"tag": 0})
+    t.comm_wait(1, 1_200, 1_500)
+    t.comm_complete(1, 9_000)  # the callback ran late: the wait's return already proved it done
+    t.comm_issue(2, "send", "pp", 16, 0, 2_000, {"tag": 0})  # never completes
+    t.comm_issue(3, "all_reduce", "tp", 0, None, 2_100, {})  # a group of one
+    ev = t.stop()
+    ops = {e["args"]["op_id"]: e for e in ev["events"] if e.get("cat") == "comm"}
+    assert ops[1]["dur"] == 0.5
+    assert ops[2]["args"]["unfinished"] and ops[2]["ts"] + ops[2]["dur"] == ev["t1_us"]
+    assert ops[3]["dur"] == 0.0
+
+
+def test_wait_crossing_a_span_moves_off_the_compute_track():
+    t = RankTracer(0).start()
+    t.compute("F", "F", 1_000, 3_000, {})
+    t.comm_issue(1, "all_reduce", "dp", 8, None, 500, {})
+    t.comm_wait(1, 2_000, 4_000)  # from another thread: crosses F's end
+    ev = t.stop()
+    w = [e for e in ev["events"] if e["name"] == "wait all_reduce"][0]
+    assert w["tid"] == trace.COMPUTE_OVERFLOW_TID
+
+
+def test_sparse_tracer_removes_its_profile_hook():
+    t = RankTracer(0, sparse=True).start()
+    try:
+        assert sys.getprofile() is None
+    finally:
+        t.stop()
+
+
+def _fake_rank(rank, sends=(), recvs=()):
+    evs = [{"ph": "X", "name": "F", "cat": "F", "pid": rank, "tid": 1, "ts": 0.0, "dur": 10.0,
+            "args": {}}]
+    for ts, peer in sends:
+        evs.append({"ph": "X", "name": "send", "cat": "comm", "pid": rank, "tid": 2, "ts": ts,
+                    "dur": 2.0, "args": {"op": "send", "peer": peer, "tag": 0}})
+    for ts, peer in recvs:
+        evs.append({"ph": "X", "name": "recv", "cat": "comm", "pid": rank, "tid": 2, "ts": ts,
+                    "dur": 2.0, "args": {"op": "recv", "peer": peer, "tag": 0}})
+    return {"rank": rank, "coords": f"pp{rank}", "events": evs, "t0_us": 0.0, "t1_us": 20.0}
+
+
+def test_merge_names_processes_pairs_kth_send_with_kth_recv(tmp_path):
+    r0 = _fake_rank(0, sends=[(1.0, 1), (5.0, 1)])
+    r1 = _fake_rank(1, recvs=[(6.0, 0), (2.0, 0)])  # out of order in the list: matched by time
+    path = merge([r1, r0], str(tmp_path / "t.json.gz"), {"plan": {"pp": 2}})
+    doc = json.load(gzip.open(path))
+    assert doc["metadata"]["plan"] == {"pp": 2} and doc["displayTimeUnit"] == "ms"
+    names = {e["pid"]: e["args"]["name"] for e in _spans(doc, name="process_name")}
+    assert names == {0: "rank 0 · pp0", 1: "rank 1 · pp1"}
+    starts, ends = _spans(doc, ph="s"), _spans(doc, ph="f")
+    assert [(s["ts"], f["ts"]) for s, f in zip(starts, ends)] == [(1.02, 3.98), (5.02, 7.98)]
+    assert {s["id"] for s in starts} == {f["id"] for f in ends}
+
+
+def test_failed_merge_leaves_old_file_untouched(tmp_path, monkeypatch):
+    path = tmp_path / "run.json"
+    merge([_fake_rank(0)], str(path), {"run": "old"})
+    before = path.read_bytes()
+
+    def dies(doc, f):
+        f.write(b'{"traceEvents": [')  # half a file, then the process is interrupted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace, "_dump", dies)
+    with pytest.raises(KeyboardInterrupt):
+        merge([_fake_rank(0)], str(path), {"run": "new"})
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["run.json"]  # no temp file left behind
+
+
+def test_merge_of_nothing_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no ranks"):
+        merge([], str(tmp_path / "x.json"), {})
+
+
+# ---------------------------------------------------------------- a real 2-rank gloo run
+
+def _rank_main(rank, store, out_q):
+    import torch
+    torch.set_num_threads(1)
+    from kernels import comm
+    from kernels.comm.events import counter, span
+    comm.init("gloo", rank, 2, f"file://{store}", timeout_s=30)
+    try:
+        world = comm.world_group()
+        t = RankTracer(rank, f"dp{rank} pp{rank}").start()
+        x = torch.ones(1 << 14)
+        for step in range(2):
+            with span("step", "step", step=step):
+                with span("F", "F", step=step, mb=0, layer=0):
+                    x = x * 1.0001
+                h = comm.all_reduce(x, world, async_op=True)
+                with span("B", "B", step=step, mb=0):
+                    y = (x @ x).item()
+                h.wait()
+                buf = torch.zeros(256)
+                if rank == 0:
+                    comm.send(torch.full((256,), float(y)), 1, world, tag=step)
+                else:
+                    comm.recv(buf, 0, world, tag=step)
+                counter("memory", bytes=int(x.numel() * 4))
+                with span("optimizer", "optimizer", step=step):
+                    x.mul_(0.5)
+        out_q.put(t.stop())
+    finally:
+        comm.destroy()
+
+
+@pytest.fixture(scope="module")
+def gloo_trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gloo")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(r, str(d / "store"), q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    per_rank, deadline = [], time.monotonic() + 120
+    while len(per_rank) < 2 and time.monotonic() < deadline:
+        try:
+            per_rank.append(q.get(timeout=1))
+        except Exception:  # queue.Empty: fail fast if a rank died instead of waiting out the clock
+            if any(p.exitcode not in (None, 0) for p in procs):
+                break
+    for p in procs:
+        if p.exitcode is None and len(per_rank) < 2:
+            p.kill()
+    assert len(per_rank) == 2, f"ranks exited with {[p.exitcode for p in procs]}"
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return merge(per_rank, str(d / "run.json"), {"plan": {"dp": 2}, "steps": [0, 1]})
+
+
+@pytest.mark.timeout(180)
+def test_real_gloo_trace_has_both_ranks_flows_and_metadata(gloo_trace):
+    doc = json.load(open(gloo_trace))
+    assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
+    ops = {e["args"]["op"] for e in _spans(doc, cat="comm")}
+    assert ops == {"all_reduce", "send", "recv"}
+    assert len(_spans(doc, ph="s")) == 2 == len(_spans(doc, ph="f"))
+    assert len(_spans(doc, cat="step")) == 4
+    assert any(e["name"] == "wait all_reduce" for e in doc["traceEvents"])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("node") is None or not os.path.exists(CHECKER),
+                    reason="the Perfetto checker needs node and ../shared/tools/perfetto")
+def test_real_gloo_trace_loads_in_perfetto_with_zero_problems(gloo_trace):
+    for path in (gloo_trace, _gz_copy(gloo_trace)):
+        res = subprocess.run([sys.executable, CHECKER, path], capture_output=True, text=True,
+                             timeout=120)
+        report = json.loads(res.stdout.strip().splitlines()[-1])
+        assert res.returncode == 0, report
+        assert report["problems"] == [] and report["counters"] == 4
+        assert report["flows"] == 2
+        assert "rank 0 · dp0 pp0" in report["processes"] and "comm" in report["threads"]
+
+
+def _gz_copy(path):
+    gz = path + ".gz"
+    with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
+        dst.write(src.read())
+    return gz
