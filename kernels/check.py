@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.config import model_config_for
 from kernels.data import global_batch
-from kernels.engine import model_config_for
 from kernels.model import build_model, reference_step
 from kernels.optim import make_optimizer
 

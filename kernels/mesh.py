@@ -87,7 +87,7 @@ class Plan:
         total = dp * other
         if world and world != total:
             raise PlanError(f"world {world} is not the product of the dims: dp {dp} x tp {self.tp} "
-                            f"x cp {self.cp} x pp {self.pp} = {total}; set --world {total} or "
+                            f"x cp {self.cp} x pp {self.pp} = {total}; set world={total} or "
                             f"change the dims")
         return replace(self, dp=dp, world=total)
 
@@ -116,9 +116,9 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
 
     need(plan.zero in (0, 1, 2, 3), f"unknown ZeRO stage {plan.zero}: pick 0, 1, 2 or 3")
     need(plan.zero == 0 or plan.dp > 1,
-         f"ZeRO-{plan.zero} shards over data-parallel ranks but dp = {plan.dp}: add --dp 2 (or more) "
-         f"or drop --zero")
-    need(plan.bucket_mb > 0, f"bucket size {plan.bucket_mb} MB must be > 0: try --bucket-mb 4")
+         f"ZeRO-{plan.zero} shards over data-parallel ranks but dp = {plan.dp}: set dp=2 (or more) "
+         f"or zero=0")
+    need(plan.bucket_mb > 0, f"bucket size {plan.bucket_mb} MB must be > 0: try bucket_mb=4")
     need(plan.grad_sync in ("naive", "bucketed"),
          f"unknown grad sync {plan.grad_sync!r}: pick naive or bucketed")
     need(plan.dtype in DTYPES, f"unknown dtype {plan.dtype!r}: pick {' or '.join(DTYPES)}")
@@ -143,7 +143,7 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
          f"vocab {cfg.vocab} is not divisible by tp {plan.tp}: pick a vocab multiple of {plan.tp}")
     need(cfg.ffn_hidden % plan.tp == 0,
          f"MLP hidden {cfg.ffn_hidden} is not divisible by tp {plan.tp}")
-    need(not plan.sp or plan.tp > 1, "--sp (sequence parallel) needs --tp 2 or more")
+    need(not plan.sp or plan.tp > 1, "sp (sequence parallel) needs tp=2 or more")
     need(not plan.sp or cfg.seq % plan.tp == 0,
          f"sequence parallel splits seq {cfg.seq} over tp {plan.tp}: pick seq a multiple of "
          f"{plan.tp}")
@@ -168,13 +168,14 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
             need(cfg.heads % (plan.cp * plan.tp) == 0 and local_kv % plan.cp == 0,
                  f"Ulysses splits heads over cp {plan.cp}: {cfg.heads} heads (/ tp {plan.tp}) and "
                  f"{local_kv} kv heads per tp rank must be divisible by cp; pick cp in "
-                 f"{_divisors(local_kv)} or use --cp-mode ring")
+                 f"{_divisors(local_kv)} or use cp_mode=ring")
     # expert parallel
     experts = plan.experts or cfg.experts
     need(not (plan.sp and experts),
-         f"--sp (sequence parallel) cannot run the {experts}-expert MoE layers on sequence shards "
-         f"(a routing group is one whole sequence): drop --sp or --experts")
-    need(plan.ep == 1 or experts > 0, f"--ep {plan.ep} needs an MoE model: add --experts N")
+         f"sp (sequence parallel) cannot run the {experts}-expert MoE layers on sequence shards "
+         f"(a routing group is one whole sequence): drop sp or experts")
+    need(plan.ep == 1 or experts > 0,
+         f"ep {plan.ep} needs an MoE model: set experts={2 * plan.ep} (or another multiple of ep)")
     if experts:
         need(experts % plan.ep == 0,
              f"{experts} experts not divisible by ep {plan.ep}: pick ep in {_divisors(experts)}")
@@ -185,17 +186,17 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
              f"top-k {plan.top_k} must be between 1 and the {experts} experts")
         need(plan.capacity_factor is None or plan.capacity_factor > 0,
              f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)")
-    need(not plan.overlap or experts > 0, "--overlap splits MoE all-to-all: it needs --experts")
+    need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts")
     need(plan.ep_dispatch in ("uneven", "even"),
          f"unknown EP dispatch {plan.ep_dispatch!r}: pick uneven or even")
     need(not (experts and plan.cp > 1),
-         f"MoE with context parallel (cp {plan.cp}) is not supported: drop --cp or --experts")
+         f"MoE with context parallel (cp {plan.cp}) is not supported: drop cp or experts")
     if plan.overlap and plan.pp == 1:
         pieces = 2 if plan.microbatches == 1 else plan.microbatches
         need(pieces % 2 == 0 and local_batch % pieces == 0,
-             f"--overlap runs microbatches in pairs: per-rank batch {local_batch} (batch "
-             f"{cfg.batch} / dp {plan.dp}) into {pieces} microbatches does not work; use an even "
-             f"--microbatches dividing {local_batch}, or a per-rank batch of 2 or more")
+             f"overlap runs microbatches in pairs: per-rank batch {local_batch} (batch "
+             f"{cfg.batch} / dp {plan.dp}) into {pieces} microbatches does not work; pick "
+             f"microbatches even and dividing {local_batch}, or a per-rank batch of 2 or more")
     return plan
 
 
@@ -207,25 +208,25 @@ def _validate_pipeline(plan: Plan, cfg, need) -> None:
          f"pick layers a multiple of {s}")
     if plan.schedule in ("dualpipe", "dualpipev"):
         need(p % 2 == 0 or plan.schedule == "dualpipev",
-             f"DualPipe needs an even number of pipeline ranks, got pp {p}: pick pp {p + 1} or "
-             f"{max(2, p - 1)}")
+             f"DualPipe needs an even number of pipeline ranks, got pp {p}: pick pp={p + 1} or "
+             f"pp={max(2, p - 1)}")
         need(m >= 2 * p and m % 2 == 0,
              f"{plan.schedule} needs an even number of microbatches >= 2 x pp = {2 * p}, got {m}: "
-             f"use --microbatches {max(2 * p, m + m % 2)}")
+             f"use microbatches={max(2 * p, m + m % 2)}")
     elif plan.schedule == "interleaved":
-        need(plan.virtual_stages >= 2, "interleaved 1F1B needs --virtual-stages 2 or more")
+        need(plan.virtual_stages >= 2, "interleaved 1F1B needs virtual_stages 2 or more")
         need(m % p == 0 and m >= p,
              f"interleaved 1F1B needs microbatches a multiple of pp {p}, got {m}: use "
-             f"--microbatches {p * max(1, -(-m // p))}")
+             f"microbatches={p * max(1, -(-m // p))}")
     elif plan.schedule in ("1f1b", "zb1p"):
         need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}: use "
-                     f"--microbatches {p}")
+                     f"microbatches={p}")
     need(plan.zero < 3 or plan.schedule not in ("zb1p", "dualpipe", "dualpipev"),
          f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
-         f"the weight grads (W) past it: use --zero 2 with {plan.schedule}, or a schedule without "
-         f"split W (gpipe, 1f1b, interleaved) with --zero 3")
+         f"the weight grads (W) past it: use zero=2 with {plan.schedule}, or a schedule without "
+         f"split W (gpipe, 1f1b, interleaved) with zero=3")
     need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
-         f"--virtual-stages is for the interleaved schedule, not {plan.schedule}")
+         f"virtual_stages is for the interleaved schedule, not {plan.schedule}")
 
 
 # ---------------------------------------------------------------- coordinates and groups

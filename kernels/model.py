@@ -1,5 +1,5 @@
-"""The tiny Llama built from hand-written layers, its config presets, seeded global init, and the
-single-process reference step that every plan is held to.
+"""The tiny Llama built from hand-written layers, and the single-process reference step that every
+plan is held to (its config, parameter shapes and init: kernels/config.py).
 
 The model is a flat list of stage layers: [Embed, Block 0 .. Block L-1, Head]. Each has
 forward(x) -> (y, ctx), backward_input(ctx, dy) -> dx, backward_weight(ctx); the Head takes the
@@ -7,117 +7,16 @@ targets and returns the loss. Pipeline stages are slices of this list.
 """
 from __future__ import annotations
 
-import zlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
+from kernels.config import ModelConfig, is_moe_layer
+
+from kernels.weights import init_params
+from kernels.ep.layer import build_moe
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    vocab: int = 256
-    dim: int = 64
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    seq: int = 32
-    batch: int = 8            # global batch (sequences per step)
-    hidden: int = 0           # SwiGLU hidden size; 0 means round(8/3 * dim) to a multiple of 16
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    experts: int = 0          # 0: dense MLP; > 0: MoE (kernels/ep.py)
-    top_k: int = 2
-    capacity_factor: float | None = None   # None: no capacity limit
-    moe_every: int = 1        # every n-th layer is MoE (1: all)
-    aux_loss_coef: float = 0.01
-    routing_group: int = 0    # tokens per routing group for capacity; 0: one sequence
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
-
-    @property
-    def ffn_hidden(self) -> int:
-        return self.hidden or max(16, int(round(8 * self.dim / 3 / 16)) * 16)
-
-    def validate(self) -> None:
-        def need(ok, msg):
-            if not ok:
-                raise ValueError(msg)
-        for name in ("vocab", "dim", "layers", "heads", "kv_heads", "seq", "batch"):
-            need(getattr(self, name) >= 1, f"model {name} = {getattr(self, name)} must be >= 1")
-        need(self.dim % self.heads == 0,
-             f"dim {self.dim} is not divisible by heads {self.heads}: pick dim a multiple of heads")
-        need(self.heads % self.kv_heads == 0,
-             f"heads {self.heads} not divisible by kv heads {self.kv_heads}: kv heads must divide heads")
-        need(self.head_dim % 2 == 0, f"head dim {self.head_dim} must be even for RoPE")
-
-    def n_params(self) -> int:
-        return sum(int(torch.Size(s).numel()) for s in param_shapes(self).values())
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-PRESETS = {
-    "tiny": ModelConfig(),
-    "small": ModelConfig(vocab=256, dim=128, layers=8, heads=8, kv_heads=4, seq=64, batch=8),
-    "medium": ModelConfig(vocab=512, dim=256, layers=8, heads=8, kv_heads=4, seq=128, batch=8),
-    "large": ModelConfig(vocab=1024, dim=512, layers=8, heads=8, kv_heads=4, seq=128, batch=8),
-}
-
-
-def make_config(preset: str = "tiny", **overrides) -> ModelConfig:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown model preset {preset!r}: pick one of {', '.join(PRESETS)}")
-    cfg = replace(PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
-    cfg.validate()
-    return cfg
-
-
-# ---------------------------------------------------------------- parameters
-
-def param_shapes(cfg: ModelConfig) -> dict[str, tuple]:
-    """Global shape of every parameter, in forward order (the order of a reverse-order bucketing)."""
-    d, hd = cfg.dim, cfg.head_dim
-    shapes = {"embed.weight": (cfg.vocab, d)}
-    for i in range(cfg.layers):
-        p = f"layers.{i}."
-        shapes.update({p + "attn_norm.weight": (d,), p + "attn.wq.weight": (cfg.heads * hd, d),
-                       p + "attn.wk.weight": (cfg.kv_heads * hd, d),
-                       p + "attn.wv.weight": (cfg.kv_heads * hd, d),
-                       p + "attn.wo.weight": (d, cfg.heads * hd), p + "mlp_norm.weight": (d,)})
-        if is_moe_layer(cfg, i):
-            from kernels.ep.layer import moe_param_shapes  # the MoE variant lives with expert parallelism
-            shapes.update(moe_param_shapes(cfg, p + "moe."))
-        else:
-            shapes.update({p + "mlp.w1.weight": (cfg.ffn_hidden, d),
-                           p + "mlp.w3.weight": (cfg.ffn_hidden, d),
-                           p + "mlp.w2.weight": (d, cfg.ffn_hidden)})
-    shapes.update({"norm.weight": (d,), "lm_head.weight": (cfg.vocab, d)})
-    return shapes
-
-
-def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
-    return cfg.experts > 0 and i % cfg.moe_every == cfg.moe_every - 1
-
-
-def init_tensor(name: str, shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
-    """The full global tensor for `name`, the same on every rank whatever it keeps of it."""
-    if name.endswith("norm.weight"):
-        return torch.ones(shape, dtype=dtype)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    std = 0.02
-    if name.endswith(("wo.weight", "w2.weight")):
-        std = 0.02 / 2 ** 0.5  # residual projections a little smaller
-    return (torch.randn(shape, generator=g, dtype=torch.float64) * std).to(dtype)
-
-
-def init_params(cfg: ModelConfig, seed: int, dtype=torch.float32) -> dict[str, torch.Tensor]:
-    return {n: init_tensor(n, s, seed, dtype) for n, s in param_shapes(cfg).items()}
 
 
 # ---------------------------------------------------------------- stage layers
@@ -222,11 +121,12 @@ class Head(Layer):
         n, c_n = self.norm.forward(x)
         logits, c_l = self.lm_head.forward(n)               # [B, S, vocab]
         b, s, v = logits.shape
-        loss, c_ce = self.loss_fn.forward(logits.reshape(b * s, v), targets.reshape(-1), denom)
+        flat_logits, flat_targets = logits.reshape(b * s, v), targets.reshape(-1)  # [B*S, vocab], [B*S]
+        loss, c_ce = self.loss_fn.forward(flat_logits, flat_targets, denom)
         return loss, Ctx(c_n=c_n, c_l=c_l, c_ce=c_ce, shape=(b, s, v))
 
     def backward_input(self, ctx, dloss=1.0):
-        dlogits = self.loss_fn.backward_input(ctx.c_ce, dloss).reshape(ctx.shape)
+        dlogits = self.loss_fn.backward_input(ctx.c_ce, dloss).reshape(ctx.shape)  # [B, S, vocab]
         return self.norm.backward_input(ctx.c_n, self.lm_head.backward_input(ctx.c_l, dlogits))
 
     def backward_weight(self, ctx):
@@ -234,24 +134,27 @@ class Head(Layer):
         self.norm.backward_weight(ctx.c_n)
 
 
-def p(tensors: dict, name: str) -> Param:
+def whole_param(tensors: dict, name: str) -> Param:
+    """The Param of the whole global tensor `name` (the single-process layout)."""
     return Param(name, tensors[name])
 
 
 def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, rank_ctx=None) -> Block:
     """A dense (or MoE) block owning the whole of its tensors: the single-process layout."""
     pre = f"layers.{i}."
-    lin = lambda n: Linear(p(tensors, pre + n))  # noqa: E731
-    attn = Attention(lin("attn.wq.weight"), lin("attn.wk.weight"), lin("attn.wv.weight"),
-                     lin("attn.wo.weight"), cfg.heads, cfg.kv_heads, cfg.head_dim, cos, sin,
+
+    def linear(name):
+        return Linear(whole_param(tensors, pre + name))
+
+    attn = Attention(linear("attn.wq.weight"), linear("attn.wk.weight"), linear("attn.wv.weight"),
+                     linear("attn.wo.weight"), cfg.heads, cfg.kv_heads, cfg.head_dim, cos, sin,
                      LocalAttention(positions))
-    if is_moe_layer(cfg, i):
-        from kernels.ep.layer import build_moe  # the MoE variant lives with expert parallelism
+    if is_moe_layer(cfg, i):  # the MoE variant lives with expert parallelism
         mlp = build_moe(cfg, pre + "moe.", tensors, rank_ctx)
     else:
-        mlp = SwiGLU(lin("mlp.w1.weight"), lin("mlp.w3.weight"), lin("mlp.w2.weight"))
-    return Block(i, RMSNorm(p(tensors, pre + "attn_norm.weight"), cfg.norm_eps), attn,
-                 RMSNorm(p(tensors, pre + "mlp_norm.weight"), cfg.norm_eps), mlp)
+        mlp = SwiGLU(linear("mlp.w1.weight"), linear("mlp.w3.weight"), linear("mlp.w2.weight"))
+    return Block(i, RMSNorm(whole_param(tensors, pre + "attn_norm.weight"), cfg.norm_eps), attn,
+                 RMSNorm(whole_param(tensors, pre + "mlp_norm.weight"), cfg.norm_eps), mlp)
 
 
 @dataclass
@@ -289,15 +192,15 @@ class LayerHooks:
 
 
 def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, rank_ctx=None) -> Llama:
-    """The whole model on one rank; `rank_ctx` (kernels.engine.RankContext) lets MoE layers shard
-    their experts over the ep group."""
+    """The whole model on one rank; `rank_ctx` (kernels.context.RankContext) lets MoE layers shard
+    their experts over the ep group and record their load into its stats."""
     tensors = tensors if tensors is not None else init_params(cfg, seed, dtype)
     positions = torch.arange(cfg.seq)
     cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta, dtype)
-    layers = [Embed(Embedding(p(tensors, "embed.weight")))]
+    layers = [Embed(Embedding(whole_param(tensors, "embed.weight")))]
     layers += [build_block(cfg, i, tensors, cos, sin, positions, rank_ctx) for i in range(cfg.layers)]
-    layers.append(Head(RMSNorm(p(tensors, "norm.weight"), cfg.norm_eps),
-                       Linear(p(tensors, "lm_head.weight")), CrossEntropy()))
+    layers.append(Head(RMSNorm(whole_param(tensors, "norm.weight"), cfg.norm_eps),
+                       Linear(whole_param(tensors, "lm_head.weight")), CrossEntropy()))
     return Llama(cfg, layers)
 
 

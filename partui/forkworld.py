@@ -17,13 +17,15 @@ import time
 import traceback
 from multiprocessing.connection import wait as mp_wait
 
+import torch
+
+from kernels import comm
+
 
 def _rank_main(rank: int, size: int, conn, fn, args, timeout_s: float) -> None:
     try:
-        import torch
         torch.set_num_threads(1)                       # ranks share the machine's few cores
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        from kernels import comm
         if rank == 0:
             store, port = comm.store_server(size, timeout_s)
             conn.send(("port", port))
@@ -46,7 +48,6 @@ def run_world(size: int, fn, *args, timeout_s: float = 120.0, what: str = "world
     """fn(rank, size, *args) on `size` forked gloo ranks; their results in rank order.
 
     `what` names the world in errors ("cp 4 world"); `fix` is what a timeout error suggests."""
-    from kernels import comm
     if size < 1:
         raise ValueError(f"run_world: size {size}: a world needs 1 rank or more")
     if comm.is_initialized():

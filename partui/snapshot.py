@@ -34,6 +34,17 @@ def step_summary(res) -> dict:
     return d
 
 
+def step_item(eng, check: bool = False) -> dict:
+    """Run one step; this rank's summary of it, with its ledger and, for --check, the pieces of its
+    grads and of its params after the update."""
+    item = step_summary(eng.step())
+    item["ledger"] = eng.sync.ledger()
+    if check:
+        item["grad_pieces"] = eng.grad_pieces()
+        item["param_pieces"] = eng.param_pieces()
+    return item
+
+
 def _piece(pc: dict, key: str, full: bool) -> dict:
     out = {"name": pc["name"], "global_shape": pc["global_shape"], "kind": pc["kind"],
            "index": pc["index"], "local_shape": list(pc[key].shape), key: summary(pc[key])}

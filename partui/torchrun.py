@@ -1,7 +1,9 @@
 """`partui run` under torchrun: join the launcher's world instead of spawning one.
 
 RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT come from torchrun; NCCL when CUDA is present
-(each rank on cuda:LOCAL_RANK), gloo otherwise. Rank 0 prints the step lines.
+(each rank on cuda:LOCAL_RANK), gloo otherwise. Every rank runs its engine; each step's summaries
+are gathered to rank 0, which makes the same step lines and summary as a spawned world
+(partui.results) and hands them to the caller.
 """
 from __future__ import annotations
 
@@ -9,21 +11,42 @@ import json
 import os
 import time
 
+import torch
 
-def run_joined(args, plan, cfg) -> int:
-    import torch
-    from kernels import comm
-    from kernels.engine import Engine
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if plan.world != world:
-        print(f"partui run: the plan needs {plan.world} ranks but torchrun started {world}: "
-              f"pass --nproc-per-node {plan.world} (x nodes) or change the dims", flush=True)
-        return 2
-    if args.check or args.trace:
-        if rank == 0:
-            print("partui run: --check and --trace gather every rank's pieces through partui's own "
-                  "controller; run them without torchrun (partui run --check ...)", flush=True)
-        return 2
+from kernels import comm
+from kernels.engine import Engine
+from partui import snapshot
+from partui.results import step_line, summarize
+
+
+def under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def gather(obj, device: str) -> list:
+    """Every rank's JSON-able obj, in rank order, on every rank (two all-gathers of bytes)."""
+    data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(device)
+    n = comm.world_size()
+    sizes = torch.zeros(n, dtype=torch.int64, device=device)
+    comm.all_gather(sizes, torch.tensor([data.numel()], device=device), comm.world_group())
+    width = int(sizes.max())
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    padded[:data.numel()] = data
+    out = torch.empty(n * width, dtype=torch.uint8, device=device)
+    comm.all_gather(out, padded, comm.world_group())
+    rows = out.view(n, width).cpu()
+    return [json.loads(bytes(rows[r, :int(sizes[r])].tolist())) for r in range(n)]
+
+
+def run_joined(world, steps: int, on_step=None) -> dict | None:
+    """Train `world`'s plan (a partui.World holding a validated plan and its training options) for
+    `steps` on torchrun's world; on rank 0 calls on_step(line) per step and returns the summary
+    (with backend and wall_s), elsewhere None. ValueError when the world sizes differ."""
+    plan, cfg = world.current_plan, world.cfg
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if plan.world != size:
+        raise ValueError(f"the plan needs {plan.world} ranks but torchrun started {size}: pass "
+                         f"--nproc-per-node {plan.world} (x nodes) or change the dims")
     backend = comm.default_backend()
     device = "cpu"
     if backend == "nccl":
@@ -31,24 +54,24 @@ def run_joined(args, plan, cfg) -> int:
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)
-    comm.init(backend, rank, world, init_method="env://", timeout_s=args.timeout)
+    t0 = time.perf_counter()
+    comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
     try:
-        eng = Engine(plan, cfg, rank=rank, seed=args.seed, optim=args.optim, lr=args.lr,
-                     backward=args.backward, weight_decay=args.weight_decay, device=device)
-        t0 = time.perf_counter()
-        losses = []
-        for _ in range(args.steps):
-            res = eng.step()
-            losses.append(res.loss)
+        eng = Engine(plan, cfg, rank=rank, seed=world.seed, optim=world.optim, lr=world.lr,
+                     backward=world.backward, weight_decay=world.weight_decay, device=device)
+        infos = gather(snapshot.rank_info(eng), device)
+        launch_s, t1 = time.perf_counter() - t0, time.perf_counter()
+        lines = []
+        for _ in range(steps):
+            items = gather(snapshot.step_item(eng), device)
             if rank == 0:
-                line = {"step": res.step, "loss": res.loss, "step_ms": res.step_ms}
-                print(json.dumps(line) if args.json else
-                      f"step {res.step:4d}  loss {res.loss:.4f}  {res.step_ms:8.1f} ms", flush=True)
-        if rank == 0 and args.json:
-            print(json.dumps({"summary": {"plan": plan.to_dict(), "world": world,
-                                          "backend": backend, "steps": len(losses),
-                                          "final_loss": losses[-1] if losses else None,
-                                          "wall_s": time.perf_counter() - t0}}), flush=True)
+                lines.append(step_line(items))
+                if on_step is not None:
+                    on_step(lines[-1])
     finally:
         comm.destroy()
-    return 0
+    if rank != 0:
+        return None
+    out = summarize(plan, cfg, infos, lines, launch_s)
+    out.update(backend=backend, wall_s=time.perf_counter() - t1)
+    return out

@@ -1,31 +1,20 @@
-"""Per-rank trace recording and the merge into one Chrome trace that opens in Perfetto.
+"""Per-rank trace recording (the rank side; partui.tracefile merges the ranks into one Chrome trace).
 
 Each worker runs a `RankTracer`: it is the `kernels.comm.events` recorder (compute spans, comm
 issue/complete/wait, counters) and, beside it, a viztracer in sparse mode (only @log_sparse
 functions) or, with sparse=False, full function tracing. `stop()` returns plain JSON-able Chrome
-events with pid = rank and ts in microseconds from perf_counter_ns; the controller calls
-`merge([...], path, metadata)` which adds process/thread names and send->recv flow arrows.
-
-Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
-lane holds non-overlapping ones), 1000+ compute overflow, 2000+ viztracer threads.
+events with pid = rank and ts in microseconds from perf_counter_ns; the controller stitches and
+merges them (partui.tracefile.merge: process/thread names and send->recv flow arrows).
 """
 from __future__ import annotations
 
-import gzip
-import json
-import os
+import builtins
 import sys
-import tempfile
 import threading
 import time
 
 from kernels.comm import events
-
-COMPUTE_TID = 1
-COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
-COMPUTE_OVERFLOW_TID = 1000
-PY_TID = 2000
-P2P_OPS = ("send", "recv")
+from partui.tracefile import COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID
 
 
 def _us(t_ns: int) -> float:
@@ -143,7 +132,7 @@ class RankTracer:
 # ---------------------------------------------------------------- viztracer, cheaply
 
 def _start_viztracer(sparse: bool):
-    try:
+    try:  # lazy and optional: viztracer is a heavy extra; without it the recorder's spans remain
         from viztracer import VizTracer
     except ImportError:
         return None
@@ -174,8 +163,8 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
     raw = viz.load()
     if sys.getprofile() is viz:
         sys.setprofile(None)
-    if getattr(__import__("builtins"), "__viz_tracer__", None) is viz:
-        del __import__("builtins").__viz_tracer__
+    if getattr(builtins, "__viz_tracer__", None) is viz:
+        del builtins.__viz_tracer__
     tids: dict = {}
     names: dict = {}
     out = []
@@ -193,107 +182,3 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
         out.append(e)
     thread_names = {str(t): f"py {names.get(orig, orig)}" for orig, t in tids.items()}
     return out, {"available": True, "clock_offset_us": offset_us, "threads": thread_names}
-
-
-# ---------------------------------------------------------------- merge
-
-def flow_events(per_rank: list[dict]) -> list[dict]:
-    """Pair the k-th send a->b with tag t to the k-th recv on b from a with tag t: s/f arrows."""
-    sends: dict[tuple, list[dict]] = {}
-    recvs: dict[tuple, list[dict]] = {}
-    for r in per_rank:
-        for e in r["events"]:
-            a = e.get("args") or {}
-            if e.get("cat") == "comm" and a.get("op") in P2P_OPS and a.get("peer") is not None:
-                me, peer, tag = e["pid"], int(a["peer"]), a.get("tag", 0)
-                if a["op"] == "send":
-                    sends.setdefault((me, peer, tag), []).append(e)
-                else:
-                    recvs.setdefault((peer, me, tag), []).append(e)
-    out, flow_id = [], 0
-    for key in sorted(sends):
-        ss = sorted(sends[key], key=lambda e: e["ts"])
-        rr = sorted(recvs.get(key, []), key=lambda e: e["ts"])
-        for s, r in zip(ss, rr):
-            flow_id += 1
-            # just inside each slice (binds to it), send near its start and recv near its end:
-            # Perfetto drops a flow whose end comes before its start
-            s_ts = s["ts"] + s["dur"] * 0.01
-            f_ts = max(r["ts"] + r["dur"] * 0.99, s_ts)
-            out.append({"ph": "s", "id": flow_id, "name": "p2p", "cat": "flow", "pid": s["pid"],
-                        "tid": s["tid"], "ts": s_ts})
-            out.append({"ph": "f", "bp": "e", "id": flow_id, "name": "p2p", "cat": "flow",
-                        "pid": r["pid"], "tid": r["tid"], "ts": f_ts})
-    return out
-
-
-def _names(r: dict) -> list[dict]:
-    rank = r["rank"]
-    label = f"rank {rank} · {r['coords']}" if r.get("coords") else f"rank {rank}"
-    meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}},
-            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
-             "args": {"sort_index": rank}}]
-    tids = sorted({e["tid"] for e in r["events"]} | {COMPUTE_TID, COMM_TID})
-    py = (r.get("viztracer") or {}).get("threads", {})
-    for tid in tids:
-        if tid == COMPUTE_TID:
-            name = "compute"
-        elif tid == COMPUTE_OVERFLOW_TID:
-            name = "compute (other thread)"
-        elif tid >= PY_TID:
-            name = py.get(str(tid), f"py {tid}")
-        else:
-            name = "comm" if tid == COMM_TID else f"comm {tid - COMM_TID + 1}"
-        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": name}})
-        meta.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
-                     "args": {"sort_index": tid}})
-    return meta
-
-
-def merge(per_rank: list[dict], path: str, metadata: dict | None = None) -> str:
-    """Write one Chrome trace (JSON object format; gzip when path ends .gz) atomically; return path."""
-    if not per_rank:
-        raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
-    evs: list[dict] = []
-    for r in sorted(per_rank, key=lambda r: r["rank"]):
-        evs += _names(r)
-        evs += r["events"]
-    evs += flow_events(per_rank)
-    meta = dict(metadata or {})
-    meta.setdefault("format", "partui-trace/1")
-    meta.setdefault("ranks", sorted(r["rank"] for r in per_rank))
-    meta.setdefault("coords", {str(r["rank"]): r.get("coords", "") for r in per_rank})
-    meta.setdefault("window_us", [min(r["t0_us"] for r in per_rank), max(r["t1_us"] for r in per_rank)])
-    doc = {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
-    write_atomic(path, doc)
-    return path
-
-
-def write_atomic(path: str, doc: dict) -> None:
-    """Temp file in the same directory, fsync, os.replace: a failure leaves `path` as it was."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as gz:
-                    _dump(doc, gz)
-            else:
-                _dump(doc, raw)
-            raw.flush()
-            os.fsync(raw.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _dump(doc: dict, binary_file) -> None:
-    # raw UTF-8, not \u escapes: Perfetto's JSON importer keeps escapes literally in names
-    text = json.dumps(doc, separators=(",", ":"), default=str, ensure_ascii=False)
-    binary_file.write(text.encode("utf-8"))

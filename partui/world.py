@@ -7,9 +7,11 @@ surfaces as RankError with its rank and traceback; close() leaves no process beh
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
+from multiprocessing import forkserver
 from multiprocessing.connection import wait as mp_wait
+
+from partui.worker import worker_main
 
 DEFAULT_TIMEOUT_S = 120.0
 _ctx = None
@@ -32,13 +34,12 @@ def _mp_context():
     global _ctx
     if _ctx is None:
         _ctx = mp.get_context("forkserver")
-        _ctx.set_forkserver_preload(["torch", "kernels.engine", "partui.worker"])
+        _ctx.set_forkserver_preload(["torch", "kernels.engine", "partui.rank"])
     return _ctx
 
 
 def warm_up() -> None:
     """Start the fork server now (it imports torch once), e.g. while a UI draws its first frame."""
-    from multiprocessing import forkserver
     _mp_context()
     forkserver.ensure_running()
 
@@ -61,7 +62,6 @@ class Controller:
             raise ValueError(f"world size {size} must be >= 1")
         w = cls(size, timeout_s)
         ctx = _mp_context()
-        from partui.worker import worker_main
         say = on_progress or (lambda msg: None)
         try:
             say(f"starting {size} rank processes")
@@ -229,6 +229,3 @@ class Controller:
     def trace_stop(self) -> list[dict]:
         return self.call("trace_stop", {})
 
-
-def under_torchrun() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))

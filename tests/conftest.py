@@ -1,10 +1,17 @@
-"""Shared helpers: run the CLI in a subprocess with a deadline, so a deadlock fails, not hangs."""
+"""Shared helpers: run the CLI in a subprocess with a deadline, so a deadlock fails, not hangs;
+and the `gloo_world` fixture (tests/worlds.py) for worlds of forked ranks inside a test.
+
+This directory is on sys.path (pytest's prepend import mode inserts a rootdir conftest's
+directory), so tests in tests/kernels, tests/lab and tests/app import `from conftest import ...`
+and `from worlds import run_world`."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from worlds import run_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,3 +46,10 @@ def check_plan(*args, steps=3, timeout=240):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def gloo_world():
+    """run_world(size, fn, *args, timeout_s=...) from tests/worlds.py: fn on `size` forked
+    gloo ranks, results in rank order, bounded by a deadline."""
+    return run_world

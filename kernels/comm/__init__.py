@@ -1,7 +1,30 @@
-"""The only door to torch.distributed (see core.py): named, timed, recorded ops; hand collectives
-(collectives.py) register themselves here; handles and the event recorder live beside them."""
-from kernels.comm.core import *  # noqa: F401,F403 - the comm API
-from kernels.comm.core import (HAND_TAG_BASE, HAND_TAG_SPAN, P2P, Group, batch_isend_irecv,  # noqa: F401
-                               p2p_step)
-from kernels.comm.handles import Handle, OpLog, OpRecord, oplog  # noqa: F401
-from kernels.comm import collectives  # noqa: F401,E402 - registers the hand collectives
+"""The only door to torch.distributed: named, timed, recorded ops.
+
+    core.py         the world, named groups, recorded collectives (native, or hand when set)
+    p2p.py          recorded send / recv, batched exchanges, the steps of hand collectives
+    lanes.py        where hand collectives run: a thread per group, links, tags, segments
+    collectives.py  the hand rings, chains and pairwise exchanges (registered with core here)
+    handles.py      in-flight op handles and the always-on op log
+    events.py       the recorder hook (compute spans, comm ops, counters)
+
+This package gathers the API (`from kernels import comm; comm.all_reduce(...)`); the modules
+inside import each other directly, never through here.
+"""
+from kernels.comm.core import (COLLECTIVES, Group, all_gather, all_reduce, all_to_all_single,
+                               barrier, broadcast, default_backend, destroy, init, is_initialized,
+                               new_groups, reduce_scatter, set_collectives, single_group,
+                               store_client, store_server, wait_all, world_group, world_rank,
+                               world_size)
+from kernels.comm.handles import Handle, OpLog, OpRecord, oplog
+from kernels.comm.p2p import (HAND_TAG_BASE, HAND_TAG_SPAN, P2P, batch_isend_irecv, irecv, isend,
+                              p2p_step, recv, send)
+from kernels.comm import collectives  # registers the hand collectives with core
+
+__all__ = ["COLLECTIVES", "Group", "all_gather", "all_reduce", "all_to_all_single", "barrier",
+           "broadcast", "default_backend", "destroy", "init", "is_initialized", "new_groups",
+           "reduce_scatter", "set_collectives", "single_group", "store_client", "store_server",
+           "wait_all", "world_group", "world_rank", "world_size",
+           "Handle", "OpLog", "OpRecord", "oplog",
+           "HAND_TAG_BASE", "HAND_TAG_SPAN", "P2P", "batch_isend_irecv", "irecv", "isend",
+           "p2p_step", "recv", "send",
+           "collectives"]

@@ -7,160 +7,19 @@
     broadcast       a pipelined chain src -> src+1 -> ...: a rank forwards a segment on arrival.
     all-to-all      pairwise exchange, N-1 steps: at step k send to r+k, receive from r-k.
 
-Every chunk is cut into segments of SEGMENT_BYTES so that folding segment k overlaps with the
-transfer of segment k+1 and a rank forwards segment k as soon as it has folded it.
-Reached through `kernels.comm` when `comm.set_collectives("hand")`: each op is one comm op there
-(one OpLog record) whose p2p steps the recorder sees with args
-{"parent": op_id, "phase", "step", "chunk", "seg", "tag"}. An op runs on its group's lane (one
-thread per process group, ops in issue order, like a NCCL stream); the Handle completes, in
-that thread, the moment the data is in place.
-Tags (see comm.HAND_TAG_BASE): base + 4 * (op sequence number on the group) + phase.
+Chunks go in segments (kernels.comm.lanes), so folding segment k overlaps with the transfer of
+segment k+1 and a rank forwards segment k as soon as it has folded it. Each op runs on its
+group's lane as one recorded comm op (kernels.comm.lanes.submit). Importing this module registers
+the five ops with kernels.comm.core, which calls them when `comm.set_collectives("hand")`.
 """
 from __future__ import annotations
 
-import queue
-import threading
-
 import torch
 
-from kernels import comm
+from kernels.comm.core import Group, register_hand_collectives, tensor_bytes
+from kernels.comm.lanes import Link, chunk_bounds, flat_view, segment_len, segments, submit
 
-SEGMENT_BYTES = 1 << 20            # pipelining grain; small ops go in one segment
-MAX_SEGMENTS = 8                   # per chunk: each segment is a thread wake-up, dear on a busy host
 _FOLD = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}
-_PHASE = {"reduce_scatter": 0, "all_gather": 1, "chain": 2, "pairwise": 3}
-
-
-# ---------------------------------------------------------------- lanes, tags and handles
-
-class _Lane:
-    """One worker thread per process group: its hand ops run one after another, in issue order."""
-
-    def __init__(self, pg, name: str):
-        self.pg, self.seq = pg, 0
-        self._scratch: dict[tuple, torch.Tensor] = {}
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._loop, daemon=True, name=f"hand-collectives-{name}").start()
-
-    def _loop(self) -> None:
-        while True:
-            job, fut = self.jobs.get()
-            try:
-                job()
-            except BaseException as e:  # noqa: BLE001 - the waiter re-raises it
-                fut.set_exception(e)
-            else:
-                fut.set_result(None)
-
-    def scratch(self, key: str, like: torch.Tensor, numel: int) -> torch.Tensor:
-        """A receive / fold buffer kept between ops: fresh pages cost more than the transfer."""
-        t = self._scratch.get((key, like.dtype, like.device))
-        if t is None or t.numel() < numel:
-            t = self._scratch[key, like.dtype, like.device] = like.new_empty(numel)
-        return t[:numel]
-
-
-_lanes: dict[int, _Lane] = {}
-_lanes_lock = threading.Lock()
-
-
-def _lane(group: comm.Group) -> _Lane:
-    with _lanes_lock:
-        lane = _lanes.get(id(group.pg))
-        if lane is None or lane.pg is not group.pg:  # a new world may reuse an old id
-            lane = _lanes[id(group.pg)] = _Lane(group.pg, group.name)
-        return lane
-
-
-def op_tag(seq: int, phase: str) -> int:
-    """The p2p tag of one phase of the seq-th hand op on a group (same on every member)."""
-    return comm.HAND_TAG_BASE + 4 * (seq % (comm.HAND_TAG_SPAN // 4)) + _PHASE[phase]
-
-
-class _LaneWork:
-    """What comm.Handle expects of torch's Work, over a torch Future the lane completes."""
-
-    def __init__(self):
-        self.fut = torch.futures.Future()
-
-    def get_future(self):
-        return self.fut
-
-    def wait(self):
-        self.fut.wait()  # re-raises the lane's exception
-        return True
-
-    def is_completed(self) -> bool:
-        return self.fut.done()
-
-
-class _Link:
-    """One op's view of its group: neighbours by group index, every step traced under the op."""
-
-    def __init__(self, group: comm.Group, op_id: int, seq: int, lane: _Lane):
-        self.group, self.op_id, self.seq, self.lane = group, op_id, seq, lane
-        self.n, self.r = group.size, group.rank
-
-    def _step(self, kind, t, peer, phase, **where):
-        return comm.p2p_step(kind, t, self.group.ranks[peer % self.n], self.group,
-                             op_tag(self.seq, phase), self.op_id, {"phase": phase, **where})
-
-    def send(self, t, to, phase, **where):
-        return self._step("send", t, to, phase, **where)
-
-    def recv(self, t, frm, phase, **where):
-        return self._step("recv", t, frm, phase, **where)
-
-
-def _submit(op: str, group: comm.Group, nbytes: int, result, async_op: bool, body, **args):
-    """Record the op, queue body(link) on the group's lane; a Handle if async, else the result."""
-    if group.pg is None:
-        raise ValueError(f"group {group.name!r} of {group.size} ranks has no process group: "
-                         f"make it with comm.new_groups")
-    lane = _lane(group)
-    seq, lane.seq = lane.seq, lane.seq + 1
-    rec = comm._issue(op, group, nbytes, None, impl="hand", **args)
-    link = _Link(group, rec.op_id, seq, lane)
-    work = _LaneWork()
-    handle = comm.Handle(rec, work, result)
-
-    def job():
-        body(link)
-        handle._on_complete(None)   # completion = data in place, before any waiter wakes
-
-    lane.jobs.put((job, work.fut))
-    if async_op:
-        return handle
-    handle.wait()
-    return result
-
-
-# ---------------------------------------------------------------- chunking
-
-def _bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """n elements in `parts` near-equal chunks (the first n % parts one longer; some may be 0)."""
-    q, extra = divmod(n, parts)
-    out, a = [], 0
-    for i in range(parts):
-        b = a + q + (1 if i < extra else 0)
-        out.append((a, b))
-        a = b
-    return out
-
-
-def _segments(n: int, seg: int) -> list[tuple[int, int]]:
-    return [(a, min(a + seg, n)) for a in range(0, n, seg)]
-
-
-def _seg_len(t: torch.Tensor, chunk: int) -> int:
-    """Elements per segment of a `chunk`-element chunk: SEGMENT_BYTES, but at most MAX_SEGMENTS."""
-    return max(1, SEGMENT_BYTES // t.element_size(), -(-chunk // MAX_SEGMENTS))
-
-
-def _flat(t: torch.Tensor, what: str) -> torch.Tensor:
-    if not t.is_contiguous():
-        raise ValueError(f"hand {what} needs a contiguous tensor: pass t.contiguous() and copy back")
-    return t.view(-1)
 
 
 def _check_reduce(op: str) -> None:
@@ -170,7 +29,7 @@ def _check_reduce(op: str) -> None:
 
 # ---------------------------------------------------------------- the rings
 
-def _ring_reduce_scatter(link: _Link, sizes: list[int], mine, dst, fold, seg: int, buf,
+def _ring_reduce_scatter(link: Link, sizes: list[int], mine, dst, fold, seg: int, buf,
                          on_done=None) -> None:
     """mine(c): this rank's contribution to chunk c; dst(c, s): where the folded chunk c of step
     s goes (it is also what step s+1 sends). buf: receive space of the largest chunk.
@@ -179,15 +38,15 @@ def _ring_reduce_scatter(link: _Link, sizes: list[int], mine, dst, fold, seg: in
     send_c = lambda s: (r - s - 1) % n                     # noqa: E731
     recv_c = lambda s: (r - s - 2) % n                     # noqa: E731
     sent: dict[tuple[int, int], object] = {}
-    for k, (a, b) in enumerate(_segments(sizes[send_c(0)], seg)):
+    for k, (a, b) in enumerate(segments(sizes[send_c(0)], seg)):
         sent[0, k] = link.send(mine(send_c(0))[a:b], r + 1, "reduce_scatter", step=0,
                                chunk=send_c(0), seg=k)
     pending = {k: link.recv(buf[a:b], r - 1, "reduce_scatter", step=0, chunk=recv_c(0), seg=k)
-               for k, (a, b) in enumerate(_segments(sizes[recv_c(0)], seg))}
+               for k, (a, b) in enumerate(segments(sizes[recv_c(0)], seg))}
     for s in range(steps):
         c, last = recv_c(s), s == steps - 1
-        here, out, own = _segments(sizes[c], seg), dst(c, s), mine(c)
-        ahead = [] if last else _segments(sizes[recv_c(s + 1)], seg)
+        here, out, own = segments(sizes[c], seg), dst(c, s), mine(c)
+        ahead = [] if last else segments(sizes[recv_c(s + 1)], seg)
         nxt = {}
         for k, (a, b) in enumerate(here):
             pending[k].wait()
@@ -212,19 +71,19 @@ def _ring_reduce_scatter(link: _Link, sizes: list[int], mine, dst, fold, seg: in
         w.wait()
 
 
-def _ring_all_gather(link: _Link, chunk, sizes: list[int], seg: int, sends=None) -> None:
+def _ring_all_gather(link: Link, chunk, sizes: list[int], seg: int, sends=None) -> None:
     """chunk(c): the view of chunk c in the output; rank r's own chunk r is already there.
     sends: step 0's sends if the caller issued them already (all-reduce, segment by segment)."""
     n, r, steps = link.n, link.r, link.n - 1
     recv_c = lambda s: (r - s - 1) % n                     # noqa: E731
     if sends is None:
         sends = [link.send(chunk(r)[a:b], r + 1, "all_gather", step=0, chunk=r, seg=k)
-                 for k, (a, b) in enumerate(_segments(sizes[r], seg))]
+                 for k, (a, b) in enumerate(segments(sizes[r], seg))]
     recvs = [[link.recv(chunk(recv_c(s))[a:b], r - 1, "all_gather", step=s, chunk=recv_c(s), seg=k)
-              for k, (a, b) in enumerate(_segments(sizes[recv_c(s)], seg))] for s in range(steps)]
+              for k, (a, b) in enumerate(segments(sizes[recv_c(s)], seg))] for s in range(steps)]
     for s in range(steps):
         c = recv_c(s)
-        for k, (a, b) in enumerate(_segments(sizes[c], seg)):
+        for k, (a, b) in enumerate(segments(sizes[c], seg)):
             recvs[s][k].wait()
             if s + 1 < steps:                              # forward it the moment it lands
                 sends.append(link.send(chunk(c)[a:b], r + 1, "all_gather", step=s + 1,
@@ -235,18 +94,18 @@ def _ring_all_gather(link: _Link, chunk, sizes: list[int], seg: int, sends=None)
 
 # ---------------------------------------------------------------- the collectives
 
-def all_reduce(t: torch.Tensor, group: comm.Group, op: str = "sum", async_op: bool = False):
+def all_reduce(t: torch.Tensor, group: Group, op: str = "sum", async_op: bool = False):
     """In place: ring reduce-scatter, then ring all-gather; each reduced segment of the owned chunk
     (avg: divided by N) starts round the ring again the moment it is done."""
     _check_reduce(op)
-    flat = _flat(t, "all_reduce")
+    flat = flat_view(t, "all_reduce")
     n = group.size
-    bounds = _bounds(flat.numel(), n)
+    bounds = chunk_bounds(flat.numel(), n)
     sizes = [b - a for a, b in bounds]
     chunk = lambda c: flat[bounds[c][0]:bounds[c][1]]      # noqa: E731
 
-    def body(link: _Link) -> None:
-        seg = _seg_len(flat, max(sizes))
+    def body(link: Link) -> None:
+        seg = segment_len(flat, max(sizes))
         buf = link.lane.scratch("recv", flat, max(sizes))   # [largest chunk]
         owned, first = chunk(link.r), []
 
@@ -260,58 +119,58 @@ def all_reduce(t: torch.Tensor, group: comm.Group, op: str = "sum", async_op: bo
                              hand_off)
         _ring_all_gather(link, chunk, sizes, seg, first)
 
-    return _submit("all_reduce", group, comm._nbytes(t), t, async_op, body, reduce=op, algo="ring")
+    return submit("all_reduce", group, tensor_bytes(t), t, async_op, body, reduce=op, algo="ring")
 
 
-def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: comm.Group, op: str = "sum",
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group, op: str = "sum",
                    async_op: bool = False):
     """inp [group.size * out.numel()] flat; rank i gets chunk i reduced over the group."""
     _check_reduce(op)
     n, m = group.size, out.numel()
-    src, dst_flat = _flat(inp, "reduce_scatter input"), _flat(out, "reduce_scatter output")
+    src, dst_flat = flat_view(inp, "reduce_scatter input"), flat_view(out, "reduce_scatter output")
     if src.numel() != n * m or inp.dtype != out.dtype:
         raise ValueError(f"reduce_scatter: input has {src.numel()} {inp.dtype} elements, output "
                          f"{m} {out.dtype}: the input must be group size {n} x output, same dtype")
     mine = lambda c: src[c * m:(c + 1) * m]                # noqa: E731
 
-    def body(link: _Link) -> None:
+    def body(link: Link) -> None:
         acc = [link.lane.scratch(f"acc{i}", out, m) for i in (0, 1)]  # [m] x 2
         last = n - 2
         dst = lambda c, s: dst_flat if s == last else acc[s % 2]  # noqa: E731 - input stays intact
-        _ring_reduce_scatter(link, [m] * n, mine, dst, _FOLD[op], _seg_len(out, m),
+        _ring_reduce_scatter(link, [m] * n, mine, dst, _FOLD[op], segment_len(out, m),
                              link.lane.scratch("recv", out, m))
         if op == "avg":
             dst_flat.div_(n)
 
-    return _submit("reduce_scatter", group, comm._nbytes(inp), out, async_op, body, reduce=op,
+    return submit("reduce_scatter", group, tensor_bytes(inp), out, async_op, body, reduce=op,
                    algo="ring")
 
 
-def all_gather(out: torch.Tensor, inp: torch.Tensor, group: comm.Group, async_op: bool = False):
+def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group, async_op: bool = False):
     """out [group.size * inp.numel()]: every rank's inp, in group order."""
     n, m = group.size, inp.numel()
-    dst, src = _flat(out, "all_gather output"), _flat(inp, "all_gather input")
+    dst, src = flat_view(out, "all_gather output"), flat_view(inp, "all_gather input")
     if dst.numel() != n * m or inp.dtype != out.dtype:
         raise ValueError(f"all_gather: output has {dst.numel()} {out.dtype} elements, input {m} "
                          f"{inp.dtype}: the output must be group size {n} x input, same dtype")
 
-    def body(link: _Link) -> None:
+    def body(link: Link) -> None:
         dst[link.r * m:(link.r + 1) * m].copy_(src)
-        _ring_all_gather(link, lambda c: dst[c * m:(c + 1) * m], [m] * n, _seg_len(out, m))
+        _ring_all_gather(link, lambda c: dst[c * m:(c + 1) * m], [m] * n, segment_len(out, m))
 
-    return _submit("all_gather", group, comm._nbytes(out), out, async_op, body, algo="ring")
+    return submit("all_gather", group, tensor_bytes(out), out, async_op, body, algo="ring")
 
 
-def broadcast(t: torch.Tensor, src: int, group: comm.Group, async_op: bool = False):
+def broadcast(t: torch.Tensor, src: int, group: Group, async_op: bool = False):
     """src is a global rank; a chain from src through the group in order, segment by segment."""
     if src not in group.ranks:
         raise ValueError(f"broadcast source {src} is not in group {group.name!r} {group.ranks}")
-    flat = _flat(t, "broadcast")
+    flat = flat_view(t, "broadcast")
     root = group.ranks.index(src)
 
-    def body(link: _Link) -> None:
+    def body(link: Link) -> None:
         n, pos = link.n, (link.r - root) % link.n          # place in the chain, src at 0
-        segs = _segments(flat.numel(), _seg_len(flat, flat.numel()))
+        segs = segments(flat.numel(), segment_len(flat, flat.numel()))
         sends = []
         if pos == 0:
             sends = [link.send(flat[a:b], link.r + 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]
@@ -324,7 +183,7 @@ def broadcast(t: torch.Tensor, src: int, group: comm.Group, async_op: bool = Fal
         for w in sends:
             w.wait()
 
-    return _submit("broadcast", group, comm._nbytes(t), t, async_op, body, src=src, algo="chain")
+    return submit("broadcast", group, tensor_bytes(t), t, async_op, body, src=src, algo="chain")
 
 
 def _split_offsets(splits, rows: int, n: int, what: str) -> list[tuple[int, int]]:
@@ -343,7 +202,7 @@ def _split_offsets(splits, rows: int, n: int, what: str) -> list[tuple[int, int]
     return out
 
 
-def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: comm.Group,
+def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group,
                       out_splits=None, in_splits=None, async_op: bool = False):
     """Rows of inp go to each rank by in_splits; rows of out come from each by out_splits."""
     n = group.size
@@ -353,10 +212,10 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: comm.Group,
     row = inp[0].numel() if inp.shape[0] else out[0].numel() if out.shape[0] else 0
     ins = _split_offsets(in_splits, inp.shape[0], n, "input")
     outs = _split_offsets(out_splits, out.shape[0], n, "output")
-    src, dst = _flat(inp, "all_to_all input"), _flat(out, "all_to_all output")
+    src, dst = flat_view(inp, "all_to_all input"), flat_view(out, "all_to_all output")
     piece = lambda flat, off, c: flat[off[c][0] * row:off[c][1] * row]  # noqa: E731
 
-    def body(link: _Link) -> None:
+    def body(link: Link) -> None:
         r = link.r
         piece(dst, outs, r).copy_(piece(src, ins, r))
         for k in range(1, n):                              # pairwise: r+k gets mine, r-k sends me its
@@ -370,5 +229,10 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: comm.Group,
             for w in steps:
                 w.wait()
 
-    return _submit("all_to_all", group, comm._nbytes(inp) + comm._nbytes(out), out, async_op, body,
+    return submit("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), out, async_op, body,
                    algo="pairwise")
+
+
+register_hand_collectives({"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
+                           "all_gather": all_gather, "broadcast": broadcast,
+                           "all_to_all_single": all_to_all_single})

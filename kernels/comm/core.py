@@ -1,4 +1,4 @@
-"""The only door to torch.distributed: named, timed, recorded collectives and point-to-point ops.
+"""The only door to torch.distributed: the world, its named groups, and recorded collectives.
 
 Every op carries its group name (dp / tp / pp / cp / ep / world) and byte count, and reports
 issue, completion and wait to the recorder in `kernels.comm.events`. An async op returns a `Handle`
@@ -6,48 +6,60 @@ whose completion time is taken when its future completes (in gloo's thread), not
 `OpLog` keeps the same timestamps even without tracing, so overlap can be measured cheaply.
 
 `set_collectives("hand")` routes all_reduce / reduce_scatter / all_gather / broadcast /
-all_to_all_single to `kernels.comm.collectives` (rings, chains and pairwise exchanges over p2p);
+all_to_all_single to the hand implementations registered with `register_hand_collectives`
+(kernels.comm.collectives registers its rings, chains and pairwise exchanges when imported);
 each stays ONE op here (one OpLog record, one comm_issue) and its p2p steps are reported to the
-recorder only, with args {"parent": outer op_id}. Tags: user p2p (the pipeline's) must stay below
-HAND_TAG_BASE; [HAND_TAG_BASE, HAND_TAG_BASE + HAND_TAG_SPAN) belongs to hand collectives.
+recorder only (kernels.comm.p2p.p2p_step). Point-to-point ops live in kernels.comm.p2p.
 """
 from __future__ import annotations
 
 import datetime
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from kernels.comm import events
-from kernels.comm.handles import AvgHandle as _AvgHandle
-from kernels.comm.handles import Handle, OpLog, OpRecord, oplog  # noqa: F401 (the comm API)
+from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
 
 _op_ids = itertools.count(1)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-REDUCE_OPS = ("sum", "avg", "max", "min")
 COLLECTIVES = ("native", "hand")
-HAND_TAG_BASE = 1 << 24   # p2p tags from here on are reserved for hand collectives
-HAND_TAG_SPAN = 1 << 20   # 2**18 ops in flight per group x 4 phases (see collectives.op_tag)
+HAND_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all_single")
 _collectives = "native"
+_hand_impls: dict = {}     # {op name: fn}, filled by register_hand_collectives
 _P2P_FUTURES: dict = {}    # {"has": bool} once the world's backend is known; cleared by init / destroy
 
 
+def register_hand_collectives(impls: dict) -> None:
+    """Install the hand implementations of HAND_OPS ({name: fn}, same signatures as here but with
+    a Group always given); kernels.comm.collectives calls this when it is imported."""
+    unknown = sorted(set(impls) - set(HAND_OPS))
+    if unknown:
+        raise ValueError(f"cannot register hand collectives {unknown}: the hand ops are "
+                         f"{', '.join(HAND_OPS)}")
+    _hand_impls.update(impls)
+
+
 def set_collectives(mode: str) -> None:
-    """native: torch's (gloo / nccl) collectives; hand: kernels.comm.collectives over isend/irecv."""
+    """native: torch's (gloo / nccl) collectives; hand: the registered ones over isend/irecv."""
     global _collectives
     if mode not in COLLECTIVES:
         raise ValueError(f"unknown collectives {mode!r}: pick native or hand")
+    missing = [op for op in HAND_OPS if op not in _hand_impls]
+    if mode == "hand" and missing:
+        raise ValueError(f"hand collectives {', '.join(missing)} are not registered: import "
+                         f"kernels.comm (the package registers kernels.comm.collectives) or pick "
+                         f"native")
     _collectives = mode
 
 
-def collectives_mode() -> str:
-    return _collectives
-
-
-def _hand(group: Group | None) -> bool:
-    return _collectives == "hand" and (group is None or group.size > 1) and is_initialized()
+def _hand_impl(op: str, group: Group | None):
+    """The registered hand implementation of op if hand collectives are on for this group."""
+    if _collectives == "hand" and (group is None or group.size > 1) and is_initialized():
+        return _hand_impls[op]
+    return None
 
 
 # ---------------------------------------------------------------- world and groups
@@ -97,6 +109,13 @@ def world_size() -> int:
     return dist.get_world_size() if is_initialized() else 1
 
 
+def p2p_work_has_future() -> bool:
+    """Whether this backend's p2p work has a future: nccl's has, gloo's has not (cached per world)."""
+    if "has" not in _P2P_FUTURES:
+        _P2P_FUTURES["has"] = dist.get_backend() != "gloo"
+    return _P2P_FUTURES["has"]
+
+
 @dataclass
 class Group:
     """A process group with a name and its member ranks (global ids, in group order)."""
@@ -139,8 +158,20 @@ def world_group() -> Group:
     return Group("world", list(range(world_size())), dist.group.WORLD if is_initialized() else None)
 
 
-def _issue(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
-    rec = OpRecord(next(_op_ids), op, group.name if group else "world", int(nbytes), peer,
+# ---------------------------------------------------------------- recording ops
+
+def next_op_id() -> int:
+    """A fresh op id, unique in this process (outer ops and the p2p steps of hand collectives)."""
+    return next(_op_ids)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
+    """Record an op as issued now: one OpLog record, and comm_issue to the recorder."""
+    rec = OpRecord(next_op_id(), op, group.name if group else "world", int(nbytes), peer,
                    events.now_ns())
     oplog.add(rec)
     r = events.recorder()
@@ -166,13 +197,9 @@ def _trivial(group: Group | None) -> bool:
     return (group is not None and group.size == 1) or not is_initialized()
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 def _done(op, group, result, async_op):
     """A group of one: nothing moves, but the op still exists (recorded, zero bytes)."""
-    rec = _issue(op, group, 0, None)
+    rec = issue_op(op, group, 0, None)
     rec.t_complete = rec.t_issue
     r = events.recorder()
     if r is not None and hasattr(r, "comm_complete"):
@@ -186,14 +213,14 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
     """In place. op: sum | avg | max | min (avg is sum then divide, done at wait for async)."""
     if _trivial(group):
         return _done("all_reduce", group, t, async_op)
-    if _hand(group):
-        return _collectives_module().all_reduce(t, group or world_group(), op, async_op)
-    rec = _issue("all_reduce", group, _nbytes(t), None, reduce=op)
+    if hand := _hand_impl("all_reduce", group):
+        return hand(t, group or world_group(), op, async_op)
+    rec = issue_op("all_reduce", group, tensor_bytes(t), None, reduce=op)
     work = dist.all_reduce(t, op=_REDUCE["sum" if op == "avg" else op], group=_pg(group),
                            async_op=True)
     if op == "avg":
-        return _AvgHandle(rec, work, t, group.size if group else world_size()) if async_op \
-            else _run(rec, work, t, False).div_(group.size if group else world_size())
+        n = group.size if group else world_size()
+        return AvgHandle(rec, work, t, n) if async_op else _run(rec, work, t, False).div_(n)
     return _run(rec, work, t, async_op)
 
 
@@ -203,14 +230,14 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("reduce_scatter", group, out, async_op)
-    if _hand(group):
-        return _collectives_module().reduce_scatter(out, inp, group or world_group(), op, async_op)
-    rec = _issue("reduce_scatter", group, _nbytes(inp), None, reduce=op)
+    if hand := _hand_impl("reduce_scatter", group):
+        return hand(out, inp, group or world_group(), op, async_op)
+    rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, reduce=op)
     work = dist.reduce_scatter_single(out, inp, op=_REDUCE["sum" if op == "avg" else op],
                                       group=_pg(group), async_op=True)
     n = group.size if group else world_size()
     if op == "avg":
-        return _AvgHandle(rec, work, out, n) if async_op else _run(rec, work, out, False).div_(n)
+        return AvgHandle(rec, work, out, n) if async_op else _run(rec, work, out, False).div_(n)
     return _run(rec, work, out, async_op)
 
 
@@ -219,9 +246,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("all_gather", group, out, async_op)
-    if _hand(group):
-        return _collectives_module().all_gather(out, inp, group or world_group(), async_op)
-    rec = _issue("all_gather", group, _nbytes(out), None)
+    if hand := _hand_impl("all_gather", group):
+        return hand(out, inp, group or world_group(), async_op)
+    rec = issue_op("all_gather", group, tensor_bytes(out), None)
     work = dist.all_gather_single(out, inp, group=_pg(group), async_op=True)
     return _run(rec, work, out, async_op)
 
@@ -230,9 +257,9 @@ def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = F
     """src is a global rank."""
     if _trivial(group):
         return _done("broadcast", group, t, async_op)
-    if _hand(group):
-        return _collectives_module().broadcast(t, src, group or world_group(), async_op)
-    rec = _issue("broadcast", group, _nbytes(t), src)
+    if hand := _hand_impl("broadcast", group):
+        return hand(t, src, group or world_group(), async_op)
+    rec = issue_op("broadcast", group, tensor_bytes(t), src)
     work = dist.broadcast(t, src=src, group=_pg(group), async_op=True)
     return _run(rec, work, t, async_op)
 
@@ -244,10 +271,9 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
     if _trivial(group):
         out.copy_(inp)
         return _done("all_to_all", group, out, async_op)
-    if _hand(group):
-        return _collectives_module().all_to_all_single(out, inp, group or world_group(),
-                                                       out_splits, in_splits, async_op)
-    rec = _issue("all_to_all", group, _nbytes(inp) + _nbytes(out), None)
+    if hand := _hand_impl("all_to_all_single", group):
+        return hand(out, inp, group or world_group(), out_splits, in_splits, async_op)
+    rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None)
     work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
                                   input_split_sizes=in_splits, group=_pg(group), async_op=True)
     return _run(rec, work, out, async_op)
@@ -256,109 +282,10 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
 def barrier(group: Group | None = None) -> None:
     if _trivial(group) or not is_initialized():
         return
-    rec = _issue("barrier", group, 0, None)
+    rec = issue_op("barrier", group, 0, None)
     _run(rec, dist.barrier(group=_pg(group), async_op=True), None, False)
-
-
-# ---------------------------------------------------------------- point to point (global ranks)
-
-def send(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> None:
-    isend(t, dst, group, tag).wait()
-
-
-def recv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> torch.Tensor:
-    return irecv(t, src, group, tag).wait()
-
-
-def _check_tag(tag: int) -> None:
-    if not 0 <= tag < HAND_TAG_BASE:
-        raise ValueError(f"p2p tag {tag} is outside [0, {HAND_TAG_BASE}): tags from {HAND_TAG_BASE} "
-                         f"on are reserved for hand collectives; pick a smaller tag")
-
-
-def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> Handle:
-    _check_tag(tag)
-    rec = _issue("send", group, _nbytes(t), dst, tag=tag)
-    return Handle(rec, dist.isend(t, dst, tag=tag), t, future=_p2p_futures())
-
-
-def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
-    _check_tag(tag)
-    rec = _issue("recv", group, _nbytes(t), src, tag=tag)
-    return Handle(rec, dist.irecv(t, src, tag=tag), t, future=_p2p_futures())
-
-
-def _p2p_futures() -> bool:
-    """Whether this backend's p2p work has a future: nccl's has, gloo's has not (cached per world)."""
-    if "has" not in _P2P_FUTURES:
-        _P2P_FUTURES["has"] = dist.get_backend() != "gloo"
-    return _P2P_FUTURES["has"]
-
-
-@dataclass
-class P2P:
-    """One leg of a batched exchange: kind 'send' or 'recv', peer a global rank."""
-    kind: str
-    tensor: torch.Tensor
-    peer: int
-    tag: int = 0
-    group: Group | None = field(default=None, repr=False)
-
-
-def batch_isend_irecv(ops: list[P2P]) -> list[Handle]:
-    """Post every send and recv at once (sends and recvs paired by (peer, tag) order), so two
-    ranks exchanging in both directions never deadlock. Returns one handle per op."""
-    return [isend(o.tensor, o.peer, o.group, o.tag) if o.kind == "send"
-            else irecv(o.tensor, o.peer, o.group, o.tag) for o in ops]
 
 
 def wait_all(handles) -> None:
     for h in handles:
         h.wait()
-
-
-# ---------------------------------------------------------------- the steps of hand collectives
-
-def _collectives_module():
-    from kernels.comm import collectives  # lazy: collectives imports this module
-    return collectives
-
-
-def p2p_step(kind: str, t: torch.Tensor, peer: int, group: Group, tag: int, parent: int,
-             args: dict):
-    """One send or recv inside a hand collective (peer global, over the group's own process
-    group): no OpLog record, so only the outer op counts in overlap statistics; the recorder
-    sees comm_issue(op, ...args {"parent": parent, "tag": tag, ...}) and comm_complete.
-    Returns torch's work (wait() blocks)."""
-    r = events.recorder()
-    t0 = events.now_ns() if r is not None else 0
-    fn = dist.isend if kind == "send" else dist.irecv
-    work = fn(t, peer, group=group.pg, tag=tag)
-    if r is None or not hasattr(r, "comm_issue"):
-        return work
-    sid = next(_op_ids)
-    r.comm_issue(sid, kind, group.name, _nbytes(t), peer, t0, {"parent": parent, "tag": tag, **args})
-    return _TracedStep(work, sid, r)
-
-
-class _TracedStep:
-    """A traced p2p step: complete when its future fires, or (gloo's p2p has none) when the
-    collective's lane waits for it."""
-
-    def __init__(self, work, sid: int, r):
-        self.work, self.sid, self.r, self.done = work, sid, r, False
-        if _p2p_futures():
-            try:
-                work.get_future().add_done_callback(lambda _f: self._complete())
-            except RuntimeError:
-                pass
-
-    def _complete(self) -> None:
-        if not self.done and hasattr(self.r, "comm_complete"):
-            self.done = True
-            self.r.comm_complete(self.sid, events.now_ns())
-
-    def wait(self):
-        self.work.wait()
-        self._complete()
-        return True

@@ -59,9 +59,11 @@ class Handle:
             except RuntimeError:  # no future after all: completion is seen at wait()
                 fut = None
             if fut is not None:
-                fut.add_done_callback(self._on_complete)
+                fut.add_done_callback(self.mark_complete)
 
-    def _on_complete(self, _fut) -> None:
+    def mark_complete(self, _fut=None) -> None:
+        """The data is in place: take the completion time (a future's callback, or whoever ran
+        the op, e.g. a hand collective's lane, before any waiter wakes)."""
         t = events.now_ns()
         if self.rec.t_complete is not None:  # wait() saw it first
             return

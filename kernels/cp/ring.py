@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels import comm
-from kernels.cp.core import LOAD, attention_flops, hand_backward_only, local_positions
+from kernels.cp.layout import layout_of, local_positions
+from kernels.cp.load import AttentionLoad, attention_flops, hand_backward_only
 from kernels.layers import Ctx
 from kernels.layers.attention import attention_block_backward, attention_block_forward
 
@@ -54,9 +55,10 @@ def acc_dtype(dtype):
 class RingAttention:
     """Causal attention over the cp ring; `layout` is "ring" (contiguous blocks) or "zigzag"."""
 
-    def __init__(self, group: comm.Group, seq: int, mode: str = "ring", layer: int = 0):
-        self.group, self.layer, self.mode = group, layer, mode
-        self.layout = "zigzag" if mode == "zigzag" else "contiguous"
+    def __init__(self, group: comm.Group, seq: int, load: AttentionLoad, mode: str = "ring",
+                 layer: int = 0):
+        self.group, self.layer, self.mode, self.load = group, layer, mode, load
+        self.layout = layout_of(mode)
         n = group.size
         self.positions = [local_positions(seq, self.layout, n, r) for r in range(n)]  # [S/N] each
         self.next = group.global_rank((group.rank + 1) % n)
@@ -67,7 +69,7 @@ class RingAttention:
         incoming = torch.empty_like(t)
         hs = comm.batch_isend_irecv([comm.P2P("send", t, self.next, tag, self.group),
                                      comm.P2P("recv", incoming, self.prev, tag, self.group)])
-        LOAD.transferred(hs)
+        self.load.transferred(hs)
         return hs, incoming
 
     def _mask_positions(self, r, src, qs, ks, masked, device):
@@ -96,7 +98,8 @@ class RingAttention:
                 qs, ks, masked = plan
                 qp, kp = self._mask_positions(r, src, qs, ks, masked, q.device)
                 flops = attention_flops(b, h, qs.stop - qs.start, ks.stop - ks.start, d, False)
-                with LOAD.block(f"{self.mode} block from cp{src}", flops, layer=self.layer, step=i):
+                with self.load.block(f"{self.mode} block from cp{src}", flops, layer=self.layer,
+                                     step=i):
                     o_blk, lse_blk, _ = attention_block_forward(
                         q[:, :, qs], kv[0][:, :, ks], kv[1][:, :, ks], qp, kp, keep_probs=False)
                     o_blk, lse_blk = o_blk.to(acc_dtype(q.dtype)), lse_blk.to(acc_dtype(q.dtype))
@@ -108,7 +111,7 @@ class RingAttention:
             if moving is not None:
                 comm.wait_all(moving[0])
                 kv = moving[1]
-        LOAD.report(self.mode)
+        self.load.report(self.mode)
         return out.to(q.dtype), Ctx(q=q, k=k, v=v, o=out, lse=lse)
 
     def backward(self, ctx, do):               # do [B, H, S/N, hd]
@@ -127,8 +130,8 @@ class RingAttention:
                 qp, kp = self._mask_positions(r, src, qs, ks, masked, q.device)
                 flops = attention_flops(b, h, qs.stop - qs.start, ks.stop - ks.start, d, True,
                                         recompute=True)
-                with LOAD.block(f"{self.mode} backward block from cp{src}", flops,
-                                layer=self.layer, step=i):
+                with self.load.block(f"{self.mode} backward block from cp{src}", flops,
+                                     layer=self.layer, step=i):
                     dq_b, dk_b, dv_b = attention_block_backward(
                         q[:, :, qs], kv[0][:, :, ks], kv[1][:, :, ks], o[:, :, qs], lse[:, :, qs],
                         do[:, :, qs], qp, kp)
@@ -150,7 +153,7 @@ class RingAttention:
                 kv = moving[1]
         comm.wait_all(dkv_moving[0])
         home = dkv_moving[1]                                   # own block's dK/dV, all ranks summed
-        LOAD.report(self.mode)
+        self.load.report(self.mode)
         ctx.q = ctx.k = ctx.v = ctx.o = None
         return dq.to(q.dtype), home[0].to(q.dtype), home[1].to(q.dtype)
 
@@ -159,8 +162,8 @@ class AllGatherAttention:
     """The baseline: every rank all-gathers K/V of the whole sequence and attends its own queries
     to it; backward reduce-scatters the full dK/dV so each rank gets its block's sum."""
 
-    def __init__(self, group: comm.Group, seq: int, layer: int = 0):
-        self.group, self.layer = group, layer
+    def __init__(self, group: comm.Group, seq: int, load: AttentionLoad, layer: int = 0):
+        self.group, self.layer, self.load = group, layer, load
         n = group.size
         self.q_pos = local_positions(seq, "contiguous", n, group.rank)   # [S/N]
         self.k_pos = torch.arange(seq)                                    # [S]
@@ -171,34 +174,34 @@ class AllGatherAttention:
         b, h, s, d = q.shape
         kv = torch.stack([k, v]).contiguous()                  # [2, B, KV, S/N, hd]
         full = kv.new_empty((n * 2,) + kv.shape[1:])  # [N*2, B, KV, S/N, hd]
-        hd_ = comm.all_gather(full, kv, self.group, async_op=True)
-        LOAD.transferred([hd_])
-        hd_.wait()
+        gathering = comm.all_gather(full, kv, self.group, async_op=True)
+        self.load.transferred([gathering])
+        gathering.wait()
         full = full.reshape((n,) + kv.shape)                   # [N, 2, B, KV, S/N, hd]
         kv_heads = k.shape[1]
         kf, vf = full.permute(1, 2, 3, 0, 4, 5).reshape(2, b, kv_heads, n * s, d)  # [B, KV, S, hd]
-        with LOAD.block("allgather attention", attention_flops(b, h, s, n * s, d, False),
-                        layer=self.layer):
+        flops = attention_flops(b, h, s, n * s, d, backward=False)
+        with self.load.block("allgather attention", flops, layer=self.layer):
             self.q_pos, self.k_pos = self.q_pos.to(q.device), self.k_pos.to(q.device)
             o, lse, p = attention_block_forward(q, kf, vf, self.q_pos, self.k_pos)
-        LOAD.report("allgather")
+        self.load.report("allgather")
         return o, Ctx(q=q, k=kf, v=vf, o=o, lse=lse, p=p)
 
     def backward(self, ctx, do):
         n = self.group.size
         b, h, s, d = do.shape
-        with LOAD.block("allgather attention backward", attention_flops(b, h, s, n * s, d, True),
-                        layer=self.layer):
+        flops = attention_flops(b, h, s, n * s, d, backward=True)
+        with self.load.block("allgather attention backward", flops, layer=self.layer):
             dq, dk, dv = attention_block_backward(ctx.q, ctx.k, ctx.v, ctx.o, ctx.lse, do,
                                                   self.q_pos, self.k_pos, probs=ctx.p)
         kv_heads = dk.shape[1]
-        dkv = torch.stack([dk, dv]).reshape(2, b, kv_heads, n, s, d)
+        dkv = torch.stack([dk, dv]).reshape(2, b, kv_heads, n, s, d)  # [2, B, KV, N, S/N, hd]
         dkv = dkv.permute(3, 0, 1, 2, 4, 5).contiguous()       # [N, 2, B, KV, S/N, hd]
         mine = dkv.new_empty(dkv.shape[1:])     # [2, B, KV, S/N, hd]
-        hd_ = comm.reduce_scatter(mine, dkv.reshape((n * 2,) + mine.shape[1:]), self.group,
-                                  async_op=True)
-        LOAD.transferred([hd_])
-        hd_.wait()
-        LOAD.report("allgather")
+        flat = dkv.reshape((n * 2,) + mine.shape[1:])          # [N*2, B, KV, S/N, hd]
+        scattering = comm.reduce_scatter(mine, flat, self.group, async_op=True)
+        self.load.transferred([scattering])
+        scattering.wait()
+        self.load.report("allgather")
         ctx.q = ctx.k = ctx.v = ctx.o = ctx.p = None
         return dq, mine[0], mine[1]

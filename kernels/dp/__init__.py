@@ -1,0 +1,24 @@
+"""Data parallelism: gradient sync over replicas and the optimizer step that follows it.
+
+    buckets.py  flat buffers of params (DP buckets, ZeRO units) and the order they are synced in
+    sync.py     GradSync (the interface the engine drives), NaiveDP, BucketedDP
+    zero.py     ZeRO-1/2/3 on sharded flat units
+    gather.py   ZeRO-3's layer-by-layer parameter all-gather, prefetch and free
+
+`make_grad_sync` picks the plan's one; it lives here because it chooses among sync and zero,
+and zero builds on sync.
+"""
+from kernels.dp.sync import BucketedDP, GradSync, NaiveDP
+from kernels.dp.zero import make_zero
+
+__all__ = ["make_grad_sync"]
+
+
+def make_grad_sync(ctx, params: dict, optimizer) -> GradSync:
+    """The plan's gradient sync: ZeRO stage plan.zero, else bucketed or naive all-reduce."""
+    plan = ctx.plan
+    if plan.zero:
+        return make_zero(ctx, params, optimizer)
+    if plan.grad_sync == "bucketed":
+        return BucketedDP(ctx, params, optimizer)
+    return NaiveDP(ctx, params, optimizer)

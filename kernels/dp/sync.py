@@ -5,7 +5,7 @@ expert ones over the ranks holding the same experts (ep_dp). Model-parallel part
 (`Param.replicated_over`, e.g. sequence-parallel norms over tp) are summed first.
 
 `GradSync` is the interface the engine drives; `NaiveDP` all-reduces every grad after backward;
-`BucketedDP` packs grads into flat buckets (kernels/buckets.py) and all-reduces each bucket
+`BucketedDP` packs grads into flat buckets (kernels/dp/buckets.py) and all-reduces each bucket
 asynchronously the moment its last grad of the step lands, while backward goes on.
 
 Accumulation counts: a bucket is final when each of its params has been accumulated as often
@@ -18,15 +18,14 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-
 from kernels.comm import events
 from kernels.dp.buckets import (ReadyOrder, build_units, global_pieces, overlap_share,
-                             sync_group_name)
-from kernels.model import LayerHooks
+                                sync_group_name)
 from kernels.layers import Param
+from kernels.model import LayerHooks
 
-__all__ = ["GradSync", "NaiveDP", "BucketedDP", "make_grad_sync", "sync_group_name",
-           "piece_index", "ledger_formula"]
+__all__ = ["GradSync", "NaiveDP", "BucketedDP", "sync_group_name", "piece_index",
+           "ledger_formula"]
 
 
 def piece_index(prm) -> list | None:
@@ -263,12 +262,3 @@ class BucketedDP(GradSync):
     def _grad_bytes(self) -> int:
         return sum(u.grad.numel() * u.grad.element_size() for u in self.units)
 
-
-def make_grad_sync(ctx, params: dict, optimizer) -> GradSync:
-    plan = ctx.plan
-    if plan.zero:
-        from kernels.dp.zero import make_zero
-        return make_zero(ctx, params, optimizer)
-    if plan.grad_sync == "bucketed":
-        return BucketedDP(ctx, params, optimizer)
-    return NaiveDP(ctx, params, optimizer)

@@ -1,6 +1,6 @@
 """ZeRO-1/2/3 over each sync group (dp, or ep_dp for experts), on flat padded buffers.
 
-Params are packed into `FlatUnit`s (kernels/buckets.py), each padded to divide the group size N;
+Params are packed into `FlatUnit`s (kernels/dp/buckets.py), each padded to divide the group size N;
 rank r owns elements [r * chunk, (r + 1) * chunk) of every unit. The optimizer (AdamW or SGD
 from kernels/optim.py, unchanged) runs on one flat Param per unit shard, so its state is the
 shard's size and its arithmetic is the dense one's, element by element.
@@ -10,10 +10,10 @@ shard's size and its arithmetic is the dense one's, element by element.
     ZeRO-2  as ZeRO-1, but each bucket is reduce-scattered, so a rank keeps only its grad
             shard; the full grad buffer lives from the bucket's first grad to its sync.
     ZeRO-3  units = layers; only shards persist. LayerHooks all-gather a layer's params before
-            its forward and again before its backward (the next layer's gather prefetched
-            asynchronously, in the order recorded on the first step), free them after, and
-            reduce-scatter its grads right after its backward (after_backward: a runner that
-            defers W must call it after W).
+            its forward and again before its backward (kernels/dp/gather.py: the next layer's
+            gather prefetched asynchronously, in the order recorded on the first step), free
+            them after, and reduce-scatter its grads right after its backward (after_backward: a
+            runner that defers W must call it after W).
 
 bf16: params and grads bf16, the optimizer keeps fp32 master, m and v for each shard.
 """
@@ -22,12 +22,12 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-
 from kernels.comm import events
-from kernels.dp.buckets import ReadyOrder, build_units, flat_blocks, global_pieces
+from kernels.dp.buckets import ReadyOrder, build_units, global_pieces, prod
+from kernels.dp.gather import LayerGather
 from kernels.dp.sync import GradSync
-from kernels.model import LayerHooks
 from kernels.layers import Param
+from kernels.model import LayerHooks
 
 
 def layer_key(name: str) -> str:
@@ -38,30 +38,35 @@ def layer_key(name: str) -> str:
 
 
 class ZeroHooks(LayerHooks):
+    """Grads straight into the flat buffers; ZeRO-3: a layer's params around its use, and its
+    grads reduce-scattered right after its backward."""
+
     def __init__(self, sync):
         self.sync = sync
 
     def before_forward(self, layer):
         if self.sync.stage == 3:
-            self.sync.gather_layer(layer)
+            self.sync.layer_gather.gather_layer(layer)
 
     def after_forward(self, layer):
         if self.sync.stage == 3:
-            self.sync.release_layer(layer)
+            self.sync.layer_gather.release_layer(layer)
 
     def before_backward(self, layer):
         if self.sync.stage == 3:
-            self.sync.gather_layer(layer)
+            self.sync.layer_gather.gather_layer(layer)
         for u, i in self.sync.slots_of(layer):   # grads accumulate straight into the buffer
             u.adopt_grad(i)
 
     def after_backward(self, layer):
         if self.sync.stage == 3:
             self.sync.scatter_layer(layer)
-            self.sync.release_layer(layer)
+            self.sync.layer_gather.release_layer(layer)
 
 
 class ZeroSync(GradSync):
+    """ZeRO-1/2/3 on the units of each sync group: the optimizer updates this rank's shards."""
+
     def __init__(self, ctx, params: dict, optimizer, stage: int):
         self.stage = stage
         super().__init__(ctx, params, optimizer)
@@ -82,9 +87,7 @@ class ZeroSync(GradSync):
             hook = self.order.on_grad
         else:
             hook = self._adopt
-            self.gathered_bytes = self.gathered_peak = 0
-            self.recorded: list = []      # layers in gather order, seen on the first step
-            self.recording, self.event_i = True, 0
+            self.layer_gather = LayerGather(self.units, self.layer_units)
         for p in self.plist:
             p.grad_hooks.append(hook)
 
@@ -97,7 +100,6 @@ class ZeroSync(GradSync):
         for i, p in enumerate(u.params):
             u.view(full, i).copy_(p.data)
         if self.stage == 3:
-            u.full_param, u.state, u.pending = None, "free", None
             shard = full[lo:lo + u.chunk].clone()                   # [chunk], all that persists
             for p in u.params:
                 p.data = torch.empty(0, dtype=u.dtype)
@@ -127,11 +129,10 @@ class ZeroSync(GradSync):
                 if self.stage == 1:
                     u.grad.zero_()
         else:
-            self.event_i, self.rs_done = 0, set()
+            self.rs_done = set()
             for u in self.units:
                 u.shard.grad.zero_()
-            if not self.recording and self.recorded:
-                self._gather(self.layer_units(self.recorded[0]), wait=False)
+            self.layer_gather.start_step()
 
     def _adopt(self, prm) -> None:
         u, i = self.slot[id(prm)]
@@ -154,7 +155,7 @@ class ZeroSync(GradSync):
             for u in self.units:               # grads no after_backward hook reduce-scattered
                 if u.grad is not None:
                     self._scatter(u)
-            self.recording = False
+            self.layer_gather.finish_step()
         with events.span("grad sync wait", "wait"):
             for h, tmp, u in self.handles:
                 h.wait()
@@ -176,8 +177,9 @@ class ZeroSync(GradSync):
         with events.span("param all-gather wait", "comm"):
             comm.wait_all(hs)
 
-    # ---------------------------------------------------------------- ZeRO-3 gather / scatter
+    # ---------------------------------------------------------------- layers (ZeRO-3's units)
     def slots_of(self, layer) -> list:
+        """(unit, index in unit) of each of the layer's params (every stage adopts grads by it)."""
         key = id(layer)
         if key not in self._layer_slots:
             self._layer_slots[key] = [self.slot[id(p)] for p in layer.params().values()
@@ -191,43 +193,8 @@ class ZeroSync(GradSync):
                 seen.append(u)
         return seen
 
-    def _gather(self, units, wait: bool) -> None:
-        for u in units:
-            if u.state == "free":
-                u.full_param = torch.empty(u.padded, dtype=u.dtype)   # [padded]
-                u.pending = comm.all_gather(u.full_param, u.shard.data, u.group, async_op=True)
-                u.state = "inflight"
-                self.gathered_bytes += u.padded * u.full_param.element_size()
-                self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
-        if wait:
-            for u in units:
-                if u.state == "inflight":
-                    u.pending.wait()
-                    u.pending, u.state = None, "ready"
-                    for i, p in enumerate(u.params):
-                        p.data = u.view(u.full_param, i)
-
-    def gather_layer(self, layer) -> None:
-        units = self.layer_units(layer)
-        self._gather(units, wait=False)
-        if self.recording:
-            self.recorded.append(layer)
-        else:
-            i = self.event_i
-            self.event_i += 1
-            if i + 1 < len(self.recorded) and self.recorded[i] is layer:
-                self._gather(self.layer_units(self.recorded[i + 1]), wait=False)  # prefetch
-        self._gather(units, wait=True)
-
-    def release_layer(self, layer) -> None:
-        for u in self.layer_units(layer):
-            if u.state == "ready":
-                for p in u.params:
-                    p.data = torch.empty(0, dtype=u.dtype)
-                self.gathered_bytes -= u.padded * u.full_param.element_size()
-                u.full_param, u.state = None, "free"
-
     def scatter_layer(self, layer) -> None:
+        """ZeRO-3: reduce-scatter the grads of the layer's units, right after its backward."""
         for u in self.layer_units(layer):
             self._scatter(u)
 
@@ -264,7 +231,7 @@ class ZeroSync(GradSync):
             p = u.params[i]
             pos = c
             for kind, idx in global_pieces(p, u.shapes[i], a, b):
-                n = b - a if kind == "flat" else _box_numel(idx)
+                n = b - a if kind == "flat" else prod([hi - lo for lo, hi in idx])
                 pc = {"name": u.names[i], "global_shape": list(p.global_shape), "kind": kind,
                       "index": idx, "rank": u.group.ranks[q]}
                 if flat_of_shard is not None:
@@ -312,16 +279,9 @@ class ZeroSync(GradSync):
         grads = nbytes(u.grad if self.stage == 1 else u.shard.grad for u in self.units)
         out = {"stage": self.stage, "params": params, "grads": grads,
                "optimizer": self.optimizer.state_bytes(),
-               "gathered_peak": self.gathered_peak if self.stage == 3 else 0}
+               "gathered_peak": self.layer_gather.gathered_peak if self.stage == 3 else 0}
         return self._with_formula(out, [(u.numel, u.padded, u.dtype, u.group.size)
                                         for u in self.units])
-
-
-def _box_numel(box) -> int:
-    n = 1
-    for a, b in box:
-        n *= b - a
-    return n
 
 
 def make_zero(ctx, params: dict, optimizer) -> ZeroSync:
@@ -331,4 +291,4 @@ def make_zero(ctx, params: dict, optimizer) -> ZeroSync:
     return ZeroSync(ctx, params, optimizer, stage)
 
 
-__all__ = ["ZeroSync", "make_zero", "layer_key", "flat_blocks"]
+__all__ = ["ZeroSync", "ZeroHooks", "make_zero", "layer_key"]

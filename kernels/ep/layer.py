@@ -1,7 +1,7 @@
 """Expert parallelism: the MoE layer with its experts sharded over the ep group, all-to-all
-dispatch and combine, and the per-step expert-load accumulator.
+dispatch and combine; its expert load goes to the rank's per-step stats (kernels/ep/load.py).
 
-A forward runs in phases so kernels/ep_overlap.py can put one microbatch's all-to-all in flight
+A forward runs in phases so kernels/ep/overlap.py can put one microbatch's all-to-all in flight
 while another computes:
 
     forward_dispatch(x)   route, build the rows, exchange counts, issue the dispatch all-to-all
@@ -18,46 +18,16 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-
 from kernels.comm import events
+from kernels.ep.load import ExpertLoad
+from kernels.ep.routing import (capacity, combine, combine_backward, even_rows,
+                                experts_backward_input, experts_backward_weight, experts_forward,
+                                gate_backward, gather_rows, group_tokens, route, scatter_rows,
+                                uneven_rows)
 from kernels.layers.base import Ctx, Layer, Param
-from kernels.ep.routing import (combine, combine_backward, even_rows, experts_backward_input,
-                         experts_backward_weight, experts_forward, gate_backward, gather_rows,
-                         group_tokens, route, scatter_rows, uneven_rows, capacity)
+from kernels.stats import StepStats
 
 DISPATCH_MODES = ("uneven", "even")
-_STATS: dict[int, dict] = {}   # layer -> load since the last moe_stats()
-
-
-def moe_param_shapes(cfg, prefix: str) -> dict[str, tuple]:
-    """One tensor per kind, stacked over experts (dim 0), so EP shards dim 0."""
-    e, h, d = cfg.experts, cfg.ffn_hidden, cfg.dim
-    return {prefix + "router.weight": (e, d), prefix + "experts.w1.weight": (e, h, d),
-            prefix + "experts.w3.weight": (e, h, d), prefix + "experts.w2.weight": (e, d, h)}
-
-
-def moe_stats() -> dict:
-    """Expert load of this rank's tokens since the last call (then reset): a step stat."""
-    if not _STATS:
-        return {}
-    layers = {str(i): {"tokens_per_expert": s["tokens"].tolist(), "dropped": s["dropped"],
-                       "aux_loss": s["aux"]} for i, s in sorted(_STATS.items())}
-    total = sum(s["tokens"] for s in _STATS.values())
-    out = {"moe_tokens_per_expert": total.tolist(),
-           "moe_dropped": sum(s["dropped"] for s in _STATS.values()),
-           "moe_aux_loss": sum(s["aux"] for s in _STATS.values()), "moe_layers": layers}
-    _STATS.clear()
-    return out
-
-
-def _record_load(layer: int, tokens: torch.Tensor, dropped: int, aux: float) -> None:
-    s = _STATS.setdefault(layer, {"tokens": torch.zeros_like(tokens), "dropped": 0, "aux": 0.0})
-    s["tokens"] += tokens
-    s["dropped"] += dropped
-    s["aux"] += aux
-    if events.recorder() is not None:
-        events.counter(f"moe layer {layer} load", dropped=dropped,
-                       **{f"expert {e}": int(n) for e, n in enumerate(tokens.tolist())})
 
 
 class _Ready:
@@ -85,10 +55,10 @@ class MoE(Layer):
     is_moe = True
 
     def __init__(self, cfg, index: int, router: Param, w1: Param, w3: Param, w2: Param,
-                 group=None, dispatch: str = "uneven", lo: int = 0):
+                 load: ExpertLoad, group=None, dispatch: str = "uneven", lo: int = 0):
         if dispatch not in DISPATCH_MODES:
             raise ValueError(f"unknown EP dispatch {dispatch!r}: pick uneven or even")
-        self.cfg, self.index, self.dispatch = cfg, index, dispatch
+        self.cfg, self.index, self.dispatch, self.load = cfg, index, dispatch, load
         self.router, self.w1, self.w3, self.w2 = router, w1, w3, w2
         self.group = group
         self.ep = group.size if group is not None else 1
@@ -114,13 +84,14 @@ class MoE(Layer):
             rows = (even_rows(r, self.gs, capacity(self.cfg, self.gs), xt.dtype)
                     if self.dispatch == "even" else uneven_rows(r, xt.dtype))
             send = gather_rows(xt, rows)                        # [N, dim] grouped by expert
-        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)], minlength=self.cfg.experts)
-        _record_load(self.index, kept, int((~r.keep).sum()), float(r.aux.detach()))
+        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)],  # kept choices [T*K] -> [E]
+                              minlength=self.cfg.experts)
+        self.load.record(self.index, kept, int((~r.keep).sum()), float(r.aux.detach()))
         if self.dispatch == "even":                             # equal splits: nothing to tell
-            recv_counts = rows.counts.view(self.ep, self.local)
+            recv_counts = rows.counts.view(self.ep, self.local)    # [ep, local]
         else:
             recv_counts = self._exchange_counts(rows.counts)
-        in_splits = rows.counts.view(self.ep, self.local).sum(1).tolist()
+        in_splits = rows.counts.view(self.ep, self.local).sum(1).tolist()   # [ep] rows to each rank
         out_splits = recv_counts.sum(1).tolist()                # [ep] rows from each source
         c = Ctx(shape=shape, xt=xt, r=r, rows=rows, in_splits=in_splits, out_splits=out_splits,
                 recv_counts=recv_counts, aux_loss=r.aux)
@@ -130,10 +101,10 @@ class MoE(Layer):
     def _exchange_counts(self, counts: torch.Tensor) -> torch.Tensor:
         """[ep, local]: rows each source rank sends to each of my experts."""
         if self.ep == 1:
-            return counts.view(1, -1)
+            return counts.view(1, -1)                           # [1, local]
         out = torch.empty_like(counts)
         comm.all_to_all_single(out, counts, self.group)
-        return out.view(self.ep, self.local)
+        return out.view(self.ep, self.local)                    # [ep, local]
 
     def wait(self, c):
         """Block until the phase's all-to-all has landed (kept apart so waits are not compute)."""
@@ -143,7 +114,7 @@ class MoE(Layer):
 
     def _grouping(self, c):
         """Received rows come [source][local expert]; the experts want [local expert][source]."""
-        per = c.recv_counts.reshape(-1)
+        per = c.recv_counts.reshape(-1)                         # [ep * local]
         owner = torch.arange(self.local, device=per.device).repeat(self.ep).repeat_interleave(per)
         c.perm = torch.sort(owner, stable=True).indices
         c.inv = torch.argsort(c.perm)
@@ -166,7 +137,7 @@ class MoE(Layer):
         with events.span("combine", "F", layer=self.index):
             c.ret = ret
             out = combine(ret, c.rows, c.r, c.xt.shape[0])
-        return out.view(c.shape), c
+        return out.view(c.shape), c                             # [B, S, dim]
 
     def forward(self, x):
         c = self.forward_dispatch(x)
@@ -176,7 +147,8 @@ class MoE(Layer):
     # ---------------------------------------------------------------- backward phases
     def backward_combine(self, c, dy) -> None:
         with events.span("combine dX", "B", layer=self.index):
-            drows, c.dw = combine_backward(dy.reshape(-1, dy.shape[-1]), c.ret, c.rows, c.r)
+            dyt = dy.reshape(-1, dy.shape[-1])                  # [T, dim]
+            drows, c.dw = combine_backward(dyt, c.ret, c.rows, c.r)
         c.ret = None
         c.pending = _exchange(drows, self.group, sum(c.out_splits), c.out_splits, c.in_splits)
 
@@ -195,7 +167,7 @@ class MoE(Layer):
             dxt = scatter_rows(drows, c.rows, t)
             c.dlogits = gate_backward(c.r, c.dw, self.cfg.top_k)   # [T, E]
             dxt = dxt + c.dlogits @ self.router.data
-        return dxt.view(c.shape)
+        return dxt.view(c.shape)                                # [B, S, dim]
 
     def backward_input(self, c, dy):
         self.backward_combine(c, dy)
@@ -219,30 +191,35 @@ class MoE(Layer):
         self.backward_router_weight(c)
 
 
-def build_moe(cfg, prefix: str, tensors: dict, rank_ctx=None, dispatch: str | None = None) -> MoE:
-    """The MoE layer of block `prefix`; with a rank context, this rank's experts of the ep group."""
+def build_moe(cfg, prefix: str, tensors: dict, rank_ctx=None, dispatch: str | None = None,
+              stats: StepStats | None = None) -> MoE:
+    """The MoE layer of block `prefix`; with a rank context, this rank's experts of the ep group.
+    It records its expert load into `stats`: by default the rank context's, else (no context: one
+    process) a StepStats of its own."""
     index = int(prefix.split(".")[1])
     group, lo, local = None, 0, cfg.experts
     if rank_ctx is not None:
         plan = rank_ctx.plan
         if plan.cp > 1:
             raise ValueError("context parallel cannot shard an MoE model (a routing group is one "
-                             "whole sequence): drop --cp or --experts")
+                             "whole sequence): drop cp or experts")
         group = rank_ctx.group("ep")
         local = cfg.experts // group.size
         lo = group.rank * local
         dispatch = dispatch or getattr(plan, "ep_dispatch", None)
+        stats = stats or rank_ctx.stats
+    load = (stats or StepStats()).collector("moe", ExpertLoad)
     shard = (slice(lo, lo + local), slice(None), slice(None))
 
     def expert(kind):
         name = prefix + f"experts.{kind}.weight"
-        full = tensors[name]
-        prm = Param(name, full[lo:lo + local].clone(), full.shape,
+        full = tensors[name]                                    # [E, ...]
+        prm = Param(name, full[lo:lo + local].clone(), full.shape,   # [local, ...]
                     shard if local < cfg.experts else None)
         if rank_ctx is not None:
             prm.meta["dp_group"] = "ep_dp"   # summed only over ranks holding the same experts
         return prm
 
     router = Param(prefix + "router.weight", tensors[prefix + "router.weight"])
-    return MoE(cfg, index, router, expert("w1"), expert("w3"), expert("w2"), group,
+    return MoE(cfg, index, router, expert("w1"), expert("w3"), expert("w2"), load, group,
                dispatch or "uneven", lo)

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from kernels.comm import events
-from kernels.engine import MicrobatchRunner
 from kernels.model import Block
+from kernels.runner import MicrobatchRunner
 
 
 def _split_block(layer) -> bool:
@@ -33,15 +33,15 @@ class OverlapRunner(MicrobatchRunner):
     def __init__(self, ctx, layers: list, backward: str):
         super().__init__(ctx, layers, backward)
         if backward != "hand":
-            raise ValueError("--overlap interleaves hand-written backward phases: drop "
-                             "--backward autograd")
+            raise ValueError("overlap interleaves hand-written backward phases: run with "
+                             "backward=hand")
         self.spans: list = []
         m, n = ctx.plan.microbatches, ctx.cfg.batch // ctx.plan.dp   # per-rank sequences
         self.pieces = 2 if m == 1 else m
         if self.pieces % 2 or n % self.pieces:
-            raise ValueError(f"--overlap runs microbatches in pairs: per-rank batch {n} (batch "
+            raise ValueError(f"overlap runs microbatches in pairs: per-rank batch {n} (batch "
                              f"{ctx.cfg.batch} / dp {ctx.plan.dp}) into {self.pieces} microbatches "
-                             f"does not work; use an even --microbatches dividing {n}, or a "
+                             f"does not work; pick microbatches even and dividing {n}, or a "
                              f"per-rank batch of 2 or more")
         for prm in self.params().values():
             prm.meta["accumulations"] = self.pieces   # the grad sync counts them per step

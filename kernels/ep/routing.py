@@ -10,7 +10,8 @@
              router probability), averaged over every group of the GLOBAL batch, so the partial aux
              losses of every rank and microbatch add up to the reference's
 
-Everything here is plain tensor math on one rank's tokens; kernels/ep.py moves rows between ranks.
+Everything here is plain tensor math on one rank's tokens; kernels/ep/layer.py moves rows between
+ranks.
 The forward uses only differentiable torch ops, so autograd can check the hand backward.
 """
 from __future__ import annotations
@@ -64,7 +65,7 @@ def route(logits: torch.Tensor, cfg, gs: int, global_groups: int) -> Routing:
     w = topv / topv.sum(-1, keepdim=True) if k > 1 else topv
     onehot = torch.nn.functional.one_hot(idx, e)                     # [T, K, E] int64
     # priority order inside a group: every token's 1st choice, then every token's 2nd ...
-    prio = onehot.view(g, gs, k, e).transpose(1, 2).reshape(g, k * gs, e)
+    prio = onehot.view(g, gs, k, e).transpose(1, 2).reshape(g, k * gs, e)  # [G, K*gs, E]
     slot = ((prio.cumsum(1) - 1) * prio).sum(-1)                     # [G, K*gs]
     pos = slot.view(g, k, gs).transpose(1, 2).reshape(t, k)          # [T, K]
     cap = capacity(cfg, gs)
@@ -102,7 +103,7 @@ def uneven_rows(r: Routing, dtype) -> Rows:
     """Only kept choices, sorted by expert: each expert receives exactly its tokens."""
     e = r.probs.shape[1]
     a = r.keep.reshape(-1).nonzero().squeeze(1)                      # kept (token, choice)
-    ex = r.idx.reshape(-1)[a]
+    ex = r.idx.reshape(-1)[a]                                        # [kept] expert of each
     order = torch.sort(ex, stable=True).indices
     a, ex = a[order], ex[order]
     k = r.idx.shape[1]
@@ -116,9 +117,9 @@ def even_rows(r: Routing, gs: int, cap: int | None, dtype) -> Rows:
     k = r.idx.shape[1]
     cap = cap if cap is not None else gs    # no limit: one expert gets at most every token once
     per_expert = (t // gs) * cap
-    a = r.keep.reshape(-1).nonzero().squeeze(1)
+    a = r.keep.reshape(-1).nonzero().squeeze(1)                      # kept (token, choice)
     tok = a // k
-    slot = r.idx.reshape(-1)[a] * per_expert + (tok // gs) * cap + r.pos.reshape(-1)[a]
+    slot = r.idx.reshape(-1)[a] * per_expert + (tok // gs) * cap + r.pos.reshape(-1)[a]  # [kept]
     n = e * per_expert
     src = a.new_zeros(n).index_copy(0, slot, tok)
     arow = a.new_zeros(n).index_copy(0, slot, a)
@@ -141,10 +142,10 @@ def combine(ret: torch.Tensor, rows: Rows, r: Routing, t: int) -> torch.Tensor:
 def combine_backward(dy: torch.Tensor, ret: torch.Tensor, rows: Rows, r: Routing):
     """(d expert outputs [N, dim], dw [T, K]) from dy [T, dim]."""
     g = dy.index_select(0, rows.src)                                 # [N, dim]
-    wrow = r.w.reshape(-1).index_select(0, rows.arow) * rows.valid
+    wrow = r.w.reshape(-1).index_select(0, rows.arow) * rows.valid   # [N]
     dwrow = (g * ret).sum(-1) * rows.valid                           # [N]
     dw = dy.new_zeros(r.w.numel()).index_add(0, rows.arow, dwrow)
-    return g * wrow[:, None], dw.view_as(r.w)
+    return g * wrow[:, None], dw.view_as(r.w)                        # [N, dim], [T, K]
 
 
 def scatter_rows(drows: torch.Tensor, rows: Rows, t: int) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """DualPipe and DualPipeV (DeepSeek-V3) as plain action lists, in DeepSeek's eight counted phases.
 
-Layouts (see kernels.pp.schedules for the shared data model):
+Layouts (see kernels.pp.schedules for stages and chunks, kernels.pp.actions for the data model):
   dualpipe   P ranks, P even, two directions of P stages each. chunk 0 = direction 0, stage_of(r, 0) = r;
              chunk 1 = direction 1, stage_of(r, 1) = P-1-r. Microbatches 0..M/2-1 travel direction 0 (rank 0
              feeds them, rank P-1 computes their loss), M/2..M-1 travel direction 1 (rank P-1 feeds them,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from kernels.pp.schedules import Action, Schedule, add_transfers
+from kernels.pp.actions import Action, Schedule, add_transfers
 
 
 class _Program:
@@ -99,12 +99,12 @@ def _eight_phases(prog: _Program, n: int, k: int, chunks: int, plain_first_pair:
 def dualpipe(pp: int, microbatches: int) -> Schedule:
     """DualPipe: bidirectional; rank r holds stage r of direction 0 and stage P-1-r of direction 1."""
     if not isinstance(pp, int) or pp < 2 or pp % 2:
-        raise ValueError(f"dualpipe needs an even pp >= 2, got pp {pp}: use pp {max(2, pp + pp % 2)} "
-                         f"or schedule dualpipev (any pp)")
+        raise ValueError(f"dualpipe needs an even pp >= 2, got pp {pp}: use pp={max(2, pp + pp % 2)} "
+                         f"or schedule=dualpipev (any pp)")
     if not isinstance(microbatches, int) or microbatches < 2 * pp or microbatches % 2:
         good = max(2 * pp, microbatches + microbatches % 2) if isinstance(microbatches, int) else 2 * pp
         raise ValueError(f"dualpipe needs even microbatches >= 2*pp = {2 * pp}, got microbatches "
-                         f"{microbatches}: use --microbatches {good}")
+                         f"{microbatches}: use microbatches={good}")
     half = pp // 2
     per_direction = microbatches // 2
     compute = []
@@ -124,7 +124,7 @@ def dualpipev(pp: int, microbatches: int) -> Schedule:
         raise ValueError(f"dualpipev: pp must be an integer >= 1, got {pp!r}")
     if not isinstance(microbatches, int) or microbatches < 2 * pp:
         raise ValueError(f"dualpipev needs microbatches >= 2*pp = {2 * pp}, got microbatches {microbatches}: "
-                         f"use --microbatches {2 * pp}")
+                         f"use microbatches={2 * pp}")
     compute = []
     for rank in range(pp):
         prog = _Program(chunk_of_phase=(0, 1), first_mb_of_chunk=(0, 0))

@@ -18,12 +18,12 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-
 from kernels.comm import events
+from kernels.cp.layout import sequence_shard
 from kernels.mesh import partition
-from kernels.model import Block
-from kernels.pp.schedules import COMPUTE_KINDS, build_schedule
-from kernels.model import LayerHooks
+from kernels.model import Block, LayerHooks
+from kernels.pp.actions import COMPUTE_KINDS
+from kernels.pp.schedules import build_schedule
 from kernels.pp.stages import backward_steps, build_chunks, drive, forward_steps, weight_grads
 
 TAG = {"F": 7101, "B": 7102}   # activations and gradients: one FIFO channel each per peer
@@ -44,7 +44,7 @@ class PipelineRunner:
     def __init__(self, ctx, layers: list, backward: str):
         if backward != "hand":
             raise ValueError(f"pipeline parallel runs the hand-written backward (split into B and W), not "
-                             f"{backward!r}: drop --backward {backward}")
+                             f"{backward!r}: run with backward=hand")
         plan = ctx.plan
         self.ctx, self.plan = ctx, plan
         self.group = ctx.group("pp")
@@ -53,10 +53,6 @@ class PipelineRunner:
         self.schedule = build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual=virtual)
         self.actions = self.schedule.actions[self.rank]
         self.chunks = build_chunks(layers, self.schedule, self.rank)   # the other stages' layers are dropped
-        self.cp_shard = None
-        if plan.cp > 1:
-            from kernels.cp.core import sequence_shard
-            self.cp_shard = lambda t: sequence_shard(t, ctx)
         self._params = {}
         for ch in sorted(self.chunks, key=lambda c: c.stage):   # model order: the same on mirrored ranks
             self._params.update(ch.params())
@@ -81,7 +77,8 @@ class PipelineRunner:
         return dict(self._params)
 
     def shard_sequence(self, t):
-        return self.cp_shard(t) if self.cp_shard else t
+        """This rank's tokens of a [batch, seq] tensor: its cp piece, or all of them."""
+        return sequence_shard(t, self.ctx) if self.plan.cp > 1 else t
 
     def owns_loss(self) -> bool:
         """Ranks holding a head (the loss) or an MoE block (its aux loss); tp rank 0 only."""

@@ -14,10 +14,8 @@ input tokens, stage `stages-1` computes the loss.
                         stage_of(rank,0)+1 == stage_of(rank,1) as a local hand-off). Loss on rank 0.
 Any hand-off between two chunks of one rank is local and has no SEND/RECV action.
 
-Action kinds: "F" forward; "B" backward-input (only when split_w: its weight grad "W" comes later); "BW" full
-backward (B then W at once); "FB" an overlapped pair: forward of (mb, chunk) with full backward of (mb2, chunk2);
-"SEND_F"/"RECV_F" activations, "SEND_B"/"RECV_B" input gradients, `peer` = the other pp rank.
-A RECV sits right before the compute that consumes it, a SEND right after the compute that produced it.
+The data model (Action kinds, Schedule, where SEND / RECV go) is kernels/pp/actions.py; this module is the
+catalogue: gpipe, 1f1b, zb1p, interleaved here, dualpipe and dualpipev from kernels/pp/dualpipe.py.
 
 Execution semantics `validate` checks (kernels.pp.simulate runs them as a dataflow):
   1. A rank walks its list in order. SEND_*/RECV_* post an async p2p op and never block when posted.
@@ -33,117 +31,11 @@ Execution semantics `validate` checks (kernels.pp.simulate runs them as a datafl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from kernels.pp.actions import Action, Schedule, add_transfers
+from kernels.pp.dualpipe import dualpipe, dualpipev
+from kernels.pp.simulate import Cost, check_structure, run_dataflow
 
-COMPUTE_KINDS = ("F", "B", "W", "BW", "FB")
-COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb1p", "zero-bubble", "dualpipe", "dualpipev")
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: str                  # one of COMPUTE_KINDS + COMM_KINDS
-    mb: int                    # microbatch index
-    chunk: int = 0             # local model chunk on this rank, 0..v-1
-    peer: int | None = None    # send/recv: the other pp rank
-    mb2: int | None = None     # FB: the backward's microbatch
-    chunk2: int | None = None  # FB: the backward's chunk
-
-    def __str__(self) -> str:
-        s = f"{self.kind}(mb {self.mb}, chunk {self.chunk}"
-        if self.peer is not None:
-            s += f", peer {self.peer}"
-        if self.kind == "FB":
-            s += f"; backward mb {self.mb2}, chunk {self.chunk2}"
-        return s + ")"
-
-
-@dataclass
-class Schedule:
-    name: str
-    pp: int
-    microbatches: int
-    stages: int                               # stages of one pipeline (direction)
-    chunks_per_rank: int
-    stage_table: tuple[tuple[int, ...], ...]  # [rank][chunk] -> stage
-    actions: list[list[Action]]
-    split_w: bool
-    directions: int = 1                       # 2 for dualpipe: chunk d carries direction d's microbatches
-    cost_scale: float = 1.0                   # share of a rank's layers in one chunk (interleaved: 1/v)
-    _holders: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def stage_of(self, rank: int, chunk: int) -> int:
-        return self.stage_table[rank][chunk]
-
-    def direction_of(self, mb: int) -> int:
-        """Which pipeline a microbatch travels: always 0 but for dualpipe's second half of microbatches."""
-        return 0 if self.directions == 1 else int(mb >= self.microbatches // 2)
-
-    def chunk_direction(self, chunk: int) -> int:
-        return 0 if self.directions == 1 else chunk
-
-    def holder(self, stage: int, mb: int) -> tuple[int, int]:
-        """(rank, chunk) that runs `stage` for microbatch `mb`."""
-        if not self._holders:
-            for r in range(self.pp):
-                for c in range(self.chunks_per_rank):
-                    self._holders[(self.stage_of(r, c), self.chunk_direction(c))] = (r, c)
-        return self._holders[(stage, self.direction_of(mb))]
-
-
-# ---------------------------------------------------------------- transfers
-
-def forward_transfers(s: Schedule, rank: int, mb: int, chunk: int) -> tuple[list[Action], list[Action]]:
-    """(recvs before, sends after) a forward of (mb, chunk) on rank."""
-    stage = s.stage_of(rank, chunk)
-    recvs, sends = [], []
-    if stage > 0:
-        src, _ = s.holder(stage - 1, mb)
-        if src != rank:
-            recvs.append(Action("RECV_F", mb, chunk, peer=src))
-    if stage < s.stages - 1:
-        dst, _ = s.holder(stage + 1, mb)
-        if dst != rank:
-            sends.append(Action("SEND_F", mb, chunk, peer=dst))
-    return recvs, sends
-
-
-def backward_transfers(s: Schedule, rank: int, mb: int, chunk: int) -> tuple[list[Action], list[Action]]:
-    """(recvs before, sends after) a backward-input of (mb, chunk) on rank."""
-    stage = s.stage_of(rank, chunk)
-    recvs, sends = [], []
-    if stage < s.stages - 1:
-        src, _ = s.holder(stage + 1, mb)
-        if src != rank:
-            recvs.append(Action("RECV_B", mb, chunk, peer=src))
-    if stage > 0:
-        dst, _ = s.holder(stage - 1, mb)
-        if dst != rank:
-            sends.append(Action("SEND_B", mb, chunk, peer=dst))
-    return recvs, sends
-
-
-def add_transfers(s: Schedule) -> Schedule:
-    """Put a RECV right before each compute that needs remote data and a SEND right after each producer."""
-    out = []
-    for rank, compute in enumerate(s.actions):
-        seq = []
-        for a in compute:
-            recvs, sends = [], []
-            if a.kind in ("F", "FB"):
-                r, snd = forward_transfers(s, rank, a.mb, a.chunk)
-                recvs += r
-                sends += snd
-            if a.kind in ("B", "BW"):
-                recvs, sends = backward_transfers(s, rank, a.mb, a.chunk)
-            if a.kind == "FB":
-                r, snd = backward_transfers(s, rank, a.mb2, a.chunk2)
-                recvs += r
-                sends += snd
-            seq += recvs + [a] + sends
-        out.append(seq)
-    s.actions = out
-    return s
 
 
 def _plain(name: str, pp: int, microbatches: int, compute: list[list[Action]], split_w: bool) -> Schedule:
@@ -163,7 +55,7 @@ def _check_counts(name: str, pp: int, microbatches: int) -> None:
 def _need_at_least_pp(name: str, pp: int, microbatches: int) -> None:
     if microbatches < pp:
         raise ValueError(f"{name} needs microbatches >= pp, got microbatches {microbatches} < pp {pp}: "
-                         f"use --microbatches {pp} or more")
+                         f"use microbatches={pp} or more")
 
 
 # ---------------------------------------------------------------- one-chunk schedules
@@ -218,10 +110,11 @@ def interleaved(pp: int, microbatches: int, virtual: int = 2) -> Schedule:
     """Megatron's interleaved 1F1B: v chunks per rank, microbatches in groups of pp per chunk."""
     _check_counts("interleaved", pp, microbatches)
     if not isinstance(virtual, int) or virtual < 1:
-        raise ValueError(f"interleaved: virtual must be an integer >= 1, got {virtual!r}: use --virtual 2")
+        raise ValueError(f"interleaved: virtual_stages must be an integer >= 1, got {virtual!r}: use "
+                         f"virtual_stages=2")
     if microbatches < pp or microbatches % pp != 0:
         raise ValueError(f"interleaved needs microbatches a multiple of pp and >= pp, got microbatches "
-                         f"{microbatches} with pp {pp}: use --microbatches {max(pp, -(-microbatches // pp) * pp)}")
+                         f"{microbatches} with pp {pp}: use microbatches={max(pp, -(-microbatches // pp) * pp)}")
     total = microbatches * virtual
 
     def place(k: int, backward: bool) -> tuple[int, int]:
@@ -246,12 +139,11 @@ def interleaved(pp: int, microbatches: int, virtual: int = 2) -> Schedule:
 
 def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = None) -> Schedule:
     """Dispatch by name: gpipe, 1f1b, interleaved, zb1p (alias zero-bubble), dualpipe, dualpipev."""
-    from kernels.pp.dualpipe import dualpipe, dualpipev
     key = str(name).lower()
     fixed_chunks = 2 if key in ("dualpipe", "dualpipev") else 1
     if key != "interleaved" and virtual is not None and virtual != fixed_chunks:
-        raise ValueError(f"{name}: --virtual {virtual} applies to interleaved only ({name} has {fixed_chunks} "
-                         f"chunk(s) per rank): drop --virtual")
+        raise ValueError(f"{name}: virtual_stages is for the interleaved schedule, got virtual_stages {virtual} "
+                         f"({name} has {fixed_chunks} chunk(s) per rank): drop virtual_stages")
     if key == "gpipe":
         return gpipe(pp, microbatches)
     if key == "1f1b":
@@ -269,7 +161,6 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
 
 def validate(schedule: Schedule) -> None:
     """Raise ValueError unless the schedule is complete, ordered, matched and deadlock-free (see module doc)."""
-    from kernels.pp.simulate import check_structure, run_dataflow, Cost
     check_structure(schedule)
     run_dataflow(schedule, Cost(), strict=False)   # raises on a deadlock or a missing / misplaced transfer
 

@@ -1,11 +1,11 @@
 """Replay a schedule's action lists as a dataflow under a cost model: timeline, bubble, activations held.
 
-Semantics (the ones kernels.pp.schedules documents): ranks walk their lists in order; SEND/RECV post async ops
-and never block when posted; a compute starts when its rank is free and the data it consumes has arrived (a
-SEND's data arrives `p2p` after it was posted, and it is posted right after its producer finished). With
-strict=True a compute also waits for *every* op its rank posted so far, a SEND being complete once the peer
-posted the matching RECV (DeepSeek's commit-and-wait): the schedules here are not built for that rule and
-several deadlock under it. Comm actions take no rank time.
+Semantics (the ones kernels.pp.schedules documents; data model: kernels.pp.actions): ranks walk their lists
+in order; SEND/RECV post async ops and never block when posted; a compute starts when its rank is free and
+the data it consumes has arrived (a SEND's data arrives `p2p` after it was posted, and it is posted right
+after its producer finished). With strict=True a compute also waits for *every* op its rank posted so far,
+a SEND being complete once the peer posted the matching RECV (DeepSeek's commit-and-wait): the schedules
+here are not built for that rule and several deadlock under it. Comm actions take no rank time.
 
 Costs (DeepSeek's convention, so its formulas read directly): F a forward chunk, B a *full* backward chunk,
 W its weight-grad part, FB an overlapped forward + full backward pair (default F+B). A split "B" action
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from kernels.pp.schedules import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
+from kernels.pp.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Each tp rank keeps a piece of every weight (`Param.shard` says which rows / colu
     column parallel  wq, wk, wv, w1, w3, lm_head, embed   rows of the global [out, in] weight
     row parallel     wo, w2                               columns
     replicated       the RMSNorm weights
-Megatron's two conjugate operators sit in the Block's regions (kernels/tp_regions.py):
+Megatron's two conjugate operators sit in the Block's regions (kernels/tp/regions.py):
     f = CopyToTP      identity forward, all-reduce of dX backward   (before the column linears)
     g = ReduceFromTP  all-reduce forward, identity backward         (after the row linears)
 With sequence parallel (`plan.sp`) the residual stream and the norms live on a 1/tp slice of the
@@ -19,7 +19,7 @@ sequence, so their grads are whole on each tp rank (not with sp: routing needs w
 
 Vocab parallel: the embedding keeps rows [v0, v1) of the table (zero for other ids) and its
 output is summed over tp; the lm_head keeps the same vocab rows, and the loss is the
-vocab-parallel cross-entropy of kernels/tp_loss.py, so full logits are never gathered. With sp
+vocab-parallel cross-entropy of kernels/tp/loss.py, so full logits are never gathered. With sp
 the head all-gathers the sequence before the lm_head: every rank computes the loss of every
 token of its slice of the vocabulary, and the loss is the same on all tp ranks.
 
@@ -32,11 +32,13 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-
 from kernels.comm import events
-from kernels.layers import Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm, SwiGLU
-from kernels.layers import rope_tables
-from kernels.model import Block, Embed, Head, is_moe_layer
+from kernels.config import is_moe_layer
+from kernels.ep.layer import build_moe
+from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
+                            SwiGLU, rope_tables)
+from kernels.mesh import partition
+from kernels.model import Block, Embed, Head
 from kernels.tp.loss import VocabParallelCrossEntropy
 from kernels.tp.regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
                                 start_region_backward)
@@ -149,7 +151,7 @@ def check_tp_shapes(cfg, tp: int, sp: bool, cp: int = 1) -> None:
                          f"(sharded) or be a multiple of them (replicated)")
     if cfg.experts and sp:
         raise ValueError("sequence parallel cannot run MoE layers on sequence shards (a routing "
-                         "group is one whole sequence): drop --sp or --experts")
+                         "group is one whole sequence): drop sp or experts")
 
 
 def shard(tensors: dict, name: str, dim: int, start: int, stop: int) -> Param:
@@ -177,7 +179,6 @@ def kv_layout(cfg, ctx) -> tuple[int, int, list[str]]:
         return r * per_rank, per_rank, []
     ranks_per_head = tp // cfg.kv_heads
     if "tp_kv" not in ctx.groups:
-        from kernels.mesh import partition
         pieces = [ranks[i:i + ranks_per_head] for ranks in partition(ctx.plan, "tp")
                   for i in range(0, len(ranks), ranks_per_head)]
         ctx.groups["tp_kv"] = comm.new_groups("tp_kv", pieces)
@@ -221,7 +222,6 @@ def build_tp_layers(cfg, tensors: dict, ctx) -> list:
                          heads, kv_local, hd, cos, sin, LocalAttention(positions))
         regions = {"enter_attn": enter(), "exit_attn": exit_()}
         if is_moe_layer(cfg, i):  # experts are not split by tp: every tp rank runs the whole MoE
-            from kernels.ep.layer import build_moe
             mlp = build_moe(cfg, pre + "moe.", tensors, ctx)
         else:
             mlp = SwiGLU(col("mlp.w1.weight", r * hidden, (r + 1) * hidden),

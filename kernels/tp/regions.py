@@ -36,7 +36,7 @@ def start_region_backward(region, ctx, dy) -> Pending:
 
 
 class _AutogradRegion(torch.autograd.Function):
-    """Lets `--backward autograd` see through a region: its backward is the region's own."""
+    """Lets `backward=autograd` see through a region: its backward is the region's own."""
 
     @staticmethod
     def forward(fctx, x, region):

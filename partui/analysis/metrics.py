@@ -1,6 +1,6 @@
-"""Overlap, exposed comm, idle and bubble from a trace, with HTA's definitions (ARCHITECTURE.md).
+"""Overlap, exposed comm, idle and bubble from a trace, with HTA's definitions (docs/architecture.md).
 
-    from partui.analysis.metrics import load, overlap
+    from partui.analysis import load, overlap
     df = load("traces/run.json")          # one row per slice; partui or torch.profiler traces
     overlap(df, by="rank")                # or "step", "op"
 
@@ -10,59 +10,14 @@ the merged lengths, their intersection and their union, with no Python loop per 
 """
 from __future__ import annotations
 
-import gzip
-import json
-import os
+import re
 
 import numpy as np
 import pandas as pd
 
-from partui.analysis.formats import TraceError, detect, kineto_frame, partui_frame
-
-__all__ = ["load", "overlap", "step_times", "hta_overlap", "theoretical_bubble", "TraceError",
-           "bench_analysis"]
-
-
-def _decode(raw: bytes):
-    """orjson when installed (a million-event trace decodes ~1.6x faster than with json)."""
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(raw)
-    return orjson.loads(raw)
-
-
-def read_doc(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise TraceError(f"{path}: no such file")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(2)
-        opener = gzip.open if magic == b"\x1f\x8b" else open
-        with opener(path, "rb") as f:
-            raw = f.read()
-        return _decode(raw)
-    except (ValueError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:  # JSON errors too
-        raise TraceError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
-
-
-def load(path: str) -> pd.DataFrame:
-    """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata."""
-    import gc
-    was_enabled = gc.isenabled()
-    gc.disable()  # millions of new event dicts would trigger the cyclic GC over and over
-    try:
-        doc = read_doc(path)
-        try:
-            fmt = detect(doc)
-        except TraceError as exc:
-            raise TraceError(f"{path}: {exc}") from None
-        df = partui_frame(doc) if fmt == "partui" else kineto_frame(doc)
-        df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
-        return df
-    finally:
-        if was_enabled:
-            gc.enable()
+from kernels.pp.schedules import build_schedule
+from kernels.pp.simulate import Cost, formula_bubble, simulate
+from partui.analysis.events import TraceError
 
 
 # ---------------------------------------------------------------- windows and the sweep
@@ -225,11 +180,6 @@ def theoretical_bubble(df: pd.DataFrame):
     pp = int(plan.get("pp") or 1)
     if pp <= 1:
         return None
-    try:  # written alongside this module; optional so a trace still analyses without it
-        from kernels.pp.schedules import build_schedule
-        from kernels.pp.simulate import Cost, formula_bubble, simulate
-    except ImportError:
-        return None
     comp = df[df["kind"] == "compute"]
     mean = comp.groupby("cat")["dur"].mean()
     f, b, w, fb = (float(mean.get(k, np.nan)) for k in ("F", "B", "W", "FB"))
@@ -255,15 +205,6 @@ def theoretical_bubble(df: pd.DataFrame):
     return sim, np.full(len(ranks), 100 * formula / res.makespan)
 
 
-def usable_cpus() -> int:
-    """CPU cores this process may run on (its affinity, else the machine's count)."""
-    import os
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def oversubscription_note(df: pd.DataFrame) -> str | None:
     """A line for reports of a trace whose ranks outnumbered the cores they shared, else None."""
     meta = df.attrs.get("metadata") or {}
@@ -277,7 +218,6 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
 
 
 def _pp_coord(coords: str, rank: int) -> int:
-    import re
     m = re.search(r"pp(\d+)", coords or "")
     return int(m.group(1)) if m else int(rank)
 
@@ -308,69 +248,3 @@ def hta_overlap(df: pd.DataFrame) -> pd.DataFrame:
         out.loc[keys, "comm_comp_overlap_pct"] = pct
         out = out.reset_index()
     return out
-
-
-# ---------------------------------------------------------------- benchmark
-
-def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
-    """A partui-format trace of about n_events slices: steps of F/B spans with async comm."""
-    rng = np.random.default_rng(seed)
-    per_rank = max(n_events // ranks, 4)
-    n_comm = per_rank // 4
-    n_comp = per_rank - n_comm
-    evs = []
-    for r in range(ranks):  # a loop per rank; each rank's events are built from arrays
-        t = np.cumsum(rng.uniform(5, 15, n_comp))
-        d = rng.uniform(2, 6, n_comp)
-        ct = rng.choice(t, n_comm)
-        cd = rng.uniform(1, 30, n_comm)
-        steps = np.minimum((np.arange(n_comp) * 10) // n_comp, 9)
-        cats = np.where(np.arange(n_comp) % 2 == 0, "F", "B")
-        evs += [{"ph": "X", "name": c, "cat": c, "pid": r, "tid": 1, "ts": float(a), "dur": float(b),
-                 "args": {"step": int(s), "mb": 0}} for a, b, c, s in zip(t, d, cats, steps)]
-        evs += [{"ph": "X", "name": "all_reduce", "cat": "comm", "pid": r, "tid": 2, "ts": float(a),
-                 "dur": float(b), "args": {"op": "all_reduce", "group": "dp", "bytes": 4096}}
-                for a, b in zip(ct, cd)]
-        bounds = np.searchsorted(steps, np.arange(11))
-        for s in range(10):
-            if bounds[s + 1] > bounds[s]:
-                t0, t1 = t[bounds[s]], t[bounds[s + 1] - 1] + d[bounds[s + 1] - 1]
-                evs.append({"ph": "X", "name": "step", "cat": "step", "pid": r, "tid": 1,
-                            "ts": float(t0) - 1, "dur": float(t1 - t0) + 2, "args": {"step": s}})
-    return {"traceEvents": evs, "displayTimeUnit": "ms",
-            "metadata": {"format": "partui-trace/1", "synthetic": True}}
-
-
-def bench_analysis(n_events: int = 1_000_000, path: str | None = None) -> dict:
-    """Generate, write, load and analyse a synthetic trace; seconds per phase and peak memory."""
-    import resource
-    import tempfile
-    import time
-    from partui.trace import write_atomic
-    t0 = time.perf_counter()
-    doc = synthetic_trace(n_events)
-    n = len(doc["traceEvents"])
-    tmp = None
-    if path is None:
-        tmp = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
-        tmp.close()
-        path = tmp.name
-    try:
-        t1 = time.perf_counter()
-        write_atomic(path, doc)
-        del doc
-        t2 = time.perf_counter()
-        df = load(path)
-        t3 = time.perf_counter()
-        by_rank = overlap(df, "rank")
-        by_step = overlap(df, "step")
-        by_op = overlap(df, "op")
-        t4 = time.perf_counter()
-        size = os.path.getsize(path)
-    finally:
-        if tmp is not None:
-            os.unlink(path)
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
-    return {"events": n, "file_mb": size / 2**20, "generate_s": t1 - t0, "write_s": t2 - t1,
-            "load_s": t3 - t2, "analyse_s": t4 - t3, "load_and_analyse_s": t4 - t2,
-            "peak_rss_mb": peak_kb / 1024, "rows": [len(by_rank), len(by_step), len(by_op)]}

@@ -13,13 +13,16 @@ from textual.app import App
 from textual.binding import Binding
 from textual.widgets import Input
 
-from partui.app.screens.setup import SetupScreen
-from partui.session import PRESETS, World
 from partui.app.screens.commands import CommandsMixin, CommandsProvider
-from partui.app.screens.trace_actions import TraceMixin
+from partui.app.screens.dialogs import ErrorDialog, HelpScreen
+from partui.app.screens.run import RunScreen
+from partui.app.screens.setup import SetupScreen
 from partui.app.screens.style import CSS
+from partui.app.screens.trace_actions import TraceMixin
 from partui.app.widgets.command_line import CommandLine
-
+from partui.plans import PRESETS, build_plan
+from partui.session import World
+from partui.world import RankError, WorldTimeout, warm_up
 
 
 @contextlib.contextmanager
@@ -63,28 +66,24 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
                                                          name="partui-load-engine").start())
 
     def load_engine(self) -> None:
-        from partui.session import preset_status
-        from partui.world import warm_up
         try:
             with real_stderr():
                 warm_up()                    # the fork server imports torch for the ranks
-            import kernels.engine  # noqa: F401  # and this process, for plans and configs
-            gaps = {name: preset_status(name) for name in PRESETS}
+            build_plan("single")             # and this process (the engine, torch), for plans
         except Exception as e:  # noqa: BLE001 - say why nothing can launch
             if self.is_running:
                 self.call_from_thread(self.fail, "the engine failed to load", e)
             return
         if self.is_running:
-            self.call_from_thread(self._engine_loaded, gaps)
+            self.call_from_thread(self._engine_loaded)
 
-    def _engine_loaded(self, gaps: dict) -> None:
+    def _engine_loaded(self) -> None:
         self.engine_ready = True
-        self.setup_screen.set_gaps(gaps)
+        self.setup_screen.revalidate()
 
     # ---------------------------------------------------------------- helpers
     def run_screen(self):
         """The Run screen when it is in the stack (perhaps under a dialog), else None."""
-        from partui.app.screens.run import RunScreen
         return next((s for s in reversed(self.screen_stack) if isinstance(s, RunScreen)), None)
 
     def fail(self, title: str, exc: BaseException) -> None:
@@ -95,7 +94,6 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             rs.set_busy(False)
             rs.update_status()
         self.notify(str(exc), title=title, severity="error", timeout=8)
-        from partui.app.screens.dialogs import ErrorDialog
         self.push_screen(ErrorDialog(title, str(exc), detail[-3000:]))
 
     def _begin(self) -> bool:
@@ -122,7 +120,6 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
 
     @work(thread=True, group="world")
     def _launch_worker(self) -> None:
-        from partui.world import RankError, WorldTimeout
         say = partial(self.call_from_thread, self._progress)
         try:
             infos = self.world.launch(on_progress=say)
@@ -143,7 +140,6 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             self.run_screen().update_status(msg)
 
     def _show_run(self, infos: list[dict], snaps: list[dict]) -> None:
-        from partui.app.screens.run import RunScreen
         screen = RunScreen(self.world, infos, list(PRESETS), snaps)
         if isinstance(self.screen, RunScreen):
             self.switch_screen(screen)      # reset or a new plan: a fresh screen for the new world
@@ -174,7 +170,6 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
     @work(thread=True, group="world")
     def _step_worker(self, n: int, single: bool) -> None:
         """`single`: one call of n steps; else n calls of one step each, pausable between."""
-        from partui.world import RankError, WorldTimeout
         try:
             todo = [n] if single else [1] * n
             for k in todo:
@@ -210,12 +205,10 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             self._launch_worker()
 
     def action_setup(self) -> None:
-        from partui.app.screens.run import RunScreen
         if isinstance(self.screen, RunScreen):
             self.pop_screen()
 
     def action_help(self) -> None:
-        from partui.app.screens.dialogs import HelpScreen  # Markdown loads on first use
         self.push_screen(HelpScreen())
 
     # ---------------------------------------------------------------- the command line

@@ -21,6 +21,9 @@ import sys
 import termios
 import time
 
+from partui.app.main import PartuiApp
+from partui.app.screens.run import RunScreen
+
 MARKER = b"distributed training"
 
 
@@ -71,8 +74,6 @@ def import_torch_s() -> float:
 
 
 async def refresh_delays(preset: str, world: int, steps: int) -> dict:
-    from partui.app.main import PartuiApp
-    from partui.app.screens.run import RunScreen
     app = PartuiApp()
     async with app.run_test(size=(100, 30)) as pilot:
         async def until(cond, what, timeout=120.0):

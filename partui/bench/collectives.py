@@ -13,7 +13,10 @@ import statistics
 import sys
 import time
 
-from partui.forkworld import run_world  # noqa: F401 - tests import it from here too
+import torch
+
+from kernels import comm
+from partui.forkworld import run_world
 
 SIZES = ["1K", "16K", "256K", "1M", "4M", "16M", "64M"]
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -32,7 +35,6 @@ def parse_size(s: str) -> int:
 
 
 def _one(op: str, t, out, group):
-    from kernels import comm
     if op == "all_reduce":
         comm.all_reduce(t, group)
     elif op == "reduce_scatter":
@@ -45,8 +47,6 @@ def _one(op: str, t, out, group):
 
 def _measure(rank: int, size: int, ops, sizes, iters: int, warmup: int) -> list[dict]:
     """Per (op, bytes): median seconds of native and hand, runs alternated so both see the same load."""
-    import torch
-    from kernels import comm
     group, rows = comm.world_group(), []
     for op in ops:
         for nbytes in sizes:

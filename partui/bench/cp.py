@@ -17,7 +17,12 @@ import json
 import statistics
 import sys
 
+from kernels.context import build_groups
+from kernels.cp.apply import apply_context_parallel
+from kernels.engine import Engine
+
 from partui import forkworld
+from partui.plans import build_plan
 
 TORCH_CP_NOTE = ("torch's own context_parallel does not run on CPU in torch 2.13 (\"Operator "
                  "aten._scaled_dot_product_flash_attention_for_cpu.default does not have a "
@@ -46,18 +51,12 @@ def parse(argv):
 
 def _rank_rows(rank, world, opts) -> dict:
     """This rank's per-step rows for every core (runs inside the forked gloo world)."""
-    from dataclasses import replace
-
-    from kernels.cp.core import apply_context_parallel
-    from kernels.engine import Engine, build_groups
-    from kernels.mesh import Plan, validate
-    from kernels.model import make_config
-    cfg = make_config("tiny", **opts["model"])
-    base = validate(Plan(cp=world, cp_mode="ring"), cfg, world)
+    base, cfg = build_plan("ring", "tiny", opts["model"], cp=world)
     groups = build_groups(base)
     engines = {}
     for mode in opts["modes"]:
-        plan = replace(base, cp_mode="ring" if mode == "allgather" else mode)
+        plan, _ = build_plan("ring", "tiny", opts["model"], cp=world,
+                             cp_mode="ring" if mode == "allgather" else mode)
         eng = Engine(plan, cfg, rank, seed=0, groups=groups)
         if mode == "allgather":  # same contiguous layout as ring, K/V gathered instead
             apply_context_parallel(eng.layers, eng.ctx, "allgather")
@@ -115,11 +114,8 @@ def main(argv: list[str]) -> int:
     model = {"seq": args.seq, "batch": args.batch, "dim": args.dim, "heads": args.heads,
              "kv_heads": args.kv_heads, "layers": args.layers}
     try:
-        from kernels.mesh import Plan, validate
-        from kernels.model import make_config
-        cfg = make_config("tiny", **model)
         for m in modes:
-            validate(Plan(cp=args.cp, cp_mode="ring" if m == "allgather" else m), cfg, args.cp)
+            build_plan("ring", "tiny", model, cp=args.cp, cp_mode="ring" if m == "allgather" else m)
         if args.cp < 2:
             raise ValueError(f"--cp {args.cp}: context parallel needs --cp 2 or more")
     except ValueError as e:

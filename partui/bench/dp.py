@@ -15,30 +15,35 @@ import os
 import statistics
 import sys
 import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from kernels import comm
+from kernels.data import dp_slice, global_batch
+from kernels.engine import Engine
+from partui.bench.harness import table
+from partui.bench.torch_models import TorchLlama
+from partui.plans import build_plan
 
 VARIANTS = ("dp", "ddp", "zero3", "fsdp2")
 
 
 def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
-    import torch
-    import torch.distributed as dist
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    from kernels import comm
-    from kernels.data import dp_slice, global_batch
-    from kernels.engine import Engine
-    from kernels.mesh import Plan
-    from kernels.model import make_config
-    from partui.bench.torch_models import TorchLlama
     try:
         store = comm.store_client(port, world + 1, 60.0)
         comm.init("gloo", rank, world, store=store, timeout_s=120.0)
-        cfg = make_config(opts["model"], batch=opts["batch"])
-        bucket = opts["bucket_mb"]
-        ours = {"dp": Engine(Plan(dp=world, bucket_mb=bucket), cfg, rank, optim="adamw"),
-                "zero3": Engine(Plan(dp=world, zero=3, bucket_mb=bucket), cfg, rank, optim="adamw")}
-        from torch.distributed.fsdp import fully_shard
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        model, bucket = {"batch": opts["batch"]}, opts["bucket_mb"]
+        ours = {}
+        for name, preset in (("dp", "dp-bucketed"), ("zero3", "zero3")):
+            plan, cfg = build_plan(preset, opts["model"], model, dp=world, bucket_mb=bucket)
+            ours[name] = Engine(plan, cfg, rank, optim="adamw")
+        from torch.distributed.fsdp import fully_shard  # lazy: FSDP2 is a heavy torch extra
         ddp = DDP(TorchLlama(cfg), bucket_cap_mb=bucket)
         fsdp = TorchLlama(cfg)
         for blk in fsdp.layers:
@@ -87,15 +92,12 @@ def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
                               "n_params": cfg.n_params()}))
         dist.barrier()
     except BaseException as e:  # noqa: BLE001 - reported to the parent
-        import traceback
         out_q.put(("error", f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
     finally:
         comm.destroy()
 
 
 def run_world(world: int, opts: dict, timeout_s: float) -> dict:
-    import torch.multiprocessing as mp
-    from kernels import comm
     ctx = mp.get_context("spawn")
     store, port = comm.store_server(world + 1, 60.0)   # the parent holds the store: port 0, no race
     q = ctx.Queue()
@@ -137,7 +139,6 @@ def main(argv: list[str]) -> int:
         print(f"partui bench dp: every world must be >= 2 and divide batch {args.batch}, and "
               f"--steps >= 1", file=sys.stderr)
         return 2
-    from partui.bench.harness import table
     opts = {"model": args.model, "batch": args.batch, "steps": args.steps,
             "warmup": args.warmup, "bucket_mb": args.bucket_mb}
     rows = []

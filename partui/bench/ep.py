@@ -12,8 +12,19 @@ Variants run round-robin, so machine noise hits them alike.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import sys
+import traceback
+
+import torch
+
+from kernels import comm
+from kernels.comm import events
+from kernels.engine import Engine
+from kernels.intervals import intersect, length, merge
+from partui.bench.harness import table
+from partui.plans import build_plan
 
 VARIANTS = [  # name, ep (0: world), dispatch, overlap
     ("no EP: all experts on every rank", 1, "uneven", False),
@@ -45,27 +56,20 @@ class _A2ARecorder:
         self.done.setdefault(op_id, t1)
 
     def figures(self) -> tuple[float, float]:
-        from kernels.engine import _intersect, _length, _merge
-        a2a = _merge([(t, self.done.get(i, t)) for i, t in self.issue.items()])
-        return _length(a2a) / 1e6, _intersect(a2a, _merge(self.spans)) / 1e6
+        a2a = merge([(t, self.done.get(i, t)) for i, t in self.issue.items()])
+        return length(a2a) / 1e6, intersect(a2a, merge(self.spans)) / 1e6
 
 
 def _rank(rank, world, port, opts, q):
     try:
-        import torch
         torch.set_num_threads(1)
-        from kernels import comm
-        from kernels.comm import events
-        from kernels.engine import Engine
-        from kernels.mesh import Plan
-        from kernels.model import make_config
         store = comm.store_client(port, world, 120)
         comm.init("gloo", rank, world, store=store, timeout_s=120)
-        cfg = make_config(opts["model"], **opts["overrides"])
         engines = []
         for _name, ep, dispatch, overlap in VARIANTS:
-            plan = Plan(world=world, ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
-                        capacity_factor=opts["cf"], overlap=overlap)
+            plan, cfg = build_plan("custom", opts["model"], opts["overrides"], world=world,
+                                   ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
+                                   capacity_factor=opts["cf"], overlap=overlap)
             eng = Engine(plan, cfg, rank=rank, optim="sgd")
             for layer in eng.layers:
                 if getattr(getattr(layer, "mlp", None), "is_moe", False):
@@ -84,14 +88,10 @@ def _rank(rank, world, port, opts, q):
         q.put((rank, out))
         comm.destroy()
     except BaseException:  # noqa: BLE001 - the parent prints it
-        import traceback
         q.put((rank, traceback.format_exc()))
 
 
 def measure(world: int, opts: dict) -> list[dict]:
-    import multiprocessing as mp
-
-    from kernels import comm
     store, port = comm.store_server(world, 120)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -158,7 +158,6 @@ def main(argv: list[str]) -> int:
     except (RuntimeError, ValueError) as e:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
-    from partui.bench.harness import table
     print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms",
                        "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
     print(f"\na2a_ms: all-to-all in flight per rank per step; a2a_overlap_pct: share of it during "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from partui.bench.harness import table
+from partui.world import Controller, warm_up
 
 _SPAWN_PEER = r"""
 import sys, time, socket
@@ -38,7 +39,6 @@ def _ours(world: int) -> float:
 
 
 def _warm(world: int) -> float:
-    from partui.world import Controller, warm_up
     warm_up()
     Controller.launch(1).close()  # the fork server has finished importing torch
     t0 = time.perf_counter()
@@ -48,7 +48,6 @@ def _warm(world: int) -> float:
 
 def _spawn(world: int) -> float:
     """torch.multiprocessing.spawn needs an importable main: run the peer from a temp file."""
-    import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_SPAWN_PEER)
     try:

@@ -17,7 +17,19 @@ import statistics
 import sys
 import time
 
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels import comm
+from kernels.weights import init_params
+from kernels.context import build_groups
+from kernels.data import global_batch
+from kernels.engine import Engine
+from kernels.layers import rope_tables
 from partui import forkworld
+from partui.bench.harness import table
+from partui.plans import build_plan
 
 # ours -> torch counterpart (class name in torch.distributed.pipelining), layout of the torch stages
 PAIRS = [("gpipe", "ScheduleGPipe", "one"), ("1f1b", "Schedule1F1B", "one"),
@@ -28,7 +40,7 @@ PAIRS = [("gpipe", "ScheduleGPipe", "one"), ("1f1b", "Schedule1F1B", "one"),
 def parse(argv):
     ap = argparse.ArgumentParser(prog="partui bench pp", description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default="2,4", help="comma list of pp sizes (one world each)")
-    ap.add_argument("--model", default="small", help="model preset (kernels.model.PRESETS)")
+    ap.add_argument("--model", default="small", help="model preset (kernels.config.PRESETS)")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=8, help="microbatches of one sequence each")
     ap.add_argument("--schedules", default=",".join(p[0] for p in PAIRS), help="comma list of ours")
@@ -46,12 +58,6 @@ def parse(argv):
 
 def torch_stage_module(cfg, tensors, stage: int, stages: int):
     """An nn.Module of one pipeline stage: [embedding] blocks [norm, lm head], weights copied from ours."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    from kernels.layers import rope_tables
-
     cos, sin = rope_tables(torch.arange(cfg.seq), cfg.head_dim, cfg.rope_theta)  # [seq, head_dim]
 
     def rot(x):                                          # x [b, h, s, hd]
@@ -106,11 +112,7 @@ def torch_stage_module(cfg, tensors, stage: int, stages: int):
 
 def torch_runner(cls_name: str, layout: str, cfg, tensors, rank: int, pp: int, m: int, denom: int):
     """A zero-argument step function for one torch schedule on this rank."""
-    import torch
-    import torch.nn.functional as F
-    from torch.distributed import pipelining
-
-    from kernels import comm
+    from torch.distributed import pipelining  # lazy: torch's pipelining is a heavy extra
     stage_ids = {"one": [rank], "loop": [rank, rank + pp], "v": [rank, 2 * pp - 1 - rank]}[layout]
     stages = pp if layout == "one" else 2 * pp
     mods = [torch_stage_module(cfg, tensors, s, stages) for s in stage_ids]
@@ -137,23 +139,18 @@ def torch_runner(cls_name: str, layout: str, cfg, tensors, rank: int, pp: int, m
 
 def _rank_times(rank, world, opts) -> dict:
     """Step ms (slowest rank) and first loss per schedule, ours and torch's, inside the forked world."""
-    import torch
-    from kernels import comm
-    from kernels.data import global_batch
-    from kernels.engine import Engine, build_groups
-    from kernels.mesh import Plan, validate
-    from kernels.model import init_params, make_config
-    cfg = make_config(opts["model"], layers=opts["layers"], batch=opts["microbatches"])
-    m, denom = opts["microbatches"], cfg.batch * cfg.seq
-    groups = build_groups(validate(Plan(pp=world, microbatches=m), cfg, world))
+    m = opts["microbatches"]
+    model = {"layers": opts["layers"], "batch": m}
+    base, cfg = build_plan("custom", opts["model"], model, pp=world, microbatches=m)
+    denom = cfg.batch * cfg.seq
+    groups = build_groups(base)
     tensors = init_params(cfg, 0)
     ids, targets = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, 0)
     fns = {}
     for ours, theirs, layout in PAIRS:
         if ours not in opts["schedules"]:
             continue
-        plan = validate(Plan(pp=world, schedule=ours, microbatches=m,
-                             virtual_stages=2 if ours == "interleaved" else 1), cfg, world)
+        plan, _ = build_plan("custom", opts["model"], model, pp=world, schedule=ours, microbatches=m)
         eng = Engine(plan, cfg, rank, seed=0, lr=1e-3, groups=groups)
         eng.runner.fb_order, eng.runner.recv_ahead = opts["fb_order"], opts["recv_ahead"]
         fns["ours " + ours] = lambda eng=eng: eng.step().loss
@@ -180,13 +177,10 @@ def _rank_times(rank, world, opts) -> dict:
 
 def one_process_ms(opts: dict, rounds: int) -> float:
     """The same model and batch in this process, no pipeline: the floor a pipeline divides."""
-    import torch
     torch.set_num_threads(1)
-    from kernels.engine import Engine
-    from kernels.mesh import Plan
-    from kernels.model import make_config
-    cfg = make_config(opts["model"], layers=opts["layers"], batch=opts["microbatches"])
-    eng = Engine(Plan(microbatches=opts["microbatches"]), cfg, 0, seed=0, lr=1e-3)
+    m = opts["microbatches"]
+    plan, cfg = build_plan("single", opts["model"], {"layers": opts["layers"], "batch": m}, microbatches=m)
+    eng = Engine(plan, cfg, 0, seed=0, lr=1e-3)
     eng.step()
     return statistics.median(eng.step().step_ms for _ in range(rounds))
 
@@ -201,13 +195,11 @@ def main(argv: list[str]) -> int:
         known = [p[0] for p in PAIRS]
         if not chosen or any(s not in known for s in chosen):
             raise ValueError(f"--schedules {args.schedules}: pick from {', '.join(known)}")
-        from kernels.mesh import Plan, validate
-        from kernels.model import make_config
-        cfg = make_config(args.model, layers=args.layers, batch=args.microbatches)
+        model = {"layers": args.layers, "batch": args.microbatches}
         for w in worlds:
             for s in chosen:
-                validate(Plan(pp=w, schedule=s, microbatches=args.microbatches,
-                              virtual_stages=2 if s == "interleaved" else 1), cfg, w)
+                _, cfg = build_plan("custom", args.model, model, pp=w, schedule=s,
+                                    microbatches=args.microbatches)
                 if cfg.layers % (2 * w):                        # torch's V and loop layouts use 2P stages
                     raise ValueError(f"{cfg.layers} layers do not split over 2 x pp {w} stages for torch's "
                                      f"two-stage-a-rank schedules: pick --layers a multiple of {2 * w}")
@@ -239,7 +231,6 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"command": command, "one_process_ms": single, "rows": rows}))
         return 0
-    from partui.bench.harness import table
     print(f"{args.model} model, {args.layers} layers, {args.microbatches} microbatches of 1 sequence, "
           f"ms a training step (median of {args.rounds}, slowest rank), interleaved with torch's")
     print(table(rows, ["world", "ours", "ours_ms", "ours_min", "ours_cpu", "torch", "torch_ms", "torch_min",

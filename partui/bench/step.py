@@ -7,13 +7,15 @@ import json
 
 import torch
 
+from kernels.data import global_batch
+from kernels.engine import Engine
+from kernels.model import build_model
 from partui.bench.harness import interleaved, table
+from partui.plans import build_plan
 
 
 def _autograd_peer(cfg, seed):
     """Our forward under torch autograd, with torch's own AdamW: the peer step."""
-    from kernels.data import global_batch
-    from kernels.model import build_model
     model = build_model(cfg, seed)
     prms = list(model.params().values())
     for p in prms:
@@ -42,13 +44,10 @@ def main(argv) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    from kernels.engine import Engine
-    from kernels.mesh import Plan
-    from kernels.model import make_config
     rows = []
     for name in args.models.split(","):
-        cfg = make_config(name)
-        eng = Engine(Plan(), cfg)
+        plan, cfg = build_plan("single", name)
+        eng = Engine(plan, cfg)
         t = interleaved({"hand": eng.step, "autograd": _autograd_peer(cfg, 0)}, args.rounds)
         rows.append({"model": name, "params": cfg.n_params(), "hand_ms": t["hand"],
                      "autograd_adamw_ms": t["autograd"], "ratio": t["hand"] / t["autograd"]})

@@ -19,7 +19,15 @@ import statistics
 import sys
 import time
 
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.weights import init_params
+from kernels.data import global_batch
+from kernels.engine import Engine
 from partui import forkworld
+from partui.plans import MODEL_FIELDS, build_plan
 
 
 def parse(argv):
@@ -40,10 +48,6 @@ def parse(argv):
 
 def torch_llama(cfg, tensors):
     """An nn.Module Llama with partui's shapes, names and initial weights (eager torch)."""
-    import torch
-    from torch import nn
-    import torch.nn.functional as F
-
     class Norm(nn.Module):
         def __init__(self, w):
             super().__init__()
@@ -125,6 +129,7 @@ def torch_llama(cfg, tensors):
 
 def dtensor_parallelize(model, cfg, world):
     """torch's own TP: ColwiseParallel / RowwiseParallel over a 1-D mesh of the world."""
+    # lazy: torch's DTensor TP is a heavy extra, loaded only inside the bench's ranks
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
@@ -145,16 +150,11 @@ def dtensor_parallelize(model, cfg, world):
 
 def _rank_rows(rank, world, opts) -> dict:
     """(step ms, loss) per step of ours and DTensor on this rank, inside the forked gloo world."""
-    import torch
-    from kernels.data import global_batch
-    from kernels.engine import Engine
-    from kernels.mesh import Plan
-    from kernels.model import init_params, make_config
-    cfg = make_config(opts["model"], **opts["overrides"])
-    ours = {"ours": Engine(Plan(tp=world), cfg, rank, seed=0)}
+    plan, cfg = build_plan("tp", opts["model"], opts["overrides"], tp=world)
+    ours = {"ours": Engine(plan, cfg, rank, seed=0)}
     if opts["sp"]:
-        ours["ours sp"] = Engine(Plan(tp=world, sp=True), cfg, rank, seed=0,
-                                 groups=ours["ours"].ctx.groups)
+        sp_plan, _ = build_plan("tp-sp", opts["model"], opts["overrides"], tp=world)
+        ours["ours sp"] = Engine(sp_plan, cfg, rank, seed=0, groups=ours["ours"].ctx.groups)
     rows = {name: [] for name in [*ours, "dtensor"]}
     error = None
     try:
@@ -203,15 +203,11 @@ def main(argv: list[str]) -> int:
         print(f"partui bench tp: --tp {args.tp!r} must be a comma list of sizes >= 2, e.g. 2,4",
               file=sys.stderr)
         return 2
-    overrides = {k: getattr(args, k) for k in ("layers", "dim", "heads", "kv_heads", "seq",
-                                                "batch", "vocab") if getattr(args, k) is not None}
-    from kernels.mesh import Plan, PlanError, validate
-    from kernels.model import make_config
+    overrides = {k: getattr(args, k) for k in MODEL_FIELDS if getattr(args, k) is not None}
     try:
-        cfg = make_config(args.model, **overrides)
         for n in sizes:
-            validate(Plan(tp=n, sp=args.sp), cfg, n)
-    except (PlanError, ValueError) as e:
+            _, cfg = build_plan("custom", args.model, overrides, tp=n, sp=args.sp)
+    except ValueError as e:               # PlanError too
         print(f"partui bench tp: {e}", file=sys.stderr)
         return 2
     opts = {"model": args.model, "overrides": overrides, "steps": args.steps,

@@ -7,27 +7,25 @@ import argparse
 import json
 import statistics
 
+from partui.bench.analysis import bench_analysis
 from partui.bench.harness import table
+from partui.session import World
 
 
 def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> list[dict]:
-    from kernels.mesh import Plan, validate
-    from kernels.model import make_config
-    from partui.world import Controller
-    cfg = make_config(model)
-    plan = validate(Plan(**plan_kw), cfg, world)
     times = {"off": [], "sparse": [], "full": []}
-    with Controller.launch(world) as w:
-        w.setup(plan, cfg)
+    with World() as w:
+        w.plan("custom", model, world=world, **plan_kw)
+        w.launch()
         w.step(2)  # warm-up
         for _ in range(rounds):  # interleave the three modes so noise hits all alike
             for mode in times:
                 if mode != "off":
-                    w.trace_start(sparse=(mode == "sparse"))
-                out = w.step(steps)
+                    w.trace_on(sparse=(mode == "sparse"))
+                lines = w.step(steps)
                 if mode != "off":
-                    w.trace_stop()
-                times[mode] += [max(r[i]["step_ms"] for r in out) for i in range(steps)]
+                    w.trace_off(keep=False)
+                times[mode] += [ln["step_ms"] for ln in lines]
     base = statistics.median(times["off"])
     return [{"mode": m, "step_ms": statistics.median(v),
              "overhead_pct": 100 * (statistics.median(v) / base - 1)} for m, v in times.items()]
@@ -44,12 +42,7 @@ def main(argv) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     plan_kw = {"zero": args.zero} if args.world > 1 else {}
-    try:
-        import kernels.dp.zero  # noqa: F401
-    except ImportError:
-        plan_kw = {}
     rows = overhead(args.world, plan_kw, args.model, args.rounds, args.steps)
-    from partui.analysis.metrics import bench_analysis
     ana = bench_analysis(args.events)
     if args.json:
         print(json.dumps({"overhead": rows, "analysis": ana}))

@@ -1,20 +1,31 @@
 """`partui repl`: a Python REPL holding a World (partui.session) with the app's verbs."""
 from __future__ import annotations
 
+import argparse
 import code
 
-BANNER = """partui repl: `w` is a partui.World (the same object the app drives).
+from partui.plans import PRESETS
+from partui.session import World
+
+BANNER = """partui repl: `w` is a partui.World (the same object the app and `partui run` drive).
   w.plan("zero2", dp=2)     validate a plan (presets: {presets})
   w.launch()                start the ranks          w.step(3)  /  w.run(20)
   w.show(1, "optim")        rank 1's AdamW state     w.snapshot()[0]["shard_map"]
   w.trace_on(); w.step(); w.trace_save("demo"); w.report()      overlap table (pandas)
-  w.close()                 (also done on exit: ctrl+d)"""
+  w.summary()               what `partui run` prints last
+  w.close()                 (also done on exit: ctrl+d)
+World(check=True) holds every step to the single-process reference."""
 
 
-def main() -> int:
-    from partui.session import PRESETS, World
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("repl", help="a Python REPL holding a live world")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args=None) -> int:
     try:
-        import readline
+        import readline  # optional: not every Python has it
         import rlcompleter  # noqa: F401 - tab completes names and attributes
         readline.parse_and_bind("tab: complete")
     except ImportError:

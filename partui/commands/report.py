@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 import pandas as pd
 
-from partui.analysis.metrics import TraceError, load, overlap, oversubscription_note, step_times
+from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -20,6 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
+    p.set_defaults(func=run)
     return p
 
 
@@ -112,7 +112,7 @@ COLORS = {"F": "#9ecae1", "B": "#2171b5", "W": "#969696", "optimizer": "#fdae6b"
 
 def plot_timeline(df: pd.DataFrame, path: str) -> str:
     """One row per rank: compute spans by kind, comm in flight as a thin bar under the row."""
-    import matplotlib
+    import matplotlib  # lazy and optional: a heavy extra, only for --plot
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch

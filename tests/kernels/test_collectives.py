@@ -7,14 +7,16 @@ import pytest
 import torch
 
 from conftest import check_plan
-from partui.bench.collectives import run_world
+from kernels import comm
+from kernels.comm import events
+from kernels.comm.core import HAND_OPS, register_hand_collectives
+from worlds import run_world
 
 BIG = 1000003
 
 
 def _both(fn):
     """fn() under native then hand collectives: (gloo's result, ours)."""
-    from kernels import comm
     comm.set_collectives("native")
     a = fn()
     comm.set_collectives("hand")
@@ -32,7 +34,6 @@ def _split(i: int, j: int, scale: int) -> int:
 
 def _cases(g, rank: int) -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
     """(name, gloo's, ours, exact) for every collective on group g."""
-    from kernels import comm
     n, me, out = g.size, g.rank, []
     gen = torch.Generator().manual_seed(1234 + rank)
     for m in sorted({1, n - 1, n, BIG}):
@@ -73,7 +74,6 @@ def _cases(g, rank: int) -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
 def _compare(rank: int, size: int, partitions: list[list[list[int]]]) -> list[str]:
     """Every case on the world and on each partition's group of this rank; the mismatches."""
     torch.set_num_threads(1)
-    from kernels import comm
     groups = [comm.world_group()] + [comm.new_groups(f"sub{i}", p) for i, p in enumerate(partitions)]
     bad, count = [], 0
     for g in groups:
@@ -118,8 +118,6 @@ class _Recorder:
 
 
 def _handles_and_trace(rank: int, size: int) -> dict:
-    from kernels import comm
-    from kernels.comm import events
     comm.set_collectives("hand")
     g = comm.world_group()
     # async: completion is when the ring finished, not when someone waited
@@ -159,7 +157,6 @@ def _handles_and_trace(rank: int, size: int) -> dict:
 
 @pytest.mark.timeout(200)
 def test_handles_and_nested_trace():
-    from kernels import comm
     n = 3
     for rank, r in enumerate(run_world(n, _handles_and_trace, timeout_s=150)):
         assert r["early"], "an async hand op must complete when its ring is done, not at wait"
@@ -183,9 +180,17 @@ def test_handles_and_nested_trace():
 
 
 def test_set_collectives_rejects_unknown_mode():
-    from kernels import comm
     with pytest.raises(ValueError, match="pick native or hand"):
         comm.set_collectives("nccl")
+
+
+def test_the_package_registers_every_hand_collective():
+    for op in HAND_OPS:
+        assert getattr(comm.collectives, op).__module__ == "kernels.comm.collectives"
+    comm.set_collectives("hand")            # refused if any hand op were missing
+    comm.set_collectives("native")
+    with pytest.raises(ValueError, match="the hand ops are"):
+        register_hand_collectives({"gather": lambda *a: None})
 
 
 # ---------------------------------------------------------------- whole plans

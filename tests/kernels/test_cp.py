@@ -1,15 +1,16 @@
 """Context parallelism: layouts and block plans without processes; ring / zigzag / Ulysses /
 all-gather cores against dense attention in float64 on real gloo worlds; end-to-end --check plans.
 """
-import os
-
 import pytest
 import torch
 
 from conftest import check_plan, run_cli
-from kernels.cp.core import local_positions
+from kernels import comm
+from kernels.cp.apply import make_core
+from kernels.cp.layout import layout_of, local_positions
 from kernels.cp.ring import block_plan, merge_block
-from partui.forkworld import run_world
+from kernels.stats import StepStats
+from worlds import run_world
 
 WORLD_TIMEOUT_S = 150
 
@@ -82,8 +83,6 @@ def _dense(q, k, v):
 
 def _core_errors(rank, world, mode, heads, kv_heads):
     """Max error of one core's forward and backward on this rank against dense attention."""
-    from kernels import comm
-    from kernels.cp.core import make_core
     group = comm.new_groups("cp", [list(range(world))])
     b, seq, hd = 2, 8 * world, 4
     gen = torch.Generator().manual_seed(1)
@@ -94,8 +93,8 @@ def _core_errors(rank, world, mode, heads, kv_heads):
     do = torch.randn(b, heads, seq, hd, generator=gen, dtype=torch.float64)
     o_ref = _dense(q, k, v)
     dq_ref, dk_ref, dv_ref = torch.autograd.grad(o_ref, (q, k, v), do)
-    pos = local_positions(seq, "zigzag" if mode == "zigzag" else "contiguous", world, rank)
-    core = make_core(mode, group, seq)
+    pos = local_positions(seq, layout_of(mode), world, rank)
+    core = make_core(mode, group, seq, StepStats())
     mine = lambda t: t.detach()[:, :, pos].contiguous()  # noqa: E731
     o, ctx = core.forward(mine(q), mine(k), mine(v))
     dq, dk, dv = core.backward(ctx, mine(do))
@@ -146,8 +145,6 @@ def test_check_plan_dp2_cp2(mode):
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["ring", "zigzag", "ulysses"])
 def test_check_plan_tp2_cp2(mode):
-    if not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "kernels", "tp.py")):
-        pytest.skip("kernels/tp.py (tensor parallel) is not written yet")
     heads = ("--heads", "8", "--kv-heads", "4") if mode == "ulysses" else ()  # 2 kv per tp rank
     check_plan("--tp", 2, "--cp", 2, "--cp-mode", mode, *SMALL, *heads, steps=2, timeout=420)
 

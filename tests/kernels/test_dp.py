@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import check_plan, run_cli
-from kernels.dp.buckets import ReadyOrder, overlap_share
+from kernels.dp.buckets import FlatUnit, ReadyOrder, overlap_share
 from kernels.layers import Param
 from kernels.mesh import Plan
 
@@ -45,7 +45,6 @@ class _Group:
 
 
 def _order(expected):
-    from kernels.dp.buckets import FlatUnit
     p = [Param(f"p{i}", torch.zeros(4)) for i in range(3)]
     units = [FlatUnit(0, _Group(), [("p2", p[2]), ("p1", p[1])]), FlatUnit(1, _Group(), [("p0", p[0])])]
     for u in units:

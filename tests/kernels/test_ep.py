@@ -10,6 +10,12 @@ import pytest
 import torch
 
 from conftest import check_plan, run_cli
+from kernels import comm
+from kernels.config import make_config
+from kernels.weights import init_params
+from kernels.ep.layer import build_moe
+from kernels.layers.base import Ctx
+from kernels.stats import StepStats
 
 EP2 = ("--experts", 4, "--ep", 2)
 
@@ -55,7 +61,6 @@ def test_bad_input_exits_2(args, message):
 def _rank_main(rank, world, port, q):
     try:
         torch.set_num_threads(1)
-        from kernels import comm
         store = comm.store_client(port, world, 60)
         comm.init("gloo", rank, world, store=store, timeout_s=60)
         group = comm.new_groups("ep", [list(range(world))])
@@ -67,10 +72,6 @@ def _rank_main(rank, world, port, q):
 
 def _layer_checks(rank, world, group):
     """Errors of this rank's EP layer against the whole batch in one process."""
-    from kernels import comm
-    from kernels.ep.layer import build_moe
-    from kernels.layers.base import Ctx
-    from kernels.model import init_params, make_config
     errs = {}
     for top_k, cf in ((1, 0.5), (2, 0.5), (2, None)):
         for mode in ("uneven", "even"):
@@ -78,8 +79,9 @@ def _layer_checks(rank, world, group):
                           capacity_factor=cf)
             t = init_params(cfg, 0, torch.float64)
             t["layers.0.moe.router.weight"] = t["layers.0.moe.router.weight"] * 50
-            ref = build_moe(cfg, "layers.0.moe.", t, None)
-            rctx = SimpleNamespace(plan=SimpleNamespace(cp=1), group=lambda name: group)
+            ref = build_moe(cfg, "layers.0.moe.", t, None, stats=StepStats())
+            rctx = SimpleNamespace(plan=SimpleNamespace(cp=1), group=lambda name: group,
+                                   stats=StepStats())
             ep = build_moe(cfg, "layers.0.moe.", t, rctx, dispatch=mode)
             g = torch.Generator().manual_seed(1)
             x = torch.randn(4, 8, cfg.dim, generator=g, dtype=torch.float64)
@@ -114,7 +116,6 @@ def _layer_checks(rank, world, group):
 
 @pytest.mark.timeout(300)
 def test_layer_dispatch_modes_on_two_ranks():
-    from kernels import comm
     world = 2
     store, port = comm.store_server(world, 60)
     ctx = mp.get_context("spawn")

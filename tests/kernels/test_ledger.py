@@ -2,8 +2,8 @@
 import pytest
 
 from conftest import run_cli
+from kernels.config import make_config
 from kernels.dp.sync import ledger_formula
-from kernels.model import make_config
 
 PSI = make_config("tiny").n_params()    # 217664, divisible by 2 and 4: no padding
 

@@ -2,55 +2,55 @@
 import pytest
 
 from kernels.mesh import Plan, PlanError, coord_label, coords, partition, rank_of, validate
-from kernels.model import make_config
+from kernels.config import make_config
 
 TINY = make_config("tiny")
 
 BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(tp=3), {}, None, ["tp 3", "4 heads", "pick tp in 1, 2, 4"]),
-    (dict(dp=2, tp=2), {}, 6, ["world 6", "dp 2 x tp 2", "= 4"]),
+    (dict(dp=2, tp=2), {}, 6, ["world 6", "dp 2 x tp 2", "= 4", "set world=4"]),
     (dict(tp=2, pp=2), {}, 6, ["world 6", "not divisible", "tp 2 x cp 1 x pp 2 = 4"]),
     (dict(zero=4, dp=2), {}, None, ["unknown ZeRO stage 4", "0, 1, 2 or 3"]),
-    (dict(zero=1), {}, None, ["ZeRO-1", "dp = 1", "--dp 2"]),
+    (dict(zero=1), {}, None, ["ZeRO-1", "dp = 1", "dp=2"]),
     (dict(dp=2, bucket_mb=0), {}, None, ["bucket size 0", "> 0"]),
     (dict(dp=3), {}, None, ["global batch 8", "dp 3"]),
     (dict(microbatches=3), {}, None, ["per-rank batch 8", "3 microbatches", "1, 2, 4, 8"]),
     (dict(tp=4), dict(kv_heads=4, heads=4, vocab=254), None, ["vocab 254", "tp 4"]),
     (dict(tp=2, sp=True), dict(seq=31), None, ["seq 31", "tp 2"]),
-    (dict(sp=True), {}, None, ["--sp", "--tp 2"]),
+    (dict(sp=True), {}, None, ["sp (sequence parallel)", "tp=2"]),
     (dict(pp=3), {}, None, ["4 layers", "3 pipeline stages"]),
     (dict(pp=2, schedule="warp"), {}, None, ["unknown schedule 'warp'", "dualpipev"]),
     (dict(pp=3, schedule="dualpipe", microbatches=8), dict(layers=6), None,
      ["even number of pipeline ranks", "pp 3"]),
     (dict(pp=2, schedule="dualpipe", microbatches=2), {}, None, [">= 2 x pp = 4", "got 2"]),
-    (dict(pp=4, schedule="1f1b", microbatches=2), {}, None, ["at least pp = 4", "got 2"]),
+    (dict(pp=4, schedule="1f1b", microbatches=2), {}, None, ["at least pp = 4", "got 2", "microbatches=4"]),
     (dict(pp=2, schedule="interleaved", microbatches=2, virtual_stages=1), {}, None,
-     ["--virtual-stages 2"]),
+     ["virtual_stages 2 or more"]),
     (dict(pp=2, schedule="interleaved", microbatches=8, virtual_stages=4), {}, None,
      ["4 layers", "8 pipeline stages"]),
     (dict(cp=2), dict(seq=31), None, ["seq 31", "cp 2"]),
     (dict(cp=2, cp_mode="zigzag"), dict(seq=34), None, ["seq 34", "4", "zigzag"]),
-    (dict(cp=4, cp_mode="ulysses"), {}, None, ["Ulysses", "kv heads", "cp 4"]),
+    (dict(cp=4, cp_mode="ulysses"), {}, None, ["Ulysses", "kv heads", "cp 4", "cp_mode=ring"]),
     (dict(tp=2, cp=2, cp_mode="ulysses"), {}, None, ["Ulysses", "1 kv heads per tp rank"]),
     (dict(cp=2, cp_mode="spiral"), {}, None, ["unknown cp mode 'spiral'"]),
-    (dict(ep=2, dp=2), {}, None, ["--ep 2 needs an MoE model", "--experts"]),
+    (dict(ep=2, dp=2), {}, None, ["ep 2 needs an MoE model", "set experts=4"]),
     (dict(ep=3, dp=3, experts=4), dict(batch=6), None, ["4 experts not divisible by ep 3"]),
     (dict(ep=4, dp=2, experts=4), {}, None, ["ep 4 must divide dp 2"]),
     (dict(experts=4, top_k=5), {}, None, ["top-k 5", "4 experts"]),
     (dict(experts=4, capacity_factor=-1.0), {}, None, ["capacity factor -1.0", "> 0"]),
     (dict(dtype="fp8"), {}, None, ["unknown dtype 'fp8'", "fp32 or bf16"]),
     (dict(tp=0), {}, None, ["tp = 0", ">= 1"]),
-    (dict(overlap=True), {}, None, ["--overlap", "--experts"]),
+    (dict(overlap=True), {}, None, ["overlap splits MoE", "needs experts"]),
     (dict(collectives="mpi"), {}, None, ["unknown collectives 'mpi'"]),
-    (dict(experts=4, cp=2), {}, None, ["MoE with context parallel", "drop --cp"]),
-    (dict(tp=2, sp=True, experts=4), {}, None, ["--sp", "MoE", "drop --sp or --experts"]),
+    (dict(experts=4, cp=2), {}, None, ["MoE with context parallel", "drop cp or experts"]),
+    (dict(tp=2, sp=True, experts=4), {}, None, ["sp (sequence parallel)", "MoE", "drop sp or experts"]),
     (dict(tp=2, sp=True, cp=4), dict(seq=36), None, ["each cp rank's 9 tokens", "multiple of 8"]),
     (dict(tp=6), dict(heads=12, kv_heads=4, dim=96), None, ["pick tp in 1, 2, 4, 12"]),
     (dict(experts=4, ep=2, overlap=True), dict(batch=2), None,
-     ["--overlap runs microbatches in pairs", "per-rank batch 1"]),
+     ["overlap runs microbatches in pairs", "per-rank batch 1"]),
     (dict(experts=4, ep_dispatch="random"), {}, None, ["unknown EP dispatch 'random'"]),
     (dict(dp=2, zero=3, pp=2, schedule="zb1p", microbatches=4), {}, None,
-     ["ZeRO-3", "zb1p defers the weight grads", "--zero 2"]),
+     ["ZeRO-3", "zb1p defers the weight grads", "zero=2"]),
 ]
 
 

@@ -4,10 +4,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kernels.ep.layer import build_moe, moe_stats
-from kernels.layers.base import Ctx
-from kernels.model import init_params, make_config
+from kernels.config import make_config
+
+from kernels.weights import init_params
+from kernels.engine import Engine
+from kernels.ep.layer import build_moe
 from kernels.ep.routing import capacity, route
+from kernels.layers.base import Ctx
+from kernels.mesh import Plan
+from kernels.stats import StepStats
 
 CASES = [(1, None, "uneven"), (2, None, "uneven"), (2, 0.5, "uneven"), (1, 0.7, "even"),
          (2, 0.5, "even"), (2, None, "even")]
@@ -20,7 +25,7 @@ def moe_cfg(top_k=2, cf=None, experts=4, batch=4, seq=8, **kw):
 
 def layer(cfg, dispatch="uneven", seed=0):
     t = init_params(cfg, seed, torch.float64)
-    moe = build_moe(cfg, "layers.0.moe.", t, None, dispatch=dispatch)
+    moe = build_moe(cfg, "layers.0.moe.", t, None, dispatch=dispatch, stats=StepStats())
     moe.router.data = moe.router.data * 50   # sharper router: uneven load, real drops
     return moe
 
@@ -131,10 +136,7 @@ def test_hand_backward_matches_autograd_through_the_layer(top_k, cf, dispatch):
 
 
 def test_engine_step_reports_expert_load_and_overlap_matches_plain():
-    from kernels.engine import Engine
-    from kernels.mesh import Plan
     cfg = make_config("tiny", layers=2, batch=4, seq=16)
-    moe_stats()  # forget loads of earlier tests
     res, grads = {}, {}
     for overlap in (False, True):
         eng = Engine(Plan(experts=4, top_k=2, capacity_factor=0.5, overlap=overlap), cfg, optim="sgd")

@@ -1,9 +1,13 @@
 """Pipeline executor end to end: every schedule's loss and gradients equal the single-process reference
 (pp 2 and 4, and with dp 2), the stage split, and bad pipeline input exits 2 with a clear message."""
+import collections
+import json
+
 import pytest
 
 from conftest import check_plan, run_cli
-from kernels.model import ModelConfig, build_model
+from kernels.config import ModelConfig
+from kernels.model import build_model
 from kernels.pp.schedules import build_schedule
 from kernels.pp.stages import build_chunks, split_stages
 
@@ -94,8 +98,6 @@ def test_bad_pipeline_input_exits_2(args, needle):
 
 def test_trace_spans_follow_the_schedule(tmp_path):
     """Every F / B / W / FB of a traced dualpipev step shows in the trace, with microbatch, chunk and stage."""
-    import collections
-    import json
     path = tmp_path / "pp.json"
     proc = run_cli("run", "--pp", 2, "--schedule", "dualpipev", "--microbatches", 4, "--steps", 1,
                    "--trace", path, "--json", timeout=240)

@@ -1,12 +1,21 @@
 """ZeRO-1/2/3 end to end against the single-process reference (--check: every gradient
 element within 2e-5 of the dense fp32 reference, loss too), and the flat layout's bookkeeping."""
+import traceback
+
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
+import kernels.engine as engine
 from conftest import check_plan
+from kernels import comm
+from kernels.check import Reference, compare_pieces
+from kernels.config import make_config
 from kernels.dp.buckets import FlatUnit, flat_blocks, global_pieces
-from kernels.layers import Param
 from kernels.dp.zero import layer_key
+from kernels.layers import Param
+from kernels.mesh import Plan
 
 PAD_MODEL = ("--dim", 40, "--heads", 4, "--kv-heads", 2)   # block numel 18320: not divisible by 3
 
@@ -82,11 +91,6 @@ BF16_GRAD_RTOL = 0.05     # max error / max |grad| of a tensor, bf16 has 8 manti
 
 
 def _bf16_rank(rank, world, port, zero, q):
-    import kernels.engine as engine
-    from kernels import comm
-    from kernels.check import Reference, compare_pieces
-    from kernels.mesh import Plan
-    from kernels.model import make_config
     torch.set_num_threads(1)
     init, build = engine.init_params, engine.build_model
     engine.init_params = lambda cfg, seed, dtype=None: init(cfg, seed, torch.bfloat16)
@@ -101,7 +105,6 @@ def _bf16_rank(rank, world, port, zero, q):
         for _ in range(3):
             res = eng.step()
             mine = [None] * world
-            import torch.distributed as dist
             dist.all_gather_object(mine, eng.grad_pieces())
             ref_loss, ref_grads = ref.step()
             cmp = compare_pieces(mine, {n: g.float() for n, g in ref_grads.items()})
@@ -110,8 +113,7 @@ def _bf16_rank(rank, world, port, zero, q):
         if rank == 0:
             q.put(("ok", errs, eng.sync.ledger()))
         dist.barrier()
-    except BaseException as e:  # noqa: BLE001
-        import traceback
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
         q.put(("error", f"{e}\n{traceback.format_exc()}", None))
     finally:
         comm.destroy()
@@ -120,8 +122,6 @@ def _bf16_rank(rank, world, port, zero, q):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("zero", [0, 2, 3])
 def test_bf16_mixed_precision_matches_the_mixed_reference(zero):
-    import torch.multiprocessing as mp
-    from kernels import comm
     world = 2
     store, port = comm.store_server(world + 1)
     ctx = mp.get_context("spawn")

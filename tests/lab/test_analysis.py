@@ -2,10 +2,10 @@
 import json
 import math
 
-import numpy as np
 import pytest
 
-from partui.analysis.metrics import TraceError, bench_analysis, hta_overlap, load, overlap, step_times
+from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
+from partui.bench.analysis import bench_analysis
 
 
 def X(rank, name, cat, ts, dur, tid=1, **args):
@@ -199,7 +199,6 @@ def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
 
 
 def test_report_notes_ranks_outnumbering_cores(tmp_path):
-    from partui.analysis.metrics import oversubscription_note
     ev = two_ranks()
     assert oversubscription_note(load(write(tmp_path, ev, "a.json"))) is None          # no cpus recorded
     df = load(write(tmp_path, ev, "b.json", cpus=1, plan={"pp": 2}))

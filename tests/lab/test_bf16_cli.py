@@ -1,6 +1,6 @@
 """`--dtype bf16` from the command line: bf16 params and grads, fp32 master weights and Adam,
 checked against the single-process mixed-precision reference (bf16 tolerance 3e-2 absolute,
-set in partui/runcmd.py: one bf16 ulp at loss ~5 is 0.03)."""
+set in partui/checker.py: one bf16 ulp at loss ~5 is 0.03)."""
 from conftest import check_plan
 
 

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from kernels.check import Reference, compare_pieces, region
+from kernels.config import make_config
 from kernels.mesh import Plan
-from kernels.model import make_config
+from partui.checker import check_step
 
 
 def _ref():
@@ -64,7 +65,6 @@ def _flat_pieces(full: dict) -> list[dict]:
 def _plan_side(steps=2, perturb_param=None):
     """A stand-in for a world's step items: a second Reference plays the plan, reporting its grads and
     params as flat pieces, as a rank does."""
-    from partui.commands.run import _check_step
     plan, cfg = Plan(), make_config("tiny", layers=1)
     ref, fake = Reference(plan, cfg), Reference(plan, cfg)
     lines = []
@@ -75,7 +75,7 @@ def _plan_side(steps=2, perturb_param=None):
             params[perturb_param[1]].reshape(-1)[0] += 1e-4
         items = [{"loss": loss, "grad_pieces": _flat_pieces(grads), "param_pieces": _flat_pieces(params)}]
         line = {"loss": loss}
-        lines.append((_check_step(ref, items, line, "fp32"), line))
+        lines.append((check_step(ref, items, line, "fp32"), line))
     return lines
 
 

@@ -75,6 +75,6 @@ def test_bad_vs_trace_is_named(tmp_path, trace, capsys):
 
 
 def test_compare_is_a_python_api(trace):
-    from partui.analysis.metrics import load
+    from partui.analysis import load
     t = cmd_report.compare(load(trace), load(trace))
     assert t.loc[2, "step_ms"] == 0

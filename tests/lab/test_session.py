@@ -1,12 +1,16 @@
-"""partui.World, the Python API the app and the REPL share: plans, steps, inspection, traces,
-failures. Multi-process: every wait is bounded."""
+"""partui.World, the one controller `partui run`, the app and the REPL drive: plans (partui.plans),
+steps, the check, inspection, traces, the summary, failures. Multi-process: every wait is bounded."""
+import gzip
+import json
 import os
 import time
 
 import pytest
 
-from partui.session import PRESETS, World, engine_gap, make_plan
 from kernels.mesh import PlanError
+from partui.plans import PRESETS, build_plan, plan_fields
+from partui.session import World
+from partui.world import RankError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,16 +30,25 @@ def wait_gone(pids, timeout=10.0):
         time.sleep(0.1)
 
 
-def test_presets_validate_or_say_what_is_missing():
+def test_every_preset_builds():
     for name in PRESETS:
-        gap = engine_gap(PRESETS[name][1])
-        if gap is None:
-            plan, cfg = make_plan(name)
-            assert plan.world >= 1
-        else:
-            assert "not implemented yet" in gap or "fails to import" in gap
-            with pytest.raises(PlanError, match="pick another preset"):
-                make_plan(name)
+        plan, cfg = build_plan(name)
+        assert plan.world >= 1 and cfg.dim > 0
+
+
+def test_interleaved_defaults_to_two_virtual_stages_and_an_explicit_one_is_refused():
+    assert plan_fields(schedule="interleaved", pp=2)["virtual_stages"] == 2
+    assert plan_fields("interleaved")["virtual_stages"] == 2
+    assert "virtual_stages" not in plan_fields(schedule="1f1b", pp=2)
+    plan, _ = build_plan(pp=2, schedule="interleaved", microbatches=4)
+    assert plan.virtual_stages == 2
+    with pytest.raises(PlanError, match="virtual"):
+        build_plan(pp=2, schedule="interleaved", microbatches=4, virtual_stages=1)
+
+
+def test_model_overrides_and_moe_fields_reach_the_config():
+    plan, cfg = build_plan("gshard", "tiny", {"layers": 2})
+    assert cfg.layers == 2 and cfg.experts == plan.experts == 4
 
 
 def test_bad_plans_name_the_problem():
@@ -50,13 +63,13 @@ def test_bad_plans_name_the_problem():
         w.launch()
     with pytest.raises(ValueError, match="steps must be >= 1"):
         w.step(0)
+    with pytest.raises(PlanError, match="autograd cannot see"):
+        World(backward="autograd").plan("1f1b")
 
 
 def test_world_steps_shows_traces_and_recovers(tmp_path):
-    gap = engine_gap({"zero": 2})
-    preset = "zero2" if gap is None else "dp"
     with World(timeout_s=120) as w:
-        w.plan(preset, dp=2)
+        w.plan("zero2", dp=2)
         w.launch()
         pids = w.pids()
         lines = w.step(2)
@@ -77,7 +90,6 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         by_step = w.report(by="step")
         assert set(by_step["step"]) == {2.0}
         # a rank that raises: RankError naming it, the world is dropped, launch() brings it back
-        from partui.world import RankError
         w.controller.inject_fault(0, step=3)
         with pytest.raises(RankError, match="rank 0: InjectedFault"):
             w.step(1)
@@ -87,3 +99,23 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         assert w.step(1)[0]["step"] == 0
         pids = w.pids()
     wait_gone(pids)
+
+
+def test_checked_world_runs_traced_windows_and_summarises(tmp_path):
+    """What `partui run --check --trace --trace-steps 1:3` does, through the API."""
+    with World(timeout_s=120, check=True) as w:
+        w.plan("dp", dp=2, layers=2)
+        w.launch()
+        seen = []
+        lines = w.run(4, on_step=seen.append, trace_steps={1, 2})
+        assert seen == lines and [ln["step"] for ln in lines] == [0, 1, 2, 3]
+        assert all(ln["max_abs_grad_err"] < 2e-5 and "check" not in ln for ln in lines)
+        assert not w.recording and not w.failed
+        path = w.trace_save(str(tmp_path / "run.json.gz"), command="test")
+        s = w.summary()
+    assert s["check"] == "passed" and s["steps"] == 4 and s["trace"] == path
+    assert s["model"]["layers"] == 2 and [r["label"] for r in s["ranks"]] == ["dp0", "dp1"]
+    meta = json.load(gzip.open(path))["metadata"]
+    assert meta["steps"] == [1, 2] and meta["command"] == "test" and meta["cpus"] >= 1
+    t0, t1 = meta["window_us"]
+    assert t1 > t0

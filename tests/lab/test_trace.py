@@ -1,4 +1,5 @@
-"""RankTracer and merge: synthetic recorder calls, a real 2-rank gloo run, Perfetto, atomic write."""
+"""RankTracer (partui.trace) and stitch / merge (partui.tracefile): synthetic recorder calls, a real
+2-rank gloo run, Perfetto, atomic write."""
 import gzip
 import json
 import multiprocessing as mp
@@ -14,8 +15,9 @@ import pytest
 from conftest import ROOT
 
 from kernels.comm import events
-from partui import trace
-from partui.trace import COMM_TID, COMPUTE_TID, RankTracer, merge
+from partui import tracefile
+from partui.trace import RankTracer
+from partui.tracefile import COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, merge, stitch
 
 # shared/ sits beside the checkout (here and in CI)
 CHECKER = os.path.join(ROOT, "..", "shared",
@@ -77,7 +79,7 @@ def test_wait_crossing_a_span_moves_off_the_compute_track():
     t.comm_wait(1, 2_000, 4_000)  # from another thread: crosses F's end
     ev = t.stop()
     w = [e for e in ev["events"] if e["name"] == "wait all_reduce"][0]
-    assert w["tid"] == trace.COMPUTE_OVERFLOW_TID
+    assert w["tid"] == COMPUTE_OVERFLOW_TID
 
 
 def test_sparse_tracer_removes_its_profile_hook():
@@ -122,11 +124,22 @@ def test_failed_merge_leaves_old_file_untouched(tmp_path, monkeypatch):
         f.write(b'{"traceEvents": [')  # half a file, then the process is interrupted
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace, "_dump", dies)
+    monkeypatch.setattr(tracefile, "dump", dies)
     with pytest.raises(KeyboardInterrupt):
         merge([_fake_rank(0)], str(path), {"run": "new"})
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["run.json"]  # no temp file left behind
+
+
+def test_stitch_joins_windows_per_rank_and_ends_at_the_last():
+    a = [_fake_rank(0), _fake_rank(1)]
+    b = [dict(_fake_rank(0), t0_us=100.0, t1_us=150.0), dict(_fake_rank(1), t0_us=100.0, t1_us=160.0)]
+    per_rank = stitch([a, b])
+    assert [len(r["events"]) for r in per_rank] == [2, 2]
+    assert [(r["t0_us"], r["t1_us"]) for r in per_rank] == [(0.0, 150.0), (0.0, 160.0)]
+    assert len(a[0]["events"]) == 1  # the windows themselves are left as they were
+    with pytest.raises(ValueError, match="no windows"):
+        stitch([])
 
 
 def test_merge_of_nothing_is_a_clear_error(tmp_path):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from partui.analysis.metrics import load, overlap
+from partui.analysis import load, overlap
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 pytestmark = pytest.mark.timeout(300)

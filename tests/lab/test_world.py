@@ -6,8 +6,8 @@ import time
 import pytest
 
 from conftest import check_plan, run_cli
-from kernels.mesh import Plan, validate
-from kernels.model import make_config
+from kernels.mesh import Plan
+from partui.plans import build_plan
 from partui.world import Controller, RankError
 
 pytestmark = pytest.mark.timeout(240)
@@ -26,8 +26,7 @@ def _alive(pid):
 
 
 def _tiny_plan(world, **kw):
-    cfg = make_config("tiny", layers=2)
-    return validate(Plan(**kw), cfg, world), cfg
+    return build_plan("custom", "tiny", {"layers": 2}, world=world, **kw)
 
 
 def test_launch_step_and_teardown_leave_no_process():
@@ -58,7 +57,7 @@ def test_a_rank_that_raises_reaches_the_controller_with_traceback():
             w.step(1)
         assert e.value.rank == 1
         assert "injected fault at step 1" in e.value.error
-        assert "Traceback" in e.value.traceback and "worker.py" in e.value.traceback
+        assert "Traceback" in e.value.traceback and "rank.py" in e.value.traceback
         assert w.closed  # the controller tore the world down: the peer was stuck in a collective
     time.sleep(0.5)
     assert not any(_alive(p) for p in pids)
@@ -75,10 +74,10 @@ def test_a_rank_that_dies_is_reported():
 
 
 def test_bad_setup_reports_the_rank_and_keeps_nothing():
-    cfg = make_config("tiny")
+    _, cfg = build_plan()
     with Controller.launch(1, timeout_s=60) as w:
         with pytest.raises(RankError) as e:
-            w.setup(Plan(backward_typo=1) if False else Plan(), cfg, backward="numeric")
+            w.setup(Plan(), cfg, backward="numeric")
         assert "unknown backward 'numeric'" in e.value.error
 
 

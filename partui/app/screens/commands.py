@@ -5,8 +5,8 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from partui.session import PRESETS
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
+from partui.plans import PRESETS
 
 
 class CommandsProvider(Provider):

@@ -5,14 +5,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Markdown, Static
+from textual.widgets import Button, Static
 
 HELP = """\
 # partui
 
 **Setup**: pick a preset (↑↓), edit the mesh (tab moves between fields), read the status
-line: it validates live with the Plan's own message. Presets the engine cannot run yet are
-marked *not yet*. **Enter / Launch** starts the world.
+line: it validates live with the Plan's own message. **Enter / Launch** starts the world.
 
 **Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
 `t` trace record on / off · `[` `]` previous / next rank (or click a card) · `p` back to setup.
@@ -41,6 +40,7 @@ class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "close")]
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import Markdown  # lazy: markdown-it adds ~75 ms to the first frame
         with VerticalScroll(id="help-box"):
             yield Markdown(HELP)
             yield Button("Close (esc)", id="help-close")

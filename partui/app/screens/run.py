@@ -82,8 +82,9 @@ class RunScreen(Screen):
 
     def show_step(self, line: dict | None, snaps: list[dict] | None) -> None:
         if line is not None:
-            for c, item in zip(self.cards(), line["ranks"]):
-                c.update_step(item)
+            ledgers = line.get("ledgers") or [None] * len(line["ranks"])  # this step's, per rank
+            for c, item, ledger in zip(self.cards(), line["ranks"], ledgers):
+                c.update_step(dict(item, ledger=ledger) if ledger else item)
         if snaps is not None:
             self.snaps = snaps
             self.fill_inspector()

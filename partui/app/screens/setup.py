@@ -10,7 +10,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
+from kernels.mesh import PlanError, coord_label
 from partui.app.widgets.command_line import CommandLine
+from partui.plans import build_plan
 
 INT_INPUTS = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
@@ -27,7 +29,6 @@ class SetupScreen(Screen):
     def __init__(self, presets: dict):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
-        self.gaps: dict[str, str | None] = {}
         self.plan = self.error = None
 
     def compose(self) -> ComposeResult:
@@ -60,17 +61,6 @@ class SetupScreen(Screen):
         self.query_one("#presets").focus()
 
     # ---------------------------------------------------------------- presets
-    def set_gaps(self, gaps: dict[str, str | None]) -> None:
-        """Mark presets the engine cannot run yet (shown, never hidden)."""
-        self.gaps = gaps
-        ol = self.query_one("#presets", OptionList)
-        for i, (name, (label, _)) in enumerate(self.presets.items()):
-            prompt = Text(f"  {label}")
-            if gaps.get(name):
-                prompt = Text(f"  {label} · not yet", style="dim")
-            ol.replace_option_prompt_at_index(i, prompt)
-        self.revalidate()
-
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         name = event.option.id
         if name == "custom":
@@ -114,8 +104,6 @@ class SetupScreen(Screen):
         """Validate the editor's plan now; the status line shows the Plan's own message."""
         if not self.app.engine_ready:
             return
-        from kernels.mesh import coord_label
-        from partui.session import PlanError, make_plan
         status = self.query_one("#status", Static)
         fields = self.fields()
         bad = [k for k in INT_INPUTS if not isinstance(fields[k], int)]
@@ -124,7 +112,7 @@ class SetupScreen(Screen):
             self.error = f"{bad[0]} must be a whole number"
         else:
             try:
-                self.plan, cfg = make_plan("custom", self.model(), **fields)
+                self.plan, cfg = build_plan("custom", self.model(), **fields)
                 self.error = None
             except (PlanError, ValueError) as e:
                 self.error, cfg = str(e), None

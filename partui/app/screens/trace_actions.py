@@ -5,6 +5,10 @@ from __future__ import annotations
 from textual import on, work
 from textual.widgets import Button, Input
 
+from partui.app.widgets.inspector import Inspector
+from partui.app.widgets.timeline import render
+from partui.world import RankError, WorldTimeout
+
 
 class TraceMixin:
     def action_trace_toggle(self) -> None:
@@ -19,7 +23,6 @@ class TraceMixin:
 
     @work(thread=True, group="world")
     def _trace_worker(self, action: str, name: str) -> None:
-        from partui.world import RankError, WorldTimeout
         try:
             if action == "on":
                 self.world.trace_on()
@@ -45,17 +48,16 @@ class TraceMixin:
 
     def _report(self) -> None:
         """In a worker: load the saved trace with pandas, build both tables and the timeline."""
-        from partui.analysis.metrics import load, overlap
+        # lazy: the analysis brings pandas (~0.5 s), which must not delay the app's first frame
+        from partui.analysis import load, overlap
         df = load(self.world.trace_path)
         by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
         last = by_step["step"].max() if len(by_step) else None
         self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last)
 
     def _show_report(self, path, by_rank, by_step, df, last) -> None:
-        from partui.app.widgets.timeline import render
         rs = self.run_screen()
         if rs is not None:
-            from partui.app.widgets.inspector import Inspector
             panel = rs.query_one("#trace-panel")
             # the timeline fits the tabs' width (the trace tab may be hidden: size 0), no wrapping
             width = max(20, rs.query_one(Inspector).size.width - 8)

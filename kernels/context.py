@@ -1,0 +1,36 @@
+"""What a rank knows of the world: its plan, model config, grid coordinates, one process group per
+dimension, and the per-step statistics its layers record into.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kernels import comm
+from kernels.config import ModelConfig
+from kernels.mesh import Plan, coord_label, partition
+from kernels.stats import StepStats
+
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "ep_dp", "cp_dp")
+
+
+@dataclass
+class RankContext:
+    """A rank's plan, coordinates and groups; layers built with it record into `stats`."""
+    plan: Plan
+    cfg: ModelConfig
+    rank: int
+    coords: dict
+    groups: dict = field(default_factory=dict)       # name -> comm.Group
+    stats: StepStats = field(default_factory=StepStats)
+
+    @property
+    def label(self) -> str:
+        return coord_label(self.plan, self.rank)
+
+    def group(self, name: str) -> comm.Group:
+        return self.groups[name]
+
+
+def build_groups(plan: Plan) -> dict[str, comm.Group]:
+    """Every rank calls this in the same order; groups of one rank make no process group."""
+    return {dim: comm.new_groups(dim, partition(plan, dim)) for dim in GROUP_DIMS}

@@ -1,0 +1,41 @@
+"""The engine's runner without a pipeline: every microbatch runs forward then backward through all
+of this rank's layers. The EP overlap runner (kernels/ep/overlap.py) and the pipeline executor
+(kernels/pp/executor.py) keep its interface: params, shard_sequence, role, owns_loss and
+forward_backward(ids, targets, denom, hooks) -> (loss, compute spans).
+"""
+from __future__ import annotations
+
+from kernels.comm import events
+from kernels.context import RankContext
+from kernels.cp.layout import sequence_shard
+from kernels.model import forward_backward, named_params
+
+
+class MicrobatchRunner:
+    """No pipeline: every microbatch runs forward then backward through all layers."""
+
+    def __init__(self, ctx: RankContext, layers: list, backward: str):
+        self.ctx, self.layers, self.backward = ctx, layers, backward
+
+    def params(self) -> dict:
+        return named_params(self.layers)
+
+    def shard_sequence(self, t):
+        """This rank's tokens of a [batch, seq] tensor: its cp piece, or all of them."""
+        return sequence_shard(t, self.ctx) if self.ctx.plan.cp > 1 else t
+
+    def role(self) -> str:
+        return f"all {self.ctx.cfg.layers} layers"
+
+    def owns_loss(self) -> bool:
+        return self.ctx.coords["tp"] == 0  # vocab-parallel loss is the same on every tp rank
+
+    def forward_backward(self, ids, targets, denom, hooks):
+        m = self.ctx.plan.microbatches
+        loss, spans = 0.0, []
+        for mb, (x, t) in enumerate(zip(ids.chunk(m), targets.chunk(m))):
+            t0 = events.now_ns()
+            with events.span("F+B", "FB", mb=mb):
+                loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks)
+            spans.append((t0, events.now_ns()))
+        return loss, spans

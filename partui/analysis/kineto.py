@@ -1,0 +1,51 @@
+"""torch.profiler (Kineto) traces into the analysis table.
+
+GPU Kineto traces: NCCL kernels are comm, every other kernel compute (HTA's classes). CPU Kineto
+traces (gloo): `gloo:*` record_functions (in flight on gloo's thread) and `c10d::*` calls are comm,
+`aten::*` ops compute, `ProfilerStep#N` the step windows.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.events import finish, slices, track_names
+
+OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
+            "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
+
+
+def is_kineto(doc: dict) -> bool:
+    return "schemaVersion" in doc or "distributedInfo" in doc or "deviceProperties" in doc
+
+
+def kineto_frame(doc: dict) -> pd.DataFrame:
+    events = doc["traceEvents"]
+    df = slices(events)
+    df["track"] = track_names(df, events)
+    info = doc.get("distributedInfo") or {}
+    df["rank"] = int(info.get("rank", 0))
+    name = df["name"].astype(str)
+    lower = name.str.lower()
+    cat = df["cat"].astype(str).str.lower()
+    kernel = cat.isin(["kernel", "gpu_memcpy", "gpu_memset"])
+    gpu = kernel.any()
+    df["device"] = np.where(kernel, "gpu", "cpu")
+    step_no = name.str.extract(r"^ProfilerStep#(\d+)$", expand=False)
+    df["step"] = pd.to_numeric(step_no, errors="coerce")
+    if gpu:  # HTA's classes: NCCL kernels against all other kernels; CPU ops are not counted
+        comm = kernel & lower.str.contains("nccl")
+        compute = (cat == "kernel") & ~comm
+    else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
+        comm = lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains(
+            "nccl")
+        compute = (cat == "cpu_op") & lower.str.startswith("aten::") & ~comm
+    df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
+    op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
+        lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
+    squashed = op.str.replace("_", "", regex=False)
+    op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
+    df["op"] = df["op"].where(df["op"].notna(), op.where(comm))
+    df["group"] = df["group"].where(df["group"].notna(), np.where(comm, "world", None))
+    return finish(df)

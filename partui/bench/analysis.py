@@ -1,0 +1,76 @@
+"""The analysis benchmark: a synthetic partui trace of about n events, written, loaded and analysed
+(per rank, per step, per op), with seconds per phase and peak memory (`partui bench trace` runs it).
+
+    python -c "from partui.bench.analysis import bench_analysis; print(bench_analysis(1_000_000))"
+"""
+from __future__ import annotations
+
+import os
+import resource
+import tempfile
+import time
+
+import numpy as np
+
+from partui.analysis import load, overlap
+from partui.tracefile import FORMAT, write_atomic
+
+
+def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
+    """A partui-format trace of about n_events slices: steps of F/B spans with async comm."""
+    rng = np.random.default_rng(seed)
+    per_rank = max(n_events // ranks, 4)
+    n_comm = per_rank // 4
+    n_comp = per_rank - n_comm
+    evs = []
+    for r in range(ranks):  # a loop per rank; each rank's events are built from arrays
+        t = np.cumsum(rng.uniform(5, 15, n_comp))
+        d = rng.uniform(2, 6, n_comp)
+        ct = rng.choice(t, n_comm)
+        cd = rng.uniform(1, 30, n_comm)
+        steps = np.minimum((np.arange(n_comp) * 10) // n_comp, 9)
+        cats = np.where(np.arange(n_comp) % 2 == 0, "F", "B")
+        evs += [{"ph": "X", "name": c, "cat": c, "pid": r, "tid": 1, "ts": float(a), "dur": float(b),
+                 "args": {"step": int(s), "mb": 0}} for a, b, c, s in zip(t, d, cats, steps)]
+        evs += [{"ph": "X", "name": "all_reduce", "cat": "comm", "pid": r, "tid": 2, "ts": float(a),
+                 "dur": float(b), "args": {"op": "all_reduce", "group": "dp", "bytes": 4096}}
+                for a, b in zip(ct, cd)]
+        bounds = np.searchsorted(steps, np.arange(11))
+        for s in range(10):
+            if bounds[s + 1] > bounds[s]:
+                t0, t1 = t[bounds[s]], t[bounds[s + 1] - 1] + d[bounds[s + 1] - 1]
+                evs.append({"ph": "X", "name": "step", "cat": "step", "pid": r, "tid": 1,
+                            "ts": float(t0) - 1, "dur": float(t1 - t0) + 2, "args": {"step": s}})
+    return {"traceEvents": evs, "displayTimeUnit": "ms",
+            "metadata": {"format": FORMAT, "synthetic": True}}
+
+
+def bench_analysis(n_events: int = 1_000_000, path: str | None = None) -> dict:
+    """Generate, write, load and analyse a synthetic trace; seconds per phase and peak memory."""
+    t0 = time.perf_counter()
+    doc = synthetic_trace(n_events)
+    n = len(doc["traceEvents"])
+    tmp = None
+    if path is None:
+        tmp = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
+        tmp.close()
+        path = tmp.name
+    try:
+        t1 = time.perf_counter()
+        write_atomic(path, doc)
+        del doc
+        t2 = time.perf_counter()
+        df = load(path)
+        t3 = time.perf_counter()
+        by_rank = overlap(df, "rank")
+        by_step = overlap(df, "step")
+        by_op = overlap(df, "op")
+        t4 = time.perf_counter()
+        size = os.path.getsize(path)
+    finally:
+        if tmp is not None:
+            os.unlink(path)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
+    return {"events": n, "file_mb": size / 2**20, "generate_s": t1 - t0, "write_s": t2 - t1,
+            "load_s": t3 - t2, "analyse_s": t4 - t3, "load_and_analyse_s": t4 - t2,
+            "peak_rss_mb": peak_kb / 1024, "rows": [len(by_rank), len(by_step), len(by_op)]}

@@ -1,0 +1,76 @@
+"""The one plan builder: presets, defaults and validation for the CLI, World, the app and the benches.
+
+    plan, cfg = build_plan("zero2", "tiny", {"layers": 2}, dp=4)
+
+Messages name Plan fields (`microbatches=8`, `virtual_stages`): the app's command line takes them as
+they are, the CLI turns them into flags (partui.commands.flags.FLAG_OF).
+Light to import (no torch until a plan is built), so the app can list PRESETS before its first frame.
+"""
+from __future__ import annotations
+
+from kernels.config import make_config, model_config_for
+from kernels.mesh import Plan, PlanError, validate
+
+# name -> (label, plan fields); "custom" is whatever the mesh editor holds
+PRESETS: dict[str, tuple[str, dict]] = {
+    "single": ("single process", {}),
+    "dp": ("DP naive", {"dp": 2}),
+    "dp-bucketed": ("DP bucketed", {"dp": 2, "grad_sync": "bucketed"}),
+    "zero1": ("ZeRO-1", {"dp": 2, "zero": 1}),
+    "zero2": ("ZeRO-2", {"dp": 2, "zero": 2}),
+    "zero3": ("ZeRO-3", {"dp": 2, "zero": 3}),
+    "tp": ("TP", {"tp": 2}),
+    "tp-sp": ("TP + SP", {"tp": 2, "sp": True}),
+    "gpipe": ("PP GPipe", {"pp": 2, "schedule": "gpipe", "microbatches": 4}),
+    "1f1b": ("PP 1F1B", {"pp": 2, "schedule": "1f1b", "microbatches": 4}),
+    "interleaved": ("PP interleaved", {"pp": 2, "schedule": "interleaved", "microbatches": 4}),
+    "zb1p": ("PP zero-bubble", {"pp": 2, "schedule": "zb1p", "microbatches": 4}),
+    "dualpipe": ("PP DualPipe", {"pp": 2, "schedule": "dualpipe", "microbatches": 4}),
+    "dualpipev": ("PP DualPipeV", {"pp": 2, "schedule": "dualpipev", "microbatches": 4}),
+    "ring": ("CP ring", {"cp": 2, "cp_mode": "ring"}),
+    "zigzag": ("CP zigzag", {"cp": 2, "cp_mode": "zigzag"}),
+    "ulysses": ("CP Ulysses", {"cp": 2, "cp_mode": "ulysses"}),
+    "gshard": ("EP GShard", {"dp": 2, "ep": 2, "experts": 4}),
+    "custom": ("custom", {}),
+}
+MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
+DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
+BACKWARDS = ("hand", "autograd")
+
+
+def plan_fields(preset: str = "custom", **fields) -> dict:
+    """The Plan fields a preset and overrides give (None: not given), with the defaults decided here."""
+    key = preset.lower().replace("_", "-")
+    if key not in PRESETS:
+        raise PlanError(f"unknown preset {preset!r}: pick one of {', '.join(PRESETS)}")
+    kw = dict(PRESETS[key][1])
+    kw.update({k: v for k, v in fields.items() if v is not None})
+    unknown = sorted(set(kw) - set(Plan.__dataclass_fields__))
+    if unknown:
+        raise PlanError(f"unknown plan field {unknown[0]}: plan fields are "
+                        f"{', '.join(Plan.__dataclass_fields__)}")
+    if kw.get("schedule") == "interleaved" and "virtual_stages" not in kw:
+        kw["virtual_stages"] = DEFAULT_VIRTUAL_STAGES   # an explicit 1 goes on to validate, which refuses it
+    return kw
+
+
+def build_plan(preset: str = "custom", model: str = "tiny", model_overrides: dict | None = None,
+               **fields):
+    """(validated Plan, ModelConfig with the plan's MoE fields) from a preset, a model preset and its
+    overrides (layers, dim, ...), and Plan field overrides; PlanError / ValueError naming the problem."""
+    plan = Plan(**plan_fields(preset, **fields))
+    cfg = make_config(model, **{k: v for k, v in (model_overrides or {}).items() if v is not None})
+    cfg = model_config_for(plan, cfg)
+    return validate(plan, cfg, plan.world or None), cfg
+
+
+def check_backward(plan: Plan, backward: str) -> None:
+    """The autograd backward is an oracle for one replica: refuse it where the forward communicates."""
+    if backward not in BACKWARDS:
+        raise PlanError(f"unknown backward={backward}: pick {' or '.join(BACKWARDS)}")
+    dims = [f"{d}={getattr(plan, d)}" for d in ("pp", "cp", "ep")  # tp regions are autograd-aware
+            if getattr(plan, d) > 1] + (["overlap=True"] if plan.overlap else [])
+    if backward == "autograd" and dims:
+        raise PlanError(f"backward=autograd is the oracle for one replica's forward; with {' '.join(dims)} "
+                        f"the forward itself communicates, which autograd cannot see: drop "
+                        f"backward=autograd (or those dims)")

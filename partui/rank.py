@@ -1,0 +1,88 @@
+"""The rank-side loop: setup(plan), step(n), snapshot(query), trace(on/off), shutdown.
+
+Runs only in a rank process (partui.worker.worker_main imports it there; the fork server preloads
+it). Every command gets one reply: ("ok", payload) or ("error", {rank, error, traceback}), so an
+exception in any rank reaches the controller with its rank and traceback.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+
+import torch
+
+from kernels import comm
+from kernels.config import ModelConfig
+from kernels.engine import Engine
+from kernels.mesh import Plan
+from partui import snapshot
+from partui.trace import RankTracer
+
+
+class InjectedFault(RuntimeError):
+    """Raised on purpose (Controller.inject_fault) to test failure handling end to end."""
+
+
+def serve(rank: int, world: int, conn, opts: dict) -> None:
+    torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    timeout = opts.get("timeout_s", 60.0)
+    if world > 1:
+        if rank == 0:
+            store, port = comm.store_server(world, timeout)
+            conn.send(("port", port))
+        else:
+            kind, port = conn.recv()
+            assert kind == "port"
+            store = comm.store_client(port, world, timeout)
+        comm.init(opts.get("backend", "gloo"), rank, world, store=store, timeout_s=timeout)
+    conn.send(("ready", rank))
+    state = {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
+    while True:
+        cmd, payload = conn.recv()
+        if cmd == "shutdown":
+            conn.send(("ok", None))
+            break
+        try:
+            conn.send(("ok", handle(state, cmd, payload or {})))
+        except BaseException as e:  # noqa: BLE001 - every failure goes to the controller
+            conn.send(("error", {"rank": rank, "error": f"{type(e).__name__}: {e}",
+                                 "traceback": traceback.format_exc()}))
+    comm.destroy()
+
+
+def handle(state: dict, cmd: str, payload: dict):
+    if cmd == "setup":
+        eng = Engine(Plan.from_dict(payload["plan"]), ModelConfig(**payload["cfg"]),
+                     rank=state["rank"], seed=payload.get("seed", 0),
+                     optim=payload.get("optim", "adamw"), lr=payload.get("lr"),
+                     backward=payload.get("backward", "hand"),
+                     weight_decay=payload.get("weight_decay"))
+        state["engine"] = eng
+        return snapshot.rank_info(eng)
+    eng = state["engine"]
+    if eng is None:
+        raise RuntimeError(f"command {cmd!r} before setup: launch a plan first")
+    if cmd == "step":
+        out = []
+        for _ in range(payload.get("n", 1)):
+            if state["fault_step"] is not None and eng.step_count == state["fault_step"]:
+                state["fault_step"] = None
+                raise InjectedFault(f"injected fault at step {eng.step_count}")
+            out.append(snapshot.step_item(eng, check=payload.get("check", False)))
+        return out
+    if cmd == "snapshot":
+        return snapshot.take(eng, payload)
+    if cmd == "fault":
+        state["fault_step"] = payload["step"]
+        return None
+    if cmd == "trace_start":
+        state["tracer"] = RankTracer(state["rank"], eng.ctx.label, sparse=payload.get("sparse", True))
+        state["tracer"].start()
+        return None
+    if cmd == "trace_stop":
+        tracer, state["tracer"] = state["tracer"], None
+        if tracer is None:
+            raise RuntimeError("trace stop without trace start")
+        return tracer.stop()
+    raise ValueError(f"unknown command {cmd!r}")

@@ -1,0 +1,94 @@
+"""Step lines and the run summary, from every rank's step summaries: what `partui run --json` prints,
+what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
+
+A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
+step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_* (summed over
+ranks), with a check: ref_loss and max_abs_{loss,grad,param}_err, and check when it failed.
+`ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
+"""
+from __future__ import annotations
+
+RANK_KEYS = ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "wait_ms")
+MEAN_KEYS = ("grad_sync_overlap",)
+PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
+SUMMED_KEYS = ("moe_dropped", "moe_tokens_per_expert", "moe_aux_loss")      # per-rank parts
+CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err")
+PRIVATE_KEYS = ("ledgers",)
+
+
+def step_line(items: list[dict]) -> dict:
+    """One step line from every rank's step summary (rank order)."""
+    r0 = items[0]
+    out = {"step": r0["step"], "loss": r0["loss"], "step_ms": max(s["step_ms"] for s in items),
+           "ranks": [{k: round(s[k], 3) for k in RANK_KEYS} for s in items]}
+    for key in MEAN_KEYS:
+        vals = [s[key] for s in items if key in s]
+        if vals:
+            out[key] = sum(vals) / len(vals)
+    for key in PER_RANK_KEYS:
+        vals = [s[key] for s in items if key in s]
+        if vals:
+            out[key] = vals
+    for key in SUMMED_KEYS:
+        vals = [s[key] for s in items if key in s]
+        if vals:
+            out[key] = (sum(vals) if not isinstance(vals[0], list)
+                        else [sum(col) for col in zip(*vals)])
+    out["ledgers"] = [s.get("ledger") for s in items]
+    return out
+
+
+def public(line: dict) -> dict:
+    """The line as `partui run --json` prints it."""
+    return {k: v for k, v in line.items() if k not in PRIVATE_KEYS}
+
+
+def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
+              checked: bool = False, trace_path: str | None = None) -> dict:
+    """The run summary: plan, model, losses, mean step (the first step, a warm-up, left out),
+    each rank's role and last ledger, the check's worst errors, overlap and cp load balance."""
+    times = [ln["step_ms"] for ln in lines[1:]] or [ln["step_ms"] for ln in lines]
+    out = {"plan": plan.to_dict(), "model": cfg.to_dict(), "world": plan.world,
+           "steps": len(lines), "final_loss": lines[-1]["loss"] if lines else None,
+           "first_loss": lines[0]["loss"] if lines else None,
+           "mean_step_ms": sum(times) / len(times) if times else None,
+           "launch_s": round(launch_s, 3),
+           "ranks": [{"rank": i["rank"], "label": i["label"], "role": i["role"],
+                      "ledger": (lines[-1]["ledgers"][i["rank"]] if lines else i["ledger"])}
+                     for i in infos]}
+    if checked:
+        out["check"] = "failed" if any("check" in ln for ln in lines) else "passed"
+        for key in CHECK_KEYS:
+            out[key] = max((ln[key] for ln in lines), default=0.0)
+    vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
+    if vals:
+        out["grad_sync_overlap"] = sum(vals) / len(vals)
+    for key in PER_RANK_KEYS:
+        rows = [ln[key] for ln in lines[1:] or lines if key in ln]
+        if rows:  # per rank, mean over steps
+            out[key] = [sum(col) / len(col) for col in zip(*rows)]
+    if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
+        out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
+    if trace_path:
+        out["trace"] = trace_path
+    return out
+
+
+def summary_text(summary: dict, describe: str) -> str:
+    """The one line `partui run` prints at the end (without --json)."""
+    mean = summary["mean_step_ms"]
+    return (f"{describe} · world {summary['world']} · {summary['steps']} steps · final loss "
+            f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
+            + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
+               if "check" in summary else "")
+            + (f" · trace {summary['trace']}" if summary.get("trace") else ""))
+
+
+def line_text(line: dict) -> str:
+    """A step line as `partui run` prints it (without --json)."""
+    extra = ""
+    if "max_abs_grad_err" in line:
+        extra = (f"  loss err {line['max_abs_loss_err']:.2e}  grad err {line['max_abs_grad_err']:.2e}"
+                 f"  param err {line['max_abs_param_err']:.2e}"
+                 + (f"  {line['check']}" if "check" in line else ""))
+    return f"step {line['step']:4d}  loss {line['loss']:.4f}  {line['step_ms']:8.1f} ms" + extra

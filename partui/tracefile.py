@@ -1,0 +1,135 @@
+"""The controller side of tracing: windows stitched per rank, send->recv flow arrows, process and
+thread names, and one Chrome trace written atomically (opens in Perfetto; `partui report` reads it).
+Pure Python, light to import; the rank side is partui.trace.
+
+Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
+lane holds non-overlapping ones), 1000+ compute overflow, 2000+ viztracer threads.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+
+COMPUTE_TID = 1
+COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
+COMPUTE_OVERFLOW_TID = 1000
+PY_TID = 2000
+P2P_OPS = ("send", "recv")
+FORMAT = "partui-trace/1"
+
+
+def stitch(windows: list[list[dict]]) -> list[dict]:
+    """One entry per rank from recorded windows (each a list of RankTracer.stop() results in rank
+    order): events concatenated, t0_us from the first window, t1_us from the last."""
+    if not windows:
+        raise ValueError("stitch: no windows recorded; start and stop the tracer around a step first")
+    per_rank = [dict(ev) for ev in windows[0]]
+    for chunk in windows[1:]:
+        for r, ev in enumerate(chunk):
+            per_rank[r]["events"] = per_rank[r]["events"] + ev["events"]
+            per_rank[r]["t1_us"] = ev["t1_us"]
+    return per_rank
+
+
+def flow_events(per_rank: list[dict]) -> list[dict]:
+    """Pair the k-th send a->b with tag t to the k-th recv on b from a with tag t: s/f arrows."""
+    sends: dict[tuple, list[dict]] = {}
+    recvs: dict[tuple, list[dict]] = {}
+    for r in per_rank:
+        for e in r["events"]:
+            a = e.get("args") or {}
+            if e.get("cat") == "comm" and a.get("op") in P2P_OPS and a.get("peer") is not None:
+                me, peer, tag = e["pid"], int(a["peer"]), a.get("tag", 0)
+                if a["op"] == "send":
+                    sends.setdefault((me, peer, tag), []).append(e)
+                else:
+                    recvs.setdefault((peer, me, tag), []).append(e)
+    out, flow_id = [], 0
+    for key in sorted(sends):
+        ss = sorted(sends[key], key=lambda e: e["ts"])
+        rr = sorted(recvs.get(key, []), key=lambda e: e["ts"])
+        for s, r in zip(ss, rr):
+            flow_id += 1
+            # just inside each slice (binds to it), send near its start and recv near its end:
+            # Perfetto drops a flow whose end comes before its start
+            s_ts = s["ts"] + s["dur"] * 0.01
+            f_ts = max(r["ts"] + r["dur"] * 0.99, s_ts)
+            out.append({"ph": "s", "id": flow_id, "name": "p2p", "cat": "flow", "pid": s["pid"],
+                        "tid": s["tid"], "ts": s_ts})
+            out.append({"ph": "f", "bp": "e", "id": flow_id, "name": "p2p", "cat": "flow",
+                        "pid": r["pid"], "tid": r["tid"], "ts": f_ts})
+    return out
+
+
+def process_metadata(r: dict) -> list[dict]:
+    rank = r["rank"]
+    label = f"rank {rank} · {r['coords']}" if r.get("coords") else f"rank {rank}"
+    meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}},
+            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0,
+             "args": {"sort_index": rank}}]
+    tids = sorted({e["tid"] for e in r["events"]} | {COMPUTE_TID, COMM_TID})
+    py = (r.get("viztracer") or {}).get("threads", {})
+    for tid in tids:
+        if tid == COMPUTE_TID:
+            name = "compute"
+        elif tid == COMPUTE_OVERFLOW_TID:
+            name = "compute (other thread)"
+        elif tid >= PY_TID:
+            name = py.get(str(tid), f"py {tid}")
+        else:
+            name = "comm" if tid == COMM_TID else f"comm {tid - COMM_TID + 1}"
+        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": name}})
+        meta.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
+                     "args": {"sort_index": tid}})
+    return meta
+
+
+def merge(per_rank: list[dict], path: str, metadata: dict | None = None) -> str:
+    """Write one Chrome trace (JSON object format; gzip when path ends .gz) atomically; return path."""
+    if not per_rank:
+        raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
+    evs: list[dict] = []
+    for r in sorted(per_rank, key=lambda r: r["rank"]):
+        evs += process_metadata(r)
+        evs += r["events"]
+    evs += flow_events(per_rank)
+    meta = dict(metadata or {})
+    meta.setdefault("format", FORMAT)
+    meta.setdefault("ranks", sorted(r["rank"] for r in per_rank))
+    meta.setdefault("coords", {str(r["rank"]): r.get("coords", "") for r in per_rank})
+    meta.setdefault("window_us", [min(r["t0_us"] for r in per_rank), max(r["t1_us"] for r in per_rank)])
+    doc = {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
+    write_atomic(path, doc)
+    return path
+
+
+def write_atomic(path: str, doc: dict) -> None:
+    """Temp file in the same directory, fsync, os.replace: a failure leaves `path` as it was."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if path.endswith(".gz"):
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as gz:
+                    dump(doc, gz)
+            else:
+                dump(doc, raw)
+            raw.flush()
+            os.fsync(raw.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a trace is for sharing
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dump(doc: dict, binary_file) -> None:
+    # raw UTF-8, not \u escapes: Perfetto's JSON importer keeps escapes literally in names
+    text = json.dumps(doc, separators=(",", ":"), default=str, ensure_ascii=False)
+    binary_file.write(text.encode("utf-8"))
