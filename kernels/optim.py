@@ -47,24 +47,35 @@ def _state_bytes(state: dict) -> int:
                if isinstance(t, torch.Tensor))
 
 
-class SGD:
-    def __init__(self, lr: float = 0.1, weight_decay: float = 0.0):
+class Optimizer:
+    """What SGD and AdamW share: a step counter and per-param state; a step is `begin_step` then
+    `update` over each group of params (all at once, or bucket by bucket as grads get synced)."""
+
+    def __init__(self, lr: float, weight_decay: float):
         self.lr, self.weight_decay = lr, weight_decay
         self.state: dict[str, dict] = {}
         self.step_count = 0
-
-    def init_state(self, params: list[Param]) -> None:
-        for prm in params:
-            if prm.name not in self.state and prm.data.dtype in LOW_PRECISION:
-                self.state[prm.name] = _master(prm)
 
     def step(self, params: list[Param]) -> None:
         self.begin_step()
         self.update(params)
 
     def begin_step(self) -> None:
-        """Count a new step; then `update` each group of params (e.g. a bucket once synced)."""
+        """Count a new step (AdamW's bias correction uses it)."""
         self.step_count += 1
+
+    def update(self, params: list[Param]) -> None:
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    def __init__(self, lr: float = 0.1, weight_decay: float = 0.0):
+        super().__init__(lr, weight_decay)
+
+    def init_state(self, params: list[Param]) -> None:
+        for prm in params:
+            if prm.name not in self.state and prm.data.dtype in LOW_PRECISION:
+                self.state[prm.name] = _master(prm)
 
     def update(self, params: list[Param]) -> None:
         """This step's update of some params (call once per param per step)."""
@@ -89,14 +100,13 @@ class SGD:
         return 4 if dtype in LOW_PRECISION else 0
 
 
-class AdamW:
+class AdamW(Optimizer):
     """m, v per parameter (fp32; plus an fp32 master for bf16 params), one shared step count."""
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.95), eps: float = 1e-8,
                  weight_decay: float = 0.01):
-        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.state: dict[str, dict] = {}
-        self.step_count = 0
+        super().__init__(lr, weight_decay)
+        self.betas, self.eps = betas, eps
         self.scratch: dict[torch.dtype, torch.Tensor] = {}  # transient denominator, not state
 
     def _scratch_like(self, w: torch.Tensor) -> torch.Tensor:
@@ -114,14 +124,6 @@ class AdamW:
                 like = st.get("master", prm.data)
                 st.update(m=torch.zeros_like(like), v=torch.zeros_like(like))
                 self.state[prm.name] = st
-
-    def step(self, params: list[Param]) -> None:
-        self.begin_step()
-        self.update(params)
-
-    def begin_step(self) -> None:
-        """Count a new step (bias correction uses it); then `update` each group of params."""
-        self.step_count += 1
 
     def update(self, params: list[Param]) -> None:
         """This step's update of some params (call once per param per step)."""

@@ -1,6 +1,7 @@
 """Small helpers shared by the benchmarks: interleaved timing and a printed table."""
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -30,3 +31,12 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
     return "" if v is None else str(v)
+
+
+def print_rows(rows: list[dict], cols: list[str], title: str, as_json: bool) -> None:
+    """A bench's result: one JSON list, or its title over a table."""
+    if as_json:
+        print(json.dumps(rows))
+    else:
+        print(title)
+        print(table(rows, cols))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-from partui.bench.harness import table
+from partui.bench.harness import print_rows
 from partui.world import Controller, warm_up
 
 _SPAWN_PEER = r"""
@@ -69,10 +68,7 @@ def main(argv) -> int:
         cold, spawn = _ours(w), _spawn(w)
         rows.append({"world": w, "partui_cold_s": cold, "partui_warm_s": _warm(w),
                      "mp_spawn_s": spawn, "ratio_cold": cold / spawn})
-    if args.json:
-        print(json.dumps(rows))
-    else:
-        print("time to a ready world (cold: new interpreter, fork server imports torch once; "
-              "warm: fork server already up, as in the app after its first launch)")
-        print(table(rows, ["world", "partui_cold_s", "partui_warm_s", "mp_spawn_s", "ratio_cold"]))
+    print_rows(rows, ["world", "partui_cold_s", "partui_warm_s", "mp_spawn_s", "ratio_cold"],
+               "time to a ready world (cold: new interpreter, fork server imports torch once; "
+               "warm: fork server already up, as in the app after its first launch)", args.json)
     return 0

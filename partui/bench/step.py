@@ -3,14 +3,13 @@ torch autograd with torch.optim.AdamW (target: hand no slower than 1.1x)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.model import build_model
-from partui.bench.harness import interleaved, table
+from partui.bench.harness import interleaved, print_rows
 from partui.plans import build_plan
 
 
@@ -51,10 +50,7 @@ def main(argv) -> int:
         t = interleaved({"hand": eng.step, "autograd": _autograd_peer(cfg, 0)}, args.rounds)
         rows.append({"model": name, "params": cfg.n_params(), "hand_ms": t["hand"],
                      "autograd_adamw_ms": t["autograd"], "ratio": t["hand"] / t["autograd"]})
-    if args.json:
-        print(json.dumps(rows))
-    else:
-        print("world-1 step, hand-written backward + hand AdamW vs torch autograd + "
-              "torch.optim.AdamW (medians, interleaved; target ratio <= 1.1)")
-        print(table(rows, ["model", "params", "hand_ms", "autograd_adamw_ms", "ratio"]))
+    print_rows(rows, ["model", "params", "hand_ms", "autograd_adamw_ms", "ratio"],
+               "world-1 step, hand-written backward + hand AdamW vs torch autograd + "
+               "torch.optim.AdamW (medians, interleaved; target ratio <= 1.1)", args.json)
     return 0
