@@ -14,7 +14,7 @@ from kernels.mesh import Plan, PlanError, validate
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
 PRESETS: dict[str, tuple[str, dict]] = {
     "single": ("single process", {}),
-    "dp": ("DP naive", {"dp": 2}),
+    "dp": ("DP naive", {"dp": 2, "grad_sync": "naive"}),
     "dp-bucketed": ("DP bucketed", {"dp": 2, "grad_sync": "bucketed"}),
     "zero1": ("ZeRO-1", {"dp": 2, "zero": 1}),
     "zero2": ("ZeRO-2", {"dp": 2, "zero": 2}),
