@@ -23,8 +23,7 @@ from kernels.cp.layout import sequence_shard
 from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
-from kernels.pp.fb_order import pair_order
-from kernels.pp.parts import BackwardParts, ForwardParts, layer_kind, layer_label
+from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, run_pair
 from kernels.pp.schedules import build_schedule
 from kernels.pp.stages import backward_steps, build_chunks, drive, forward_steps, weight_grads
 
@@ -117,10 +116,7 @@ class PipelineRunner:
     def pair_order(self, chunk: int, chunk2: int) -> list:
         """The parts of an overlapped pair of (forward chunk, backward chunk) in the order they run."""
         if (chunk, chunk2) not in self._pair_orders:
-            f, b = self.chunks[chunk].layers, self.chunks[chunk2].layers
-            self._pair_orders[(chunk, chunk2)] = pair_order(
-                [layer_kind(x) for x in f], [layer_kind(x) for x in b], [layer_label(x) for x in f],
-                [layer_label(x) for x in b])
+            self._pair_orders[(chunk, chunk2)] = chunk_pair_order(self.chunks[chunk], self.chunks[chunk2])
         return self._pair_orders[(chunk, chunk2)]
 
     def act_shape(self, ids_mb) -> tuple:
@@ -276,28 +272,15 @@ class _Step:
                 forward_turn = not forward_turn
 
     def _fb_parts(self, a, fch, bch) -> None:
-        """The pair in kernels.pp.fb_order's order: each all-to-all one side issues flies while the other side's
-        next part computes. Both pipeline inputs are waited first (their RECVs were posted a compute ahead), so
-        no pipeline wait sits between an all-to-all's issue and the part that hides it; each side's output is
-        sent the moment its last part (input grads, for the backward) is done, under the parts still to run."""
+        """The pair in kernels.pp.fb_order's order (kernels.pp.parts.run_pair). Both pipeline inputs are waited
+        first (their RECVs were posted a compute ahead), so no pipeline wait sits between an all-to-all's issue
+        and the part that hides it; each side's output is sent the moment its last input part is done."""
         fwd = ForwardParts(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom, self.hooks)
         bwd = BackwardParts(bch, self.saved.pop((a.mb2, a.chunk2)), self._grad_in(a.mb2, bch), self.hooks)
-        order = self.r.pair_order(a.chunk, a.chunk2)
-        last = {side: max(i for i, p in enumerate(order) if p.side == side and not p.weight) for side in "FB"}
-        built = {"F": {}, "B": {}}                # side -> layer position -> {part name: Part}
-        for i, step in enumerate(order):
-            side_parts, mb, ch = (fwd, a.mb, fch) if step.side == "F" else (bwd, a.mb2, bch)
-            layer_parts = built[step.side].setdefault(step.layer, {p.name: p for p in side_parts.parts(step.layer)})
-            part = layer_parts.pop(step.part)
-            part.wait()                            # blocked on its all-to-all: not compute
-            kind = "W" if step.weight else step.side
-            with events.span(f"{step.part.removesuffix('_W')} {kind} mb{mb} {layer_label(part.layer)}", kind,
-                             mb=mb, chunk=ch.index, stage=ch.stage, part=step.part, hides=step.hides):
-                part.run()
-            if i == last["F"]:
-                self._forward_done(a.mb, fch, fwd.result())
-            if i == last["B"] and not bch.first:
-                self._deliver("B", a.mb2, bch, bwd.dx)
+        run_pair(self.r.pair_order(a.chunk, a.chunk2), fwd, bwd,
+                 {"F": self._args(a.mb, a.chunk), "B": self._args(a.mb2, a.chunk2)},
+                 lambda: self._forward_done(a.mb, fch, fwd.result()),
+                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx))
 
     # ---- end of step
     def finish(self) -> None:

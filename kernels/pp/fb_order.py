@@ -20,13 +20,15 @@ from the input grads as in zero-bubble, so they can be placed where a transfer n
 an all-to-all, a part of the other microbatch computes while it flies. In the steady state of two MoE
 layers it gives DeepSeek's picture, each transfer under the other side's compute:
 
-    F ATTN      issues DISPATCH(F)
-    B COMBINE   under DISPATCH(F); issues COMBINE(B)
-    F MLP       waits DISPATCH(F); under COMBINE(B); issues COMBINE(F)
-    B MLP       waits COMBINE(B); under COMBINE(F); issues DISPATCH(B)
-    F COMBINE   waits COMBINE(F); under DISPATCH(B)
-    F ATTN      (next layer) under DISPATCH(B); issues DISPATCH(F)
-    B ATTN      waits DISPATCH(B); under DISPATCH(F) of the next layer ...
+    F ATTN      L0  issues DISPATCH(F)
+    B COMBINE   L1  under DISPATCH(F); issues COMBINE(B)
+    F MLP       L0  waits DISPATCH(F); under COMBINE(B); issues COMBINE(F)
+    B MLP       L1  waits COMBINE(B); under COMBINE(F); issues DISPATCH(B)
+    F COMBINE   L0  waits COMBINE(F); under DISPATCH(B)
+    F ATTN      L1  under DISPATCH(B); issues DISPATCH(F)
+    B MLP_W     L1  under DISPATCH(B) and DISPATCH(F)
+    F MLP       L1  waits DISPATCH(F); under DISPATCH(B); issues COMBINE(F)
+    B ATTN      L1  waits DISPATCH(B); under COMBINE(F) ...
 
 and every OrderedPart it returns says what it hides. Dense, embedding and head layers have no all-to-all
 and fill in where they stand.
@@ -55,6 +57,7 @@ class OrderedPart:
     layer: int    # position of the layer in its side's order (forward: model order; backward: reversed)
     part: str     # one of FORWARD_PARTS / BACKWARD_PARTS of that layer's kind
     hides: str    # the all-to-alls in flight while it computes, e.g. "DISPATCH(F) L0, COMBINE(B) L1"
+    name: str = ""  # the layer's name (L3, EMBED, HEAD; by default L + its position in model order)
 
     @property
     def weight(self) -> bool:
@@ -88,18 +91,19 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
 
     The rules, in this order of precedence:
       1. right after a part that issues an all-to-all, the other side's next part runs (that is what hides
-         it); when the other side has no part left, a deferred weight-grad part of the backward runs instead;
+         it); when the other side has no part left, a deferred ATTN_W of the backward runs instead;
       2. otherwise a side whose next part issues an all-to-all goes first, while the other side still has
          a part to put under it (the forward first when both do: the backward's pipeline input gets time);
       3. otherwise the sides alternate.
-    The backward's weight-grad parts (MLP_W, ATTN_W) are deferred: taken as cover by rule 1, the rest after
-    the last input-grad part, where they run under the backward's own pipeline send."""
+    The backward's MLP_W runs right before its layer's ATTN, which waits for DISPATCH(B): one more part
+    under that transfer. ATTN_W is deferred: taken as cover by rule 1, the rest after the last input-grad
+    part, where they run under the backward's own pipeline send."""
     for kind in (*forward_kinds, *backward_kinds):
         if kind not in LAYER_KINDS:
             raise ValueError(f"unknown layer kind {kind!r}: pick one of {', '.join(LAYER_KINDS)}")
     todo = {"F": _side_parts("F", forward_kinds),
-            "B": [p for p in _side_parts("B", backward_kinds) if not p[2].endswith("_W")]}
-    deferred = [p for p in _side_parts("B", backward_kinds) if p[2].endswith("_W")]
+            "B": [p for p in _side_parts("B", backward_kinds) if p[2] != "ATTN_W"]}
+    deferred = [p for p in _side_parts("B", backward_kinds) if p[2] == "ATTN_W"]
     done: set = set()                            # (layer, part) of the backward run so far
     names = {"F": list(forward_names or [f"L{k}" for k in range(len(forward_kinds))]),
              "B": list(reversed(backward_names or [f"L{k}" for k in range(len(backward_kinds))]))}
@@ -110,7 +114,7 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
         k, kind, part = item
         if kind == "moe" and (side, part) in WAITS:
             in_flight.remove(f"{WAITS[(side, part)]}({side}) {names[side][k]}")
-        out.append(OrderedPart(side, k, part, ", ".join(in_flight)))
+        out.append(OrderedPart(side, k, part, ", ".join(in_flight), names[side][k]))
         if side == "B":
             done.add((k, part))
         if kind == "moe" and (side, part) in ISSUES:
@@ -125,7 +129,7 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
                 side = other
             elif deferred and (deferred[0][0], deferred[0][2][:-2]) in done:   # its input grad ran
                 k, kind, part = deferred.pop(0)
-                out.append(OrderedPart("B", k, part, ", ".join(in_flight)))
+                out.append(OrderedPart("B", k, part, ", ".join(in_flight), names["B"][k]))
                 prev = ("B", False)
                 continue
             else:
@@ -141,10 +145,12 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
         item = todo[side].pop(0)
         run(side, item)
         prev = (side, _moe_issue(side, item))
-    out += [OrderedPart("B", k, part, "") for k, _, part in deferred]
+    out += [OrderedPart("B", k, part, "", names["B"][k]) for k, _, part in deferred]
     return out
 
 
 def serial_order(side: str, kinds: list[str]) -> list[OrderedPart]:
     """One side alone, part after part (a plain F or BW action): what the pair is compared against."""
-    return [OrderedPart(side, k, part, "") for k, _, part in _side_parts(side, kinds)]
+    n = len(kinds)
+    return [OrderedPart(side, k, part, "", f"L{k if side == 'F' else n - 1 - k}")
+            for k, _, part in _side_parts(side, kinds)]

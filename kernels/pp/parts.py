@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from kernels.comm import events
 from kernels.layers.base import Ctx
 from kernels.model import Block, Embed, Head
+from kernels.pp.fb_order import pair_order
 
 
 def layer_kind(layer) -> str:
@@ -163,3 +165,32 @@ class BackwardParts:
             out[0].wait = out[2].wait = lambda: layer.mlp.wait(c.c_m)
             out.insert(0, Part("COMBINE", layer, combine))
         return out
+
+
+def chunk_pair_order(fch, bch) -> list:
+    """kernels.pp.fb_order.pair_order for a forward chunk and a backward chunk of this rank."""
+    f, b = fch.layers, bch.layers
+    return pair_order([layer_kind(x) for x in f], [layer_kind(x) for x in b], [layer_label(x) for x in f],
+                      [layer_label(x) for x in b])
+
+
+def run_pair(order: list, fwd: ForwardParts, bwd: BackwardParts, args: dict, forward_done, backward_done) -> None:
+    """Run a pair's parts in `order`, each a leaf compute span ("ATTN F mb3 L1", cat F / B / W, args: mb,
+    chunk, stage of its side (`args[side]`), part, hides) after its all-to-all wait. forward_done() runs
+    after the forward's last part, backward_done() after the backward's last input-grad part: the pipeline
+    sends ride under the parts still to run."""
+    last = {side: max(i for i, p in enumerate(order) if p.side == side and not p.weight) for side in "FB"}
+    built = {"F": {}, "B": {}}                    # side -> layer position -> {part name: Part}
+    for i, step in enumerate(order):
+        side = fwd if step.side == "F" else bwd
+        layer_parts = built[step.side].setdefault(step.layer, {p.name: p for p in side.parts(step.layer)})
+        part = layer_parts.pop(step.part)
+        part.wait()                                # blocked on its all-to-all: not compute
+        kind = "W" if step.weight else step.side
+        with events.span(f"{step.part.removesuffix('_W')} {kind} mb{args[step.side]['mb']} {step.name}", kind,
+                         part=step.part, hides=step.hides, **args[step.side]):
+            part.run()
+        if i == last["F"]:
+            forward_done()
+        if i == last["B"]:
+            backward_done()

@@ -9,13 +9,13 @@ import torch
 
 from conftest import check_plan, run_cli
 from kernels.config import make_config
-from kernels.model import build_model, forward_backward
+from kernels.model import LayerHooks, build_model, forward_backward
 from kernels.pp.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
-from kernels.pp.parts import BackwardParts, ForwardParts
+from kernels.pp.part_costs import PartCost, cost_from_parts, pair_timeline
+from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, layer_kind, run_pair
 from kernels.pp.schedules import build_schedule, validate
 from kernels.pp.simulate import simulate
 from kernels.pp.stages import Chunk, drive, forward_steps
-from kernels.model import LayerHooks
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.timeout(600)
 def test_two_moe_layers_take_deepseeks_order():
     got = [(p.side, p.layer, p.part) for p in pair_order(["moe", "moe"], ["moe", "moe"])]
     want = [("F", 0, "ATTN"), ("B", 0, "COMBINE"), ("F", 0, "MLP"), ("B", 0, "MLP"), ("F", 0, "COMBINE"),
-            ("F", 1, "ATTN"), ("B", 0, "ATTN"), ("F", 1, "MLP"), ("B", 1, "COMBINE"), ("F", 1, "COMBINE"),
-            ("B", 1, "MLP"), ("B", 0, "MLP_W"), ("B", 1, "ATTN"), ("B", 0, "ATTN_W"), ("B", 1, "MLP_W"),
+            ("F", 1, "ATTN"), ("B", 0, "MLP_W"), ("F", 1, "MLP"), ("B", 0, "ATTN"), ("B", 1, "COMBINE"),
+            ("F", 1, "COMBINE"), ("B", 1, "MLP"), ("B", 0, "ATTN_W"), ("B", 1, "MLP_W"), ("B", 1, "ATTN"),
             ("B", 1, "ATTN_W")]
     assert got == want
     hides = {(p.side, p.layer, p.part): p.hides for p in pair_order(["moe", "moe"], ["moe", "moe"])}
@@ -92,14 +92,11 @@ def test_pair_by_parts_equals_autograd():
     loss0, ctxs0, aux0 = drive(forward_steps(chunk, ids[:2], targets[:2], denom, hooks))
     fwd = ForwardParts(chunk, ids[2:], targets[2:], denom, hooks)
     bwd = BackwardParts(chunk, ctxs0, None, hooks)
-    kinds = ["embed", "dense", "moe", "dense", "moe", "head"]
-    built = {"F": {}, "B": {}}
-    for step in pair_order(kinds, kinds):
-        side = fwd if step.side == "F" else bwd
-        parts = built[step.side].setdefault(step.layer, {p.name: p for p in side.parts(step.layer)})
-        part = parts.pop(step.part)
-        part.wait()
-        part.run()
+    order = chunk_pair_order(chunk, chunk)
+    assert [layer_kind(x) for x in chunk.layers] == ["embed", "dense", "moe", "dense", "moe", "head"]
+    done = []
+    run_pair(order, fwd, bwd, {"F": {"mb": 1}, "B": {"mb": 0}}, lambda: done.append("F"), lambda: done.append("B"))
+    assert done == ["F", "B"]
     loss1, _, aux1 = fwd.result()
     assert bwd.dx is None                                   # the embedding takes no input grad
     # finish mb 1's backward the plain way, then compare every grad
@@ -185,3 +182,34 @@ def test_trace_each_all_to_all_flies_under_the_other_microbatch(tmp_path):
                                 f"({issuer[-1]['name']}) has no part of the other microbatch under it")
                 checked += 1
     assert checked >= 8
+
+
+# ---------------------------------------------------------------- the simulator's chunk-level costs
+
+def test_part_costs_of_one_moe_layer_by_hand():
+    """ATTN = MLP = A2A = 1, COMBINE 0, B and W as the forward. Alone: F = 1 + 1 + 1 + 1 (ATTN, DISPATCH, MLP,
+    COMBINE's a2a) = 4; BW = a2a + MLP_B + a2a + ATTN_B + MLP_W + ATTN_W = 6, W = 2. The pair: F ATTN 0-1,
+    DISPATCH(F) 1-2 under B COMBINE (0 long), COMBINE(B) 2-3 under F MLP 2-3, COMBINE(F) 3-4 under B MLP
+    3-4, DISPATCH(B) 4-5 under B MLP_W 4-5, then B ATTN 5-6, ATTN_W 6-7: 7 long, DISPATCH(F) exposed: 1 of 4."""
+    parts = PartCost()
+    cost = cost_from_parts(parts, fb_overlap=True)
+    assert (cost.F, cost.B, cost.W, cost.fb) == (4, 6, 2, 7)
+    assert cost_from_parts(parts, fb_overlap=False).fb == 10
+    tl = pair_timeline(parts)
+    assert [(b, e) for b, e, *_ in tl.comm] == [(1, 2), (2, 3), (3, 4), (4, 5)]
+    assert tl.exposed_comm == 1
+    two = pair_timeline(PartCost(layers=2))
+    assert two.makespan == 14 and two.exposed_comm == 2          # vs 2 x 10 = 20 one side after the other
+
+
+def test_simulate_cli_draws_the_pair_and_refuses_two_cost_models():
+    proc = run_cli("simulate", "--schedule", "dualpipev", "--pp", 2, "--microbatches", 8, "--parts",
+                   "ATTN=1,MLP=1,A2A=1", "--fb-overlap", "--timeline", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "pair 7 vs 10 one side after the other; all-to-all 4, exposed 1 (75% hidden)" in proc.stdout
+    assert "B COMBINE L0   under DISPATCH(F) L0" in proc.stdout
+    proc = run_cli("simulate", "--schedule", "1f1b", "--pp", 2, "--microbatches", 4, "--parts", "A2A=1",
+                   "--cost", "F=1", timeout=60)
+    assert proc.returncode == 2 and "give --cost or --parts, not both" in proc.stderr
+    proc = run_cli("simulate", "--schedule", "zb1p", "--pp", 2, "--microbatches", 4, "--fb-overlap", timeout=60)
+    assert proc.returncode == 2 and "fb_overlap runs the overlapped F&B pairs" in proc.stderr
