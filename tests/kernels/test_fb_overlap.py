@@ -182,6 +182,10 @@ def test_trace_each_all_to_all_flies_under_the_other_microbatch(tmp_path):
                                 f"({issuer[-1]['name']}) has no part of the other microbatch under it")
                 checked += 1
     assert checked >= 8
+    report = run_cli("report", path, "--by", "pair", "--format", "json", timeout=120)
+    assert report.returncode == 0, report.stderr
+    rows = json.loads(report.stdout)
+    assert len(rows) == checked and all(r["all_to_all"].split("(")[0] in ("DISPATCH", "COMBINE") for r in rows)
 
 
 # ---------------------------------------------------------------- the simulator's chunk-level costs
