@@ -101,10 +101,12 @@ def _plain_backward(kinds: list[str]) -> list[OrderedPart]:
     return out
 
 
-def pair_timeline(cost: PartCost) -> PartTimeline:
-    """One overlapped F&B pair of two chunks of `layers` MoE layers each."""
+def pair_timeline(cost: PartCost, overlapped: bool = True) -> PartTimeline:
+    """One F&B pair of two chunks of `layers` MoE layers each: overlapped, or one side after the other."""
     kinds = ["moe"] * cost.layers
-    return run_parts(pair_order(kinds, kinds), cost)
+    if overlapped:
+        return run_parts(pair_order(kinds, kinds), cost)
+    return run_parts(serial_order("F", kinds) + _plain_backward(kinds), cost)
 
 
 def cost_from_parts(cost: PartCost, fb_overlap: bool, p2p: float = 0.0) -> Cost:
@@ -114,7 +116,7 @@ def cost_from_parts(cost: PartCost, fb_overlap: bool, p2p: float = 0.0) -> Cost:
     f = run_parts(serial_order("F", kinds), cost).makespan
     b = run_parts(_plain_backward(kinds), cost).makespan
     w = cost.layers * (cost.of("B", "ATTN_W") + cost.of("B", "MLP_W"))
-    fb = pair_timeline(cost).makespan if fb_overlap else f + b
+    fb = pair_timeline(cost, fb_overlap).makespan
     return Cost(F=f, B=b, W=w, FB=fb, p2p=p2p)
 
 
@@ -122,9 +124,7 @@ def text_pair(cost: PartCost, width: int = 100) -> str:
     """The pair's inner order: a compute row and a comm row on one time axis, then each part with what it
     hides; closes with the pair's time against the two sides one after the other."""
     tl = pair_timeline(cost)
-    kinds = ["moe"] * cost.layers
-    serial = (run_parts(serial_order("F", kinds), cost).makespan
-              + run_parts(_plain_backward(kinds), cost).makespan)
+    serial = pair_timeline(cost, overlapped=False).makespan
     durations = [e - b for b, e, *_ in tl.compute + tl.comm if e > b]
     quantum = max(min(durations, default=1.0), tl.makespan / width) if tl.makespan else 1.0
     cols = int(round(tl.makespan / quantum)) if tl.makespan else 0

@@ -93,7 +93,7 @@ def run(args) -> int:
         if args.timeline:
             out["timeline"] = text_timeline(result)
         if parts is not None:
-            tl = pair_timeline(parts)
+            tl = pair_timeline(parts, args.fb_overlap)
             out["pair"] = {"overlapped": args.fb_overlap, "makespan": tl.makespan, "exposed_comm": tl.exposed_comm,
                            "compute": [list(x) for x in tl.compute], "comm": [list(x) for x in tl.comm]}
         print(json.dumps(out))

@@ -199,6 +199,8 @@ def test_part_costs_of_one_moe_layer_by_hand():
     cost = cost_from_parts(parts, fb_overlap=True)
     assert (cost.F, cost.B, cost.W, cost.fb) == (4, 6, 2, 7)
     assert cost_from_parts(parts, fb_overlap=False).fb == 10
+    serial = pair_timeline(parts, overlapped=False)
+    assert serial.makespan == 10 and serial.exposed_comm == 4                # every all-to-all waited at once
     tl = pair_timeline(parts)
     assert [(b, e) for b, e, *_ in tl.comm] == [(1, 2), (2, 3), (3, 4), (4, 5)]
     assert tl.exposed_comm == 1
