@@ -1,5 +1,6 @@
 """Runs one pp rank's action list (kernels.pp.schedules) for real: async p2p, deferred weight grads and
-DualPipe's overlapped forward-and-backward pairs.
+DualPipe's overlapped forward-and-backward pairs (with fb_overlap, each pair interleaves DeepSeek's parts of
+both sides, kernels/pp/parts.py, so the MoE all-to-alls fly under the other microbatch's compute).
 
 Semantics are the schedules' (see that module): RECV posts an irecv and never blocks; a compute waits only for
 the tensors it consumes; a tensor a compute produces for another rank is sent the moment it exists (the SEND
