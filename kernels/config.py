@@ -41,7 +41,7 @@ class ModelConfig:
         def need(ok, msg):
             if not ok:
                 raise ValueError(msg)
-        for name in ("vocab", "dim", "layers", "heads", "kv_heads", "seq", "batch"):
+        for name in ("vocab", "dim", "layers", "heads", "kv_heads", "seq", "batch", "moe_every"):
             need(getattr(self, name) >= 1, f"model {name} = {getattr(self, name)} must be >= 1")
         need(self.dim % self.heads == 0,
              f"dim {self.dim} is not divisible by heads {self.heads}: pick dim a multiple of heads")

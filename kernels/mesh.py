@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
+FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
@@ -34,6 +35,7 @@ class Plan:
     schedule: str = "1f1b"
     microbatches: int = 1
     virtual_stages: int = 1   # chunks per rank for interleaved 1F1B
+    fb_overlap: bool = False  # PP x EP: F&B pairs interleave DeepSeek's parts so all-to-all hides (1f1b, dualpipe/v)
     cp: int = 1
     cp_mode: str = "ring"
     ep: int = 1
@@ -98,7 +100,7 @@ class Plan:
         if self.zero:
             extra.append(f"ZeRO-{self.zero}")
         if self.pp > 1:
-            extra.append(self.schedule)
+            extra.append(self.schedule + (" fb-overlap" if self.fb_overlap else ""))
         if self.cp > 1:
             extra.append(self.cp_mode)
         if self.sp:
@@ -187,6 +189,9 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
         need(plan.capacity_factor is None or plan.capacity_factor > 0,
              f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)")
     need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts")
+    need(not plan.fb_overlap or plan.pp > 1,
+         "fb_overlap pairs a forward with a backward inside a pipeline: set pp=2 (or more); without a "
+         "pipeline, overlap=True interleaves two microbatches")
     need(plan.ep_dispatch in ("uneven", "even"),
          f"unknown EP dispatch {plan.ep_dispatch!r}: pick uneven or even")
     need(not (experts and plan.cp > 1),
@@ -227,6 +232,15 @@ def _validate_pipeline(plan: Plan, cfg, need) -> None:
          f"split W (gpipe, 1f1b, interleaved) with zero=3")
     need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
          f"virtual_stages is for the interleaved schedule, not {plan.schedule}")
+    if plan.fb_overlap:
+        need(plan.schedule in FB_OVERLAP_SCHEDULES,
+             f"fb_overlap interleaves the F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not {plan.schedule}: "
+             f"use schedule=1f1b (or dualpipe, dualpipev), or drop fb_overlap")
+        need(plan.experts or cfg.experts,
+             "fb_overlap hides the MoE all-to-all behind the other microbatch: it needs experts (set experts=4 "
+             "and ep=2), or drop fb_overlap")
+        need(plan.zero < 3, f"ZeRO-3 gathers one layer's weights at a time, but fb_overlap runs two layers' "
+                            f"parts interleaved: use zero=2 with fb_overlap")
 
 
 # ---------------------------------------------------------------- coordinates and groups

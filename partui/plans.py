@@ -33,7 +33,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "gshard": ("EP GShard", {"dp": 2, "ep": 2, "experts": 4}),
     "custom": ("custom", {}),
 }
-MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
+MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "moe_every")
 DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 BACKWARDS = ("hand", "autograd")
 
@@ -69,7 +69,7 @@ def check_backward(plan: Plan, backward: str) -> None:
     if backward not in BACKWARDS:
         raise PlanError(f"unknown backward={backward}: pick {' or '.join(BACKWARDS)}")
     dims = [f"{d}={getattr(plan, d)}" for d in ("pp", "cp", "ep")  # tp regions are autograd-aware
-            if getattr(plan, d) > 1] + (["overlap=True"] if plan.overlap else [])
+            if getattr(plan, d) > 1] + [f"{f}=True" for f in ("overlap", "fb_overlap") if getattr(plan, f)]
     if backward == "autograd" and dims:
         raise PlanError(f"backward=autograd is the oracle for one replica's forward; with {' '.join(dims)} "
                         f"the forward itself communicates, which autograd cannot see: drop "

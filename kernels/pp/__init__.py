@@ -6,4 +6,7 @@
     simulate   a schedule replayed as a dataflow under a cost model: timeline, bubble, memory
     stages     which layers a rank keeps, and a chunk's forward / backward one layer at a time
     executor   one pp rank's action list run for real over async p2p
+    fb_order   DeepSeek's parts of a layer and the overlapped F&B pair's order, as data (torch-free)
+    parts      a chunk's forward / backward cut into those parts; run_pair (fb_overlap)
+    part_costs chunk-level costs: F, BW and the overlapped pair on a compute and a comm stream
 """

@@ -1,5 +1,6 @@
 """Runs one pp rank's action list (kernels.pp.schedules) for real: async p2p, deferred weight grads and
-DualPipe's overlapped forward-and-backward pairs.
+DualPipe's overlapped forward-and-backward pairs (with fb_overlap, each pair interleaves DeepSeek's parts of
+both sides, kernels/pp/parts.py, so the MoE all-to-alls fly under the other microbatch's compute).
 
 Semantics are the schedules' (see that module): RECV posts an irecv and never blocks; a compute waits only for
 the tensors it consumes; a tensor a compute produces for another rank is sent the moment it exists (the SEND
@@ -23,6 +24,7 @@ from kernels.cp.layout import sequence_shard
 from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
+from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, run_pair
 from kernels.pp.schedules import build_schedule
 from kernels.pp.stages import backward_steps, build_chunks, drive, forward_steps, weight_grads
 
@@ -50,7 +52,8 @@ class PipelineRunner:
         self.group = ctx.group("pp")
         self.rank = ctx.coords["pp"]
         virtual = plan.virtual_stages if plan.schedule == "interleaved" else None
-        self.schedule = build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual=virtual)
+        self.schedule = build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual=virtual,
+                                       fb_overlap=plan.fb_overlap)
         self.actions = self.schedule.actions[self.rank]
         self.chunks = build_chunks(layers, self.schedule, self.rank)   # the other stages' layers are dropped
         self._params = {}
@@ -65,7 +68,8 @@ class PipelineRunner:
                 if "pp_mirror" not in prm.replicated_over:
                     prm.replicated_over.append("pp_mirror")
         self.dtype = next(iter(self._params.values())).data.dtype
-        self.fb_order = "forward-first"    # or "alternate": see _Step._FB
+        self.fb_order = "parts" if plan.fb_overlap else "forward-first"    # or "alternate": see _Step._FB
+        self._pair_orders = {}             # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
         # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a peer's tensor
         # lands while this rank computes instead of after it asks (0: each RECV where the schedule puts it)
         self.recv_ahead = 1
@@ -109,6 +113,12 @@ class PipelineRunner:
                 run.do(a)
         run.finish()
         return run.loss, run.spans
+
+    def pair_order(self, chunk: int, chunk2: int) -> list:
+        """The parts of an overlapped pair of (forward chunk, backward chunk) in the order they run."""
+        if (chunk, chunk2) not in self._pair_orders:
+            self._pair_orders[(chunk, chunk2)] = chunk_pair_order(self.chunks[chunk], self.chunks[chunk2])
+        return self._pair_orders[(chunk, chunk2)]
 
     def act_shape(self, ids_mb) -> tuple:
         """Shape of the tensor crossing a stage boundary for one microbatch: [b, s, dim]."""
@@ -233,11 +243,15 @@ class _Step:
         moment that side ends, so its transfer runs under the other side's compute. `fb_order` "forward-first"
         runs the forward's layers, posts its send, then the backward's (whose input had the forward's time to
         arrive); "alternate" takes one layer of each in turn, which pays off only when layers have async comm
-        of their own to hide (on one compute stream it delays the forward's send by the backward's compute)."""
+        of their own to hide (on one compute stream it delays the forward's send by the backward's compute);
+        "parts" (fb_overlap) interleaves DeepSeek's parts of both sides: see _fb_parts."""
         fch, bch = self.r.chunks[a.chunk], self.r.chunks[a.chunk2]
         alternate = self.r.fb_order == "alternate"
         with events.span(f"FB mb{a.mb} c{a.chunk} / mb{a.mb2} c{a.chunk2}", "FB", mb=a.mb, chunk=a.chunk,
                          stage=fch.stage, mb2=a.mb2, chunk2=a.chunk2, stage2=bch.stage):
+            if self.r.fb_order == "parts":
+                self._fb_parts(a, fch, bch)
+                return
             fwd = forward_steps(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom, self.hooks)
             bwd, ctxs = None, self.saved.pop((a.mb2, a.chunk2))
             forward_turn = True
@@ -257,6 +271,17 @@ class _Step:
                         self._backward_done(a.mb2, bch, stop.value, ctxs, split=False)
                         bwd = ctxs = None
                 forward_turn = not forward_turn
+
+    def _fb_parts(self, a, fch, bch) -> None:
+        """The pair in kernels.pp.fb_order's order (kernels.pp.parts.run_pair). Both pipeline inputs are waited
+        first (their RECVs were posted a compute ahead), so no pipeline wait sits between an all-to-all's issue
+        and the part that hides it; each side's output is sent the moment its last input part is done."""
+        fwd = ForwardParts(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom, self.hooks)
+        bwd = BackwardParts(bch, self.saved.pop((a.mb2, a.chunk2)), self._grad_in(a.mb2, bch), self.hooks)
+        run_pair(self.r.pair_order(a.chunk, a.chunk2), fwd, bwd,
+                 {"F": self._args(a.mb, a.chunk), "B": self._args(a.mb2, a.chunk2)},
+                 lambda: self._forward_done(a.mb, fch, fwd.result()),
+                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx))
 
     # ---- end of step
     def finish(self) -> None:

@@ -31,6 +31,7 @@ Execution semantics `validate` checks (kernels.pp.simulate runs them as a datafl
 """
 from __future__ import annotations
 
+from kernels.mesh import FB_OVERLAP_SCHEDULES
 from kernels.pp.actions import Action, Schedule, add_transfers
 from kernels.pp.dualpipe import dualpipe, dualpipev
 from kernels.pp.simulate import Cost, check_structure, run_dataflow
@@ -68,16 +69,22 @@ def gpipe(pp: int, microbatches: int) -> Schedule:
     return _plain("gpipe", pp, microbatches, compute, split_w=False)
 
 
-def one_f_one_b(pp: int, microbatches: int) -> Schedule:
-    """PipeDream-flush 1F1B: P-1-rank warmup forwards, then one forward one full backward, then cooldown."""
+def one_f_one_b(pp: int, microbatches: int, fb_overlap: bool = False) -> Schedule:
+    """PipeDream-flush 1F1B: P-1-rank warmup forwards, then one forward one full backward, then cooldown.
+    fb_overlap: each steady-state forward and backward run as one overlapped pair (an FB action, Megatron-Core's
+    combined 1F1B). A pair waits for its backward's gradient before it starts, so rank r's pair i must not feed
+    the pair of rank r+1 it waits for: rank r runs 2(P-1-r)+1 warmup forwards (not P-1-r), so rank r+1's pair i
+    takes a forward rank r made two pairs earlier. The bubble stays 1F1B's (P-1)(F+B) with pairs costing F+B;
+    activations held grow from P to 2P-1 on rank 0."""
     _check_counts("1f1b", pp, microbatches)
     _need_at_least_pp("1f1b", pp, microbatches)
     compute = []
     for rank in range(pp):
-        warmup = pp - 1 - rank
+        warmup = min(microbatches, 2 * (pp - 1 - rank) + 1) if fb_overlap else pp - 1 - rank
         seq = [Action("F", m) for m in range(warmup)]
         for i in range(microbatches - warmup):    # steady: the forward of mb warmup+i, the backward of mb i
-            seq += [Action("F", warmup + i), Action("BW", i)]
+            seq += ([Action("FB", warmup + i, mb2=i, chunk2=0)] if fb_overlap
+                    else [Action("F", warmup + i), Action("BW", i)])
         seq += [Action("BW", m) for m in range(microbatches - warmup, microbatches)]
         compute.append(seq)
     return _plain("1f1b", pp, microbatches, compute, split_w=False)
@@ -137,9 +144,14 @@ def interleaved(pp: int, microbatches: int, virtual: int = 2) -> Schedule:
     return add_transfers(s)
 
 
-def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = None) -> Schedule:
-    """Dispatch by name: gpipe, 1f1b, interleaved, zb1p (alias zero-bubble), dualpipe, dualpipev."""
+def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = None,
+                   fb_overlap: bool = False) -> Schedule:
+    """Dispatch by name: gpipe, 1f1b, interleaved, zb1p (alias zero-bubble), dualpipe, dualpipev.
+    fb_overlap: 1F1B's steady state as overlapped F&B pairs (dualpipe and dualpipev have them already)."""
     key = str(name).lower()
+    if fb_overlap and key not in FB_OVERLAP_SCHEDULES:
+        raise ValueError(f"fb_overlap runs the overlapped F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
+                         f"{name}: use schedule=1f1b (or dualpipe, dualpipev), or drop fb_overlap")
     fixed_chunks = 2 if key in ("dualpipe", "dualpipev") else 1
     if key != "interleaved" and virtual is not None and virtual != fixed_chunks:
         raise ValueError(f"{name}: virtual_stages is for the interleaved schedule, got virtual_stages {virtual} "
@@ -147,7 +159,7 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
     if key == "gpipe":
         return gpipe(pp, microbatches)
     if key == "1f1b":
-        return one_f_one_b(pp, microbatches)
+        return one_f_one_b(pp, microbatches, fb_overlap)
     if key == "interleaved":
         return interleaved(pp, microbatches, 2 if virtual is None else virtual)
     if key in ("zb1p", "zero-bubble"):

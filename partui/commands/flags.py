@@ -13,16 +13,16 @@ from kernels.mesh import Plan
 from partui.plans import DEFAULT_VIRTUAL_STAGES, MODEL_FIELDS
 
 PLAN_FLAGS = ("world", "dp", "zero", "grad_sync", "bucket_mb", "tp", "sp", "pp", "schedule",
-              "microbatches", "virtual_stages", "cp", "cp_mode", "ep", "experts", "top_k",
+              "microbatches", "virtual_stages", "fb_overlap", "cp", "cp_mode", "ep", "experts", "top_k",
               "capacity_factor", "overlap", "ep_dispatch", "dtype", "collectives")
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
            for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps")}
-SWITCHES = ("sp", "overlap")           # store_true flags: `sp=True` reads `--sp`
+SWITCHES = ("sp", "overlap", "fb_overlap")          # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
-        "ep_dispatch", "kv_heads", "weight_decay")
+        "ep_dispatch", "kv_heads", "weight_decay", "fb_overlap", "moe_every")
 _ASSIGN = re.compile(r"(?<![\w-])(" + "|".join(sorted(FLAG_OF, key=len, reverse=True))
                      + r")=([\w+-]+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\w-])(" + "|".join(BARE) + r")(?![\w=])")
@@ -57,6 +57,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     plan("--microbatches", type=int)
     plan("--virtual-stages", type=int, help=f"chunks per rank, interleaved only (default "
                                              f"{DEFAULT_VIRTUAL_STAGES})")
+    plan("--fb-overlap", action="store_true", default=None,
+         help="PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev interleaves the forward's and the "
+              "backward's attention / expert parts so every all-to-all flies under the other microbatch")
     plan("--cp", type=int)
     plan("--cp-mode", help="ring, zigzag or ulysses")
     plan("--ep", type=int)

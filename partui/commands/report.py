@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
+from partui.analysis.pairs import fb_pair_a2a, pair_summary
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -15,7 +16,9 @@ FORMATS = ("table", "csv", "json", "markdown")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace")
     p.add_argument("trace", help="a partui trace (.json or .json.gz) or a torch.profiler trace")
-    p.add_argument("--by", default="rank", choices=("rank", "step", "op"))
+    p.add_argument("--by", default="rank", choices=("rank", "step", "op", "pair"),
+                   help="rank, step, op, or pair: each all-to-all inside an F&B pair (--fb-overlap) and what "
+                        "it flew under")
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
@@ -81,9 +84,13 @@ def run(args) -> int:
         other = load(args.vs) if args.vs else None
         if other is not None:
             table = compare(df, other)
+        elif args.by == "pair":
+            table = fb_pair_a2a(df)
         else:
             table = overlap(df, args.by)
         out = _render(table, args.format)
+        if args.by == "pair" and other is None and args.format in ("table", "markdown"):
+            out += "\n" + pair_summary(table)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
         note = oversubscription_note(df) if other is None and args.by == "rank" else None

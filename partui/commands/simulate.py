@@ -5,26 +5,43 @@ import argparse
 import json
 import sys
 
+from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
 from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, validate
 from kernels.pp.simulate import Cost, formula_bubble, simulate, text_timeline
 
 COST_KEYS = ("F", "B", "W", "FB", "p2p")
+DEFAULT_COST = "F=1,B=2,W=1"
+
+
+def _items(text: str, keys: tuple, what: str, example: str) -> dict:
+    """'A=1,B=2' -> {key: number} for the given keys (case-insensitive names)."""
+    values = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, number = item.partition("=")
+        key = {k.lower(): k for k in keys}.get(name.strip().lower().replace("&", ""))
+        if not sep or key is None:
+            raise ValueError(f"bad {what} item {item!r}: write NAME=NUMBER with NAME one of {', '.join(keys)}, "
+                             f"e.g. --{what} {example}")
+        try:
+            values[key] = float(number)
+        except ValueError:
+            raise ValueError(f"{what} {key}={number!r} is not a number: e.g. {key}=1") from None
+    return values
 
 
 def parse_cost(text: str) -> Cost:
     """'F=1,B=2,W=1,FB=2.5,p2p=0' -> Cost; B is the full backward, W its weight-grad part."""
-    values = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, number = item.partition("=")
-        key = {k.lower(): k for k in COST_KEYS}.get(name.strip().lower().replace("&", ""))
-        if not sep or key is None:
-            raise ValueError(f"bad cost item {item!r}: write NAME=NUMBER with NAME one of {', '.join(COST_KEYS)}, "
-                             f"e.g. --cost F=1,B=2,W=1,FB=2.5,p2p=0")
-        try:
-            values[key] = float(number)
-        except ValueError:
-            raise ValueError(f"cost {key}={number!r} is not a number: e.g. {key}=1") from None
-    return Cost(**values)
+    return Cost(**_items(text, COST_KEYS, "cost", "F=1,B=2,W=1,FB=2.5,p2p=0"))
+
+
+def parse_parts(text: str) -> PartCost:
+    """'ATTN=1,MLP=1,A2A=1,layers=2' -> PartCost: one MoE layer's parts and its all-to-all."""
+    values = _items(text, PART_KEYS, "parts", "ATTN=1,MLP=1,A2A=1,layers=1")
+    if "layers" in values:
+        if values["layers"] != int(values["layers"]):
+            raise ValueError(f"parts layers={values['layers']:g} must be a whole number: e.g. layers=2")
+        values["layers"] = int(values["layers"])
+    return PartCost(**values)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,8 +51,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, required=True, help="pipeline ranks")
     p.add_argument("--microbatches", type=int, required=True, help="microbatches per step")
     p.add_argument("--virtual", type=int, default=None, help="chunks per rank (interleaved; default 2)")
-    p.add_argument("--cost", default="F=1,B=2,W=1", help="F, B (full backward), W, FB (overlapped pair, "
-                   "default F+B), p2p: e.g. F=1,B=2,W=1,FB=2.5,p2p=0")
+    p.add_argument("--cost", default=None, help=f"F, B (full backward), W, FB (overlapped pair, "
+                   f"default F+B), p2p: e.g. F=1,B=2,W=1,FB=2.5,p2p=0 (default {DEFAULT_COST})")
+    p.add_argument("--parts", default=None, help="chunk-level costs instead of --cost: one MoE layer's "
+                   "ATTN, MLP, COMBINE, A2A (one all-to-all), ATTN_B, MLP_B, ATTN_W, MLP_W, and layers per "
+                   "chunk, e.g. ATTN=1,MLP=1,A2A=1,layers=1; F, B, W and the F&B pair's cost follow")
+    p.add_argument("--fb-overlap", action="store_true", help="F&B pairs interleave their parts (1f1b "
+                   "gets combined pairs); with --parts the pair costs its overlapped time, and --timeline "
+                   "draws its inner order")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--timeline", action="store_true", help="draw the schedule grid")
     p.add_argument("--color", action="store_true", help="colour the grid cells by kind and direction")
@@ -45,8 +68,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     try:
-        cost = parse_cost(args.cost)
-        schedule = build_schedule(args.schedule, args.pp, args.microbatches, virtual=args.virtual)
+        if args.parts is not None and args.cost is not None:
+            raise ValueError("give --cost or --parts, not both: --parts derives F, B, W and the pair's cost")
+        parts = parse_parts(args.parts) if args.parts is not None else None
+        cost = (cost_from_parts(parts, args.fb_overlap) if parts is not None
+                else parse_cost(args.cost or DEFAULT_COST))
+        schedule = build_schedule(args.schedule, args.pp, args.microbatches, virtual=args.virtual,
+                                  fb_overlap=args.fb_overlap)
         validate(schedule)
         result = simulate(schedule, cost)
     except ValueError as e:
@@ -64,12 +92,18 @@ def run(args) -> int:
                "peak_activations": result.peak_activations}
         if args.timeline:
             out["timeline"] = text_timeline(result)
+        if parts is not None:
+            tl = pair_timeline(parts, args.fb_overlap)
+            out["pair"] = {"overlapped": args.fb_overlap, "makespan": tl.makespan, "exposed_comm": tl.exposed_comm,
+                           "compute": [list(x) for x in tl.compute], "comm": [list(x) for x in tl.comm]}
         print(json.dumps(out))
         return 0
     print(f"{schedule.name}: pp {schedule.pp}, microbatches {schedule.microbatches}, "
           f"{schedule.stages} stages, {schedule.chunks_per_rank} chunk(s) per rank; makespan {result.makespan:g}")
     if args.timeline:
         print(text_timeline(result, color=args.color))
+        if parts is not None and args.fb_overlap:
+            print(text_pair(parts))
     for r, (idle, peak) in enumerate(zip(result.bubble_per_rank, result.peak_activations)):
         print(f"rank {r}: bubble {idle:g}  busy {result.busy[r]:g}  activations held ≤ {peak}")
     print(f"largest bubble {result.bubble:g} (rank {result.bubble_rank}); formula {formula_text} = {formula:g}")

@@ -49,20 +49,22 @@ class TraceMixin:
     def _report(self) -> None:
         """In a worker: load the saved trace with pandas, build both tables and the timeline."""
         # lazy: the analysis brings pandas (~0.5 s), which must not delay the app's first frame
-        from partui.analysis import load, overlap
+        from partui.analysis import fb_pair_a2a, load, overlap, pair_summary
         df = load(self.world.trace_path)
         by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
         last = by_step["step"].max() if len(by_step) else None
-        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last)
+        pairs = fb_pair_a2a(df)
+        self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last,
+                              pairs, pair_summary(pairs))
 
-    def _show_report(self, path, by_rank, by_step, df, last) -> None:
+    def _show_report(self, path, by_rank, by_step, df, last, pairs=None, pair_line="") -> None:
         rs = self.run_screen()
         if rs is not None:
             panel = rs.query_one("#trace-panel")
             # the timeline fits the tabs' width (the trace tab may be hidden: size 0), no wrapping
             width = max(20, rs.query_one(Inspector).size.width - 8)
             tl = render(df, width=width, step=None if last is None or last != last else last)
-            panel.show_report(path, by_rank, by_step, tl)
+            panel.show_report(path, by_rank, by_step, tl, pairs, pair_line)
             rs.select(rs.selected, what="trace")
             self.notify(f"trace saved: {path}")
 

@@ -15,9 +15,10 @@ EXAMPLES = ("plan zero2 dp=2", "launch", "step 1", "step 3", "run 20", "pause", 
             "trace save demo", "report", "help", "quit")
 SHOW_KINDS = ("params", "grad", "optim")
 INT_FIELDS = ("world", "dp", "zero", "tp", "pp", "microbatches", "virtual_stages", "cp", "ep",
-              "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
+              "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab",
+              "moe_every")
 TEXT_FIELDS = ("schedule", "cp_mode", "grad_sync", "dtype", "model")
-BOOL_FIELDS = ("sp", "overlap")
+BOOL_FIELDS = ("sp", "overlap", "fb_overlap")
 
 
 class CommandError(ValueError):

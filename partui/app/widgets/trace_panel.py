@@ -1,5 +1,6 @@
 """The Trace tab: record on / off, save under a name, then the overlap report per rank and per
-step (partui.analysis.metrics), a text timeline of the last recorded step, and the file's path."""
+step (partui.analysis.metrics), a text timeline of the last recorded step, and the file's path; with
+overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.pairs)."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -10,11 +11,12 @@ from textual.widgets import Button, DataTable, Input, Static
 REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped_ms",
                "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct",
                "sim_bubble_pct", "formula_bubble_pct")   # the last two: pipeline runs only
+PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
 
 
-def cell(v) -> str:
+def cell(v, digits: int = 1) -> str:
     if isinstance(v, float):
-        return "—" if v != v else f"{v:.1f}"
+        return "—" if v != v else f"{v:.{digits}f}"
     return str(v)
 
 
@@ -28,6 +30,8 @@ class TracePanel(VerticalScroll):
                      id="trace-path", markup=False)
         yield DataTable(id="report-rank", show_cursor=False)
         yield DataTable(id="report-step", show_cursor=False)
+        yield Static("", id="pair-summary", markup=False)
+        yield DataTable(id="report-pair", show_cursor=False)
         yield Static("", id="timeline")
 
     def set_recording(self, on: bool) -> None:
@@ -37,17 +41,26 @@ class TracePanel(VerticalScroll):
         if on:
             self.query_one("#trace-path", Static).update("recording: the next steps are traced")
 
-    def show_report(self, path: str, by_rank, by_step, timeline: Text) -> None:
+    def show_report(self, path: str, by_rank, by_step, timeline: Text, pairs=None, pair_line: str = "") -> None:
+        """`pairs`: partui.analysis.fb_pair_a2a's table, `pair_line` its pair_summary; shown when it has rows."""
         self.query_one("#trace-path", Static).update(f"{path}  (open in https://ui.perfetto.dev)")
-        for tid, df in (("#report-rank", by_rank), ("#report-step", by_step)):
+        tables = [("#report-rank", by_rank, REPORT_COLS, 1), ("#report-step", by_step, REPORT_COLS, 1)]
+        has_pairs = pairs is not None and len(pairs) > 0
+        if has_pairs:                                   # one all-to-all is a fraction of a millisecond
+            tables.append(("#report-pair", pairs, PAIR_COLS, 3))
+        for tid, df, wanted, digits in tables:
             t = self.query_one(tid, DataTable)
             t.clear(columns=True)
-            cols = [c for c in REPORT_COLS if c in df.columns]
+            cols = [c for c in wanted if c in df.columns]
             t.add_columns(*[c.replace("_ms", "").replace("_pct", "%") for c in cols])
             for row in df[cols].itertuples(index=False):
-                t.add_row(*[cell(v) for v in row])
+                t.add_row(*[cell(v, digits) for v in row])
+        self.query_one("#pair-summary", Static).update(pair_line if has_pairs else "")
+        for tid in ("#pair-summary", "#report-pair"):
+            self.query_one(tid).display = has_pairs
         self.query_one("#timeline", Static).update(timeline)
 
     def report_rows(self, which: str = "rank") -> list[list[str]]:
+        """Rows of the rank, step or pair table as shown."""
         t = self.query_one(f"#report-{which}", DataTable)
         return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]

@@ -1,0 +1,196 @@
+"""A pipeline chunk's forward and backward cut into DeepSeek's parts (kernels/pp/fb_order.py names them), as
+closures the executor runs in an overlapped F&B pair's order.
+
+Each Part waits for the all-to-all it consumes with `wait()` (blocked time, kept out of compute spans) and then
+computes with `run()`; an MoE part's run ends by issuing its next all-to-all (kernels/ep/layer.py's phases).
+The math is the layers' own, regrouped: a Block's backward is `Block.backward_input` + `backward_weight` split
+at the MLP / attention seam, so a pair's grads equal the plain executor's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from kernels.comm import events
+from kernels.layers.base import Ctx
+from kernels.model import Block, Embed, Head
+from kernels.pp.fb_order import pair_order
+
+
+def layer_kind(layer) -> str:
+    """moe, dense, embed or head: which parts the layer splits into."""
+    if isinstance(layer, Embed):
+        return "embed"
+    if isinstance(layer, Head):
+        return "head"
+    if isinstance(layer, Block):
+        return "moe" if getattr(layer.mlp, "is_moe", False) else "dense"
+    raise TypeError(f"no parts for layer {type(layer).__name__}: expected Embed, Block or Head")
+
+
+def layer_label(layer) -> str:
+    """How a part's span names its layer: L3, EMBED or HEAD."""
+    return f"L{layer.index}" if isinstance(layer, Block) else layer_kind(layer).upper()
+
+
+@dataclass
+class Part:
+    name: str                   # ATTN, MLP, COMBINE, MLP_W, ATTN_W
+    layer: object
+    run: Callable[[], None]
+    wait: Callable[[], None] = lambda: None
+
+
+class ForwardParts:
+    """The forward of one microbatch through a chunk; parts(k) are layer k's. After the last: result()."""
+
+    def __init__(self, chunk, x, targets, denom, hooks):
+        self.layers, self.targets, self.denom, self.hooks = chunk.layers, targets, denom, hooks
+        self.x, self.ctxs, self.aux = x, [], 0.0          # x [b, s, dim] (ids [b, s] on the first stage)
+
+    def parts(self, k: int) -> list[Part]:
+        layer, hooks = self.layers[k], self.hooks
+        kind = layer_kind(layer)
+        st = Ctx()
+
+        def whole():
+            hooks.before_forward(layer)
+            if kind == "head":
+                self.x, c = layer.forward(self.x, self.targets, self.denom)   # the partial loss
+            else:
+                self.x, c = layer.forward(self.x)
+            self.ctxs.append(c)
+            hooks.after_forward(layer)
+
+        def attn():
+            hooks.before_forward(layer)
+            st.h, e2, st.ctx = layer.forward_to_mlp(self.x)                 # norm, attention, norm
+            if kind == "moe":
+                st.c_m = layer.mlp.forward_dispatch(e2)                      # router; issues DISPATCH
+            else:
+                st.e2 = e2
+
+        def mlp():
+            if kind == "moe":
+                layer.mlp.forward_experts(st.c_m)                            # issues COMBINE
+            else:
+                m, c_m = layer.mlp.forward(st.e2)
+                self._finish(layer, st, m, c_m)
+
+        def combine():
+            m, c_m = layer.mlp.forward_combine(st.c_m)
+            self._finish(layer, st, m, c_m)
+
+        if kind in ("embed", "head"):
+            return [Part("ATTN", layer, whole)]
+        out = [Part("ATTN", layer, attn), Part("MLP", layer, mlp)]
+        if kind == "moe":
+            out[1].wait = lambda: layer.mlp.wait(st.c_m)
+            out.append(Part("COMBINE", layer, combine, lambda: layer.mlp.wait(st.c_m)))
+        return out
+
+    def _finish(self, layer, st, m, c_m) -> None:
+        self.x, c = layer.finish_forward(st.h, m, c_m, st.ctx)              # residual; the block's ctx
+        self.ctxs.append(c)
+        self.aux = self.aux + c.aux_loss                                     # MoE aux loss (0 for dense)
+        self.hooks.after_forward(layer)
+
+    def result(self):
+        """(output, or the partial loss on the last stage; ctxs; aux loss), as forward_steps returns."""
+        return self.x, self.ctxs, self.aux
+
+
+class BackwardParts:
+    """The full backward of one microbatch through a chunk, input and weight grads apart; parts(k) are those
+    of the k-th layer from the end. dx (None on the first stage) is ready once every non-W part ran."""
+
+    def __init__(self, chunk, ctxs: list, dy, hooks):
+        self.layers, self.ctxs, self.hooks = list(reversed(chunk.layers)), list(reversed(ctxs)), hooks
+        self.dx = dy                                       # None on the last stage: the head starts from 1
+
+    def parts(self, k: int) -> list[Part]:
+        layer, c, hooks = self.layers[k], self.ctxs[k], self.hooks
+        kind = layer_kind(layer)
+        st = Ctx()
+
+        def whole_b():
+            hooks.before_backward(layer)
+            self.dx = layer.backward_input(c) if kind == "head" else layer.backward_input(c, self.dx)
+
+        def whole_w():
+            layer.backward_weight(c)
+            hooks.after_backward(layer)
+
+        def combine():                                      # MoE: combine dX; issues COMBINE(B)
+            hooks.before_backward(layer)
+            st.dy = self.dx
+            layer.mlp.backward_combine(c.c_m, layer.exit_mlp.backward(c.c_x2, st.dy))
+
+        def mlp():
+            if kind == "moe":
+                layer.mlp.backward_experts(c.c_m)           # experts dX; issues DISPATCH(B)
+            else:
+                hooks.before_backward(layer)
+                st.dy = self.dx
+                st.dm = layer.mlp.backward_input(c.c_m, layer.exit_mlp.backward(c.c_x2, st.dy))
+
+        def mlp_w():
+            if kind == "moe":
+                layer.mlp.backward_expert_weights(c.c_m)
+            else:
+                layer.mlp.backward_weight(c.c_m)
+
+        def attn():
+            dm = layer.mlp.backward_dispatch(c.c_m) if kind == "moe" else st.dm   # at the MLP's input
+            dm = layer.enter_mlp.backward(c.c_e2, dm)
+            dh = st.dy + layer.mlp_norm.backward_input(c.c_n2, dm)
+            da = layer.exit_attn.backward(c.c_x1, dh)
+            da = layer.attn.backward_input(c.c_a, da)
+            da = layer.enter_attn.backward(c.c_e1, da)
+            self.dx = dh + layer.attn_norm.backward_input(c.c_n1, da)
+
+        def attn_w():
+            if kind == "moe":
+                layer.mlp.backward_router_weight(c.c_m)
+            layer.mlp_norm.backward_weight(c.c_n2)
+            layer.attn.backward_weight(c.c_a)
+            layer.attn_norm.backward_weight(c.c_n1)
+            hooks.after_backward(layer)
+
+        if kind in ("embed", "head"):
+            return [Part("ATTN", layer, whole_b), Part("ATTN_W", layer, whole_w)]
+        out = [Part("MLP", layer, mlp), Part("MLP_W", layer, mlp_w), Part("ATTN", layer, attn),
+               Part("ATTN_W", layer, attn_w)]
+        if kind == "moe":
+            out[0].wait = out[2].wait = lambda: layer.mlp.wait(c.c_m)
+            out.insert(0, Part("COMBINE", layer, combine))
+        return out
+
+
+def chunk_pair_order(fch, bch) -> list:
+    """kernels.pp.fb_order.pair_order for a forward chunk and a backward chunk of this rank."""
+    f, b = fch.layers, bch.layers
+    return pair_order([layer_kind(x) for x in f], [layer_kind(x) for x in b], [layer_label(x) for x in f],
+                      [layer_label(x) for x in b])
+
+
+def run_pair(order: list, fwd: ForwardParts, bwd: BackwardParts, args: dict, forward_done, backward_done) -> None:
+    """Run a pair's parts in `order`, each a leaf compute span ("ATTN F mb3 L1", cat F / B / W, args: mb,
+    chunk, stage of its side (`args[side]`), part, hides) after its all-to-all wait. forward_done() runs
+    after the forward's last part, backward_done() after the backward's last input-grad part: the pipeline
+    sends ride under the parts still to run."""
+    last = {side: max(i for i, p in enumerate(order) if p.side == side and not p.weight) for side in "FB"}
+    built = {"F": {}, "B": {}}                    # side -> layer position -> {part name: Part}
+    for i, step in enumerate(order):
+        side = fwd if step.side == "F" else bwd
+        layer_parts = built[step.side].setdefault(step.layer, {p.name: p for p in side.parts(step.layer)})
+        part = layer_parts.pop(step.part)
+        part.wait()                                # blocked on its all-to-all: not compute
+        kind = "W" if step.weight else step.side
+        with events.span(f"{step.part.removesuffix('_W')} {kind} mb{args[step.side]['mb']} {step.name}", kind,
+                         part=step.part, hides=step.hides, **args[step.side]):
+            part.run()
+        if i == last["F"]:
+            forward_done()
+        if i == last["B"]:
+            backward_done()
