@@ -48,6 +48,8 @@ class World:
         self._traced_steps: list[int] = []
         self._window_from = 0                # where the open window's steps start in _traced_steps
         self.trace_path: str | None = None
+        self.trace_meta: dict = {}           # the saved trace's plan, steps and time (trace_about)
+        self.model = "tiny"
         self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- plan and lifecycle
@@ -59,7 +61,7 @@ class World:
         check_backward(plan, self.backward)
         with self._lock:
             self.close()
-            self.preset, self.current_plan, self.cfg = preset, plan, cfg
+            self.preset, self.current_plan, self.cfg, self.model = preset, plan, cfg, model
         return plan
 
     @property
@@ -249,10 +251,28 @@ class World:
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
                     "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),
                     "steps": [min(steps), max(steps)], "ranks": [i["label"] for i in self.infos],
-                    "command": command}
+                    "command": command, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}
             self.trace_path = merge(stitch(self._traced), path, meta)
+            self.trace_meta = meta
             self._traced, self._traced_steps = [], []
             return self.trace_path
+
+    def recorded_steps(self) -> list[int]:
+        """Steps recorded since the last save (the open window's too)."""
+        return list(self._traced_steps)
+
+    def trace_about(self) -> str:
+        """Whose trace the last save is and when it was recorded; flags one of an earlier plan."""
+        if self.trace_path is None:
+            return "no trace saved yet"
+        m = self.trace_meta
+        plan = Plan.from_dict(m["plan"])
+        first, last = m["steps"]
+        steps = f"step {first}" if first == last else f"steps {first}–{last}"
+        out = f"trace of {plan.describe()} · world {plan.world} · {steps} · saved {m['saved_at']}"
+        if self.current_plan is not None and self.current_plan.to_dict() != m["plan"]:
+            out += f" · an earlier world's, not the running {self.current_plan.describe()}"
+        return out
 
     def report(self, by: str = "rank", path: str | None = None):
         """The overlap table (pandas DataFrame) of the last saved trace, by rank, step or op."""

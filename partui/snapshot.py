@@ -69,6 +69,9 @@ def take(eng, query: dict) -> dict:
     for p in params:
         g = grads.get(p["name"])
         p["grad"] = g["tensor"] if g else None
+        # the gradient's own piece: ZeRO-2/3 keep a flat shard of it, or none at all
+        p["grad_piece"] = ({"kind": g["kind"], "index": g["index"], "local_shape": g["local_shape"]}
+                           if g else None)
         if g and "tensor_full" in g:
             p["grad_full"] = g["tensor_full"]
         p["value"] = p.pop("tensor")

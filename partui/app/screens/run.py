@@ -22,12 +22,16 @@ class RunScreen(Screen):
                 Binding("t", "app.trace_toggle", "trace"),
                 Binding("left_square_bracket", "select(-1)", "rank-", show=False),
                 Binding("right_square_bracket", "select(1)", "rank+"),
-                Binding("colon", "command", "command"), Binding("p", "app.setup", "plan"),
-                Binding("question_mark", "app.help", "help")]
+                Binding("colon", "command", "command"), Binding("p", "app.setup", "plan", show=False),
+                Binding("question_mark", "app.help", "help")] + [
+        Binding(str(i), f"tab('{what}')", f"{what} tab", show=False)
+        for i, what in enumerate(TABS, start=1)]    # 1 params · 2 grad · 3 optim · 4 shards · 5 trace
 
-    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None):
+    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None,
+                 focus_command: bool = False):
         super().__init__()
         self.world, self.infos, self.presets = world, infos, presets
+        self.focus_command = focus_command  # a command typed on the last screen: keep typing here
         self.selected = 0
         self.name_filter = ""
         self.snaps = snaps
@@ -48,6 +52,8 @@ class RunScreen(Screen):
     def on_mount(self) -> None:
         self.select(0)
         self.update_status()
+        if self.focus_command:
+            self.action_command()
 
     # ---------------------------------------------------------------- state shown
     def param_names(self) -> list[str]:
@@ -67,8 +73,9 @@ class RunScreen(Screen):
         plan = w.current_plan
         losses = w.losses()
         t = Text()
-        t.append(f"{plan.describe()} · world {plan.world}", style="bold")
-        t.append(f" · step {len(losses)}")
+        t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
+                 style="bold")
+        t.append(f" · {len(losses)} step{'' if len(losses) == 1 else 's'} done")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
         if w.recording:
@@ -128,6 +135,10 @@ class RunScreen(Screen):
 
     def on_rank_card_selected(self, event: RankCard.Selected) -> None:
         self.select(event.rank)
+
+    def action_tab(self, what: str) -> None:
+        self.query_one(Inspector).active = TABS[what]
+        self.draw_shard_map()
 
     def action_command(self) -> None:
         self.query_one("#command").focus()

@@ -30,6 +30,7 @@ class SetupScreen(Screen):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
         self.plan = self.error = None
+        self.extra: dict = {}             # plan fields the form has no input for (sp, grad_sync ...)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -39,7 +40,7 @@ class SetupScreen(Screen):
             with Vertical(id="mesh"):
                 with Grid(id="mesh-grid"):
                     for name in INT_INPUTS:
-                        yield Label(name[:5] if name != "microbatches" else "mb")
+                        yield Label(name)
                         yield Input(str(DEFAULTS[name]), type="integer", id=f"f-{name}",
                                     classes="field")
                 yield Select([(s, s) for s in SCHEDULES], value="1f1b", allow_blank=False,
@@ -65,12 +66,22 @@ class SetupScreen(Screen):
         name = event.option.id
         if name == "custom":
             return
-        fields = dict(DEFAULTS, **self.presets[name][1])
+        self.fill_form(dict(DEFAULTS, **self.presets[name][1]))
+        self.revalidate()
+
+    def fill_form(self, fields: dict) -> None:
         for key in INT_INPUTS:
             self.query_one(f"#f-{key}", Input).value = str(int(fields[key]))
         self.query_one("#f-schedule", Select).value = fields["schedule"]
         self.query_one("#f-cp_mode", Select).value = fields["cp_mode"]
-        self.preset = name
+        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS}
+
+    def show_plan(self, plan, model: str) -> None:
+        """The form holds the running plan (back from the run screen), not the last preset."""
+        fields = plan.to_dict()
+        self.fill_form(fields)
+        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS and k != "world"}
+        self.query_one("#f-model", Select).value = model
         self.revalidate()
 
     def on_option_list_option_selected(self, _event) -> None:
@@ -84,11 +95,7 @@ class SetupScreen(Screen):
             out[key] = int(raw) if raw.lstrip("-").isdigit() else raw
         out["schedule"] = self.query_one("#f-schedule", Select).value
         out["cp_mode"] = self.query_one("#f-cp_mode", Select).value
-        preset = getattr(self, "preset", "custom")
-        for k, v in self.presets.get(preset, ("", {}))[1].items():
-            if k not in out:  # preset-only fields (sp, grad_sync, virtual_stages)
-                out[k] = v
-        return out
+        return dict(self.extra, **out)    # preset-only fields (sp, grad_sync, virtual_stages)
 
     def model(self) -> str:
         return self.query_one("#f-model", Select).value

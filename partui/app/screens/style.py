@@ -3,8 +3,8 @@
 CSS = """
 #setup-body { height: 1fr; }
 #presets { width: 24; }
-#mesh { width: 30; padding: 0 1; }
-#mesh-grid { grid-size: 4; grid-columns: 6 7 6 7; grid-rows: 1; height: 4; }
+#mesh { width: 32; padding: 0 1; }
+#mesh-grid { grid-size: 4; grid-columns: 13 4 8 5; grid-rows: 1; height: 4; }
 #mesh-grid Label { padding: 0 0 0 1; }
 .field { border: none; height: 1; padding: 0; }
 #model { width: 1fr; padding: 0 1; }

@@ -12,7 +12,9 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
                "sim_bubble_pct", "formula_bubble_pct")   # the last two: pipeline runs only
 
 
-def cell(v) -> str:
+def cell(v, col: str = "") -> str:
+    if col in ("rank", "step") and isinstance(v, float) and v == v:
+        return str(int(v))   # a step number, not a measurement
     if isinstance(v, float):
         return "—" if v != v else f"{v:.1f}"
     return str(v)
@@ -24,7 +26,7 @@ class TracePanel(VerticalScroll):
             yield Button("● record", id="trace-record", compact=True)
             yield Input(placeholder="name", id="trace-name", compact=True)
             yield Button("save", id="trace-save", compact=True)
-        yield Static("not recording · record, step, save: the report appears here",
+        yield Static("not recording · record, step, stop (or save): the report appears here",
                      id="trace-path", markup=False)
         yield DataTable(id="report-rank", show_cursor=False)
         yield DataTable(id="report-step", show_cursor=False)
@@ -37,15 +39,17 @@ class TracePanel(VerticalScroll):
         if on:
             self.query_one("#trace-path", Static).update("recording: the next steps are traced")
 
-    def show_report(self, path: str, by_rank, by_step, timeline: Text) -> None:
-        self.query_one("#trace-path", Static).update(f"{path}  (open in https://ui.perfetto.dev)")
+    def show_report(self, path: str, by_rank, by_step, timeline: Text, about: str = "") -> None:
+        """`about`: whose trace it is and when it was saved (World.trace_about)."""
+        self.query_one("#trace-path", Static).update(
+            f"{about}\n{path}  (open in https://ui.perfetto.dev)")
         for tid, df in (("#report-rank", by_rank), ("#report-step", by_step)):
             t = self.query_one(tid, DataTable)
             t.clear(columns=True)
             cols = [c for c in REPORT_COLS if c in df.columns]
             t.add_columns(*[c.replace("_ms", "").replace("_pct", "%") for c in cols])
             for row in df[cols].itertuples(index=False):
-                t.add_row(*[cell(v) for v in row])
+                t.add_row(*[cell(v, c) for v, c in zip(row, cols)])
         self.query_one("#timeline", Static).update(timeline)
 
     def report_rows(self, which: str = "rank") -> list[list[str]]:
