@@ -25,6 +25,7 @@ from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward
 from partui.results import step_line, summarize
+from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
 from partui.world import Controller, RankError, WorldTimeout
 
@@ -149,9 +150,9 @@ class World:
             self.controller, self.recording = None, False
             raise
 
-    def step(self, n: int = 1) -> list[dict]:
+    def step(self, n: int = 1) -> Rows:
         """n steps; one step line per step (partui.results), checked against the reference when
-        the world was made with check=True."""
+        the world was made with check=True. Prints as a table; `.to_pandas()` is a DataFrame."""
         if n < 1:
             raise ValueError(f"step {n}: the number of steps must be >= 1")
         with self._lock:
@@ -167,7 +168,7 @@ class World:
             self.history += lines
             if self.recording:
                 self._traced_steps += range(first, first + n)
-            return lines
+            return step_rows(lines)
 
     def run(self, n: int, on_step=None, should_stop=None, trace_steps=None,
             sparse: bool = True) -> list[dict]:
@@ -186,7 +187,7 @@ class World:
             out.append(line)
             if on_step is not None:
                 on_step(line)
-        return out
+        return step_rows(out)
 
     def losses(self) -> list[float]:
         return [ln["loss"] for ln in self.history]
@@ -203,8 +204,9 @@ class World:
         with self._lock:
             return self._guard(lambda c: c.snapshot(full))
 
-    def show(self, rank: int, what: str = "params", name: str | None = None) -> list[dict]:
-        """Rows of one rank's params, grads or optimizer state; `name` filters (substring)."""
+    def show(self, rank: int, what: str = "params", name: str | None = None) -> Rows:
+        """Rows of one rank's params, grads or optimizer state; `name` filters (substring). Prints
+        as a table; `.to_pandas()` is a DataFrame."""
         what = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(what, what)
         if what not in SHOW_WHAT:
             raise ValueError(f"show {what!r}: pick one of {', '.join(SHOW_WHAT)}")
@@ -217,7 +219,7 @@ class World:
             rows = [r for r in rows if name in r["name"]]
             if not rows:
                 raise ValueError(f"rank {rank} holds no parameter matching {name!r}")
-        return rows
+        return show_rows(rows, what, f"rank {rank} {what}")
 
     # ---------------------------------------------------------------- tracing
     def trace_on(self, sparse: bool = True) -> None:
