@@ -20,7 +20,10 @@ Tabs (keys `1`–`5`): `1` Params, `2` Grads (each gradient's own piece: ZeRO-2/
 shard, "not held here" where another rank holds it), `3` Optim (AdamW m, v, step), `4` Shards
 (the highlighted parameter across ranks), `5` Trace (overlap report per rank and step, whose
 trace it is and when it was saved, a text timeline: F light, B dark, W grey, comm in flight ▔,
-and the path to open in https://ui.perfetto.dev).
+and the path to open in https://ui.perfetto.dev). Its columns, in ms or %: window, compute,
+comm in flight, ovl (comm overlapped by compute), exposed (comm not overlapped), idle, ovl%
+(ovl / comm), bubble% (idle / window); pipelines add sim bubble% and formula%.
+Under 100 columns the rank cards hide so the tabs fit: `c` shows / hides them.
 
 **Command line** (`:` focuses it, esc leaves it; keys typed there are text, never bindings;
 a leading `:` is fine; ↑↓ history, tab completes), also in the palette (ctrl+p):

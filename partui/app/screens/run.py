@@ -17,11 +17,16 @@ from partui.app.widgets.shard_map import ShardMap
 
 
 class RunScreen(Screen):
-    BINDINGS = [Binding("s", "app.step(1)", "step"), Binding("n", "app.step(10)", "step 10"),
-                Binding("r", "app.run_or_pause", "run/pause"), Binding("x", "app.reset", "reset"),
+    # under 100 columns the cards hide (c shows them) so the tabs' columns fit: screens/style.py
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    BINDINGS = [Binding("s", "app.step(1)", "step"),
+                Binding("n", "app.step(10)", "step 10", show=False),
+                Binding("r", "app.run_or_pause", "run/pause"),
+                Binding("x", "app.reset", "reset", show=False),
                 Binding("t", "app.trace_toggle", "trace"),
+                Binding("c", "toggle_cards", "cards", show=False),
                 Binding("left_square_bracket", "select(-1)", "rank-", show=False),
-                Binding("right_square_bracket", "select(1)", "rank+"),
+                Binding("right_square_bracket", "select(1)", "rank+", show=False),
                 Binding("colon", "command", "command"), Binding("p", "app.setup", "plan", show=False),
                 Binding("question_mark", "app.help", "help")] + [
         Binding(str(i), f"tab('{what}')", f"{what} tab", show=False)
@@ -78,6 +83,7 @@ class RunScreen(Screen):
         t.append(f" · {len(losses)} step{'' if len(losses) == 1 else 's'} done")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
+        t.append(f" · showing rank {self.selected}")
         if w.recording:
             t.append(" · ● rec", style="bold red")
         if not w.launched:
@@ -85,7 +91,8 @@ class RunScreen(Screen):
         if note:
             t.append(f" · {note}", style="yellow")
         self.query_one("#run-status", Static).update(t)
-        self.query_one("#loss", Sparkline).data = losses[-200:]
+        # under three points a sparkline is one solid block: nothing to read yet
+        self.query_one("#loss", Sparkline).data = losses[-200:] if len(losses) >= 3 else []
 
     def show_step(self, line: dict | None, snaps: list[dict] | None) -> None:
         if line is not None:
@@ -122,6 +129,7 @@ class RunScreen(Screen):
         self.selected = rank
         for c in self.cards():
             c.selected = c.rank == rank
+        self.update_status()
         if name is not None:
             self.name_filter = name
         insp = self.query_one(Inspector)
@@ -135,6 +143,9 @@ class RunScreen(Screen):
 
     def on_rank_card_selected(self, event: RankCard.Selected) -> None:
         self.select(event.rank)
+
+    def action_toggle_cards(self) -> None:
+        self.toggle_class("-cards-toggled")
 
     def action_tab(self, what: str) -> None:
         self.query_one(Inspector).active = TABS[what]

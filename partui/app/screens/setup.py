@@ -130,7 +130,7 @@ class SetupScreen(Screen):
         status.set_class(False, "-invalid")
         p = self.plan
         who = "  ".join(f"r{r}={coord_label(p, r)}" for r in range(min(p.world, 4)))
-        status.update(Text(f"✓ valid: {p.world} ranks · {p.describe()} · {who}"
+        status.update(Text(f"✓ valid: {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · {who}"
                            + (" ..." if p.world > 4 else ""), style="green"))
         self.query_one("#model-info", Static).update(
             f"{cfg.n_params() / 1e6:.2f} M params\nlayers {cfg.layers} dim {cfg.dim}\n"

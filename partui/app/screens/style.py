@@ -3,8 +3,8 @@
 CSS = """
 #setup-body { height: 1fr; }
 #presets { width: 24; }
-#mesh { width: 32; padding: 0 1; }
-#mesh-grid { grid-size: 4; grid-columns: 13 4 8 5; grid-rows: 1; height: 4; }
+#mesh { width: 34; padding: 0 1; }
+#mesh-grid { grid-size: 4; grid-columns: 14 4 9 5; grid-rows: 1; height: 4; }
 #mesh-grid Label { padding: 0 0 0 1; }
 .field { border: none; height: 1; padding: 0; }
 #model { width: 1fr; padding: 0 1; }
@@ -18,6 +18,8 @@ CSS = """
 #loss { width: 30; height: 2; }
 #run-body { height: 1fr; }
 #cards { width: 30; }
+RunScreen.-narrow #cards, RunScreen.-wide.-cards-toggled #cards { display: none; }
+RunScreen.-narrow.-cards-toggled #cards { display: block; }
 .rank-card { border: round $primary-darken-2; height: auto; padding: 0 1; }
 .rank-card.-selected { border: round $accent; }
 #inspector { width: 1fr; }

@@ -12,6 +12,15 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
                "sim_bubble_pct", "formula_bubble_pct")   # the last two: pipeline runs only
 
 
+# short headers, so the per-rank table fits 80 columns (the help screen says what each is)
+HEADERS = {"overlapped_ms": "ovl", "exposed_comm_ms": "exposed", "overlap_pct": "ovl%",
+           "sim_bubble_pct": "sim bubble%", "formula_bubble_pct": "formula%"}
+
+
+def header(col: str) -> str:
+    return HEADERS.get(col) or col.replace("_ms", "").replace("_pct", "%")
+
+
 def cell(v, col: str = "") -> str:
     if col in ("rank", "step") and isinstance(v, float) and v == v:
         return str(int(v))   # a step number, not a measurement
@@ -47,7 +56,7 @@ class TracePanel(VerticalScroll):
             t = self.query_one(tid, DataTable)
             t.clear(columns=True)
             cols = [c for c in REPORT_COLS if c in df.columns]
-            t.add_columns(*[c.replace("_ms", "").replace("_pct", "%") for c in cols])
+            t.add_columns(*[header(c) for c in cols])
             for row in df[cols].itertuples(index=False):
                 t.add_row(*[cell(v, c) for v, c in zip(row, cols)])
         self.query_one("#timeline", Static).update(timeline)
