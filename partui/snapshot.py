@@ -25,7 +25,8 @@ def rank_info(eng) -> dict:
     return {"rank": ctx.rank, "label": ctx.label, "coords": ctx.coords,
             "role": eng.runner.role() if hasattr(eng.runner, "role") else "",
             "n_params": sum(pc["tensor"].numel() for pc in eng.param_pieces()),
-            "plan": eng.plan.to_dict(), "ledger": eng.sync.ledger()}
+            "plan": eng.plan.to_dict(), "ledger": eng.sync.ledger(),
+            "groups": {name: list(g.ranks) for name, g in ctx.groups.items()}}
 
 
 def step_summary(res) -> dict:

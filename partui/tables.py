@@ -10,6 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
+def piece_label(kind: str, index, shape) -> str:
+    """Where a piece sits in its global tensor: whole, a slice per dim, or a flat range (ZeRO)."""
+    if index is None:
+        return "whole"
+    if kind == "flat":
+        return f"flat [{index[0]}:{index[1]}]"
+    dims = [":" if (a, b) == (0, n) else f"{a}:{b}" for (a, b), n in zip(index, shape)]
+    return "[" + ", ".join(dims) + "]"
+
+
 def fmt(v) -> str:
     if v is None:
         return "—"
@@ -51,8 +61,7 @@ def _norm(key: str) -> Callable[[dict], object]:
 
 
 def _piece(r: dict) -> str:
-    index = r["index"]
-    return "whole" if index is None else str(index)
+    return piece_label(r["kind"], r["index"], r["global_shape"])
 
 
 def step_rows(lines: list[dict], title: str = "steps") -> Rows:
@@ -76,7 +85,9 @@ def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
                      "v_norm": lambda r: (r["state"].get("v") or {}).get("norm")})
     elif what == "grad":
         cols.update({"grad_piece": lambda r: ("not held here" if r.get("grad_piece") is None
-                                              else str(r["grad_piece"]["index"] or "whole")),
+                                              else piece_label(r["grad_piece"]["kind"],
+                                                               r["grad_piece"]["index"],
+                                                               r["global_shape"])),
                      "norm": _norm("grad"),
                      "absmax": lambda r: (r.get("grad") or {}).get("absmax")})
     else:

@@ -45,6 +45,12 @@ def flagify(msg: str) -> str:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    add_plan_arguments(p)
+    add_training_arguments(p)
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """The plan and model flags (`partui run`, `partui plan`)."""
     g = p.add_argument_group("plan (unset flags take the Plan's defaults)")
     actions = []
 
@@ -94,6 +100,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     for name in MODEL_FIELDS:
         m.add_argument(FLAG_OF[name], type=int, default=None, metavar="N",
                        help=MODEL_HELP[name] + " (default: the model preset's)")
+
+
+def add_training_arguments(p: argparse.ArgumentParser) -> None:
+    """Training, output and tracing flags (`partui run`)."""
     t = p.add_argument_group("training")
     t.add_argument("--optim", default="adamw", choices=("adamw", "sgd"),
                    help="hand-written optimizer (default adamw)")

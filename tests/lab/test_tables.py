@@ -23,15 +23,16 @@ def test_step_rows_print_one_line_per_step_and_convert():
 
 
 def test_show_rows_name_each_piece():
-    grads = [{"name": "wq", "grad_piece": {"kind": "flat", "index": [0, 32]},
+    grads = [{"name": "wq", "global_shape": [8, 8], "grad_piece": {"kind": "flat", "index": [0, 32]},
               "grad": {"norm": 0.5, "absmax": 0.25}},
-             {"name": "wk", "grad_piece": None, "grad": None}]
+             {"name": "wk", "global_shape": [4, 8], "grad_piece": None, "grad": None}]
     text = repr(show_rows(grads, "grad", "rank 1 grad")).splitlines()
-    assert text[2].split() == ["wq", "[0,", "32]", "0.5", "0.25"]
+    assert text[2].split() == ["wq", "flat", "[0:32]", "0.5", "0.25"]
     assert text[3].split() == ["wk", "not", "held", "here", "—", "—"]
-    optim = [{"name": "wq", "index": None, "step": 2, "state": {"m": {"norm": 0.125},
+    optim = [{"name": "wq", "kind": "slice", "index": [[0, 4], [0, 8]], "global_shape": [8, 8],
+              "step": 2, "state": {"m": {"norm": 0.125},
                                                               "v": {"norm": 1e-6}}}]
     df = show_rows(optim, "optim").to_pandas()
-    assert df.to_dict("records") == [{"name": "wq", "piece": "whole", "step": 2, "m_norm": 0.125,
+    assert df.to_dict("records") == [{"name": "wq", "piece": "[0:4, :]", "step": 2, "m_norm": 0.125,
                                       "v_norm": 1e-6}]
     assert repr(Rows([], {"a": len})) == "a"

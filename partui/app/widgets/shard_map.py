@@ -7,16 +7,9 @@ import math
 from rich.text import Text
 from textual.widgets import Static
 
+from partui.tables import piece_label
+
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
-
-
-def piece_label(kind: str, index, shape) -> str:
-    if index is None:
-        return "whole"
-    if kind == "flat":
-        return f"flat [{index[0]}:{index[1]}]"
-    dims = [":" if (a, b) == (0, n) else f"{a}:{b}" for (a, b), n in zip(index, shape)]
-    return "[" + ", ".join(dims) + "]"
 
 
 def holds(kind: str, index, shape, flat_i: int) -> bool:
