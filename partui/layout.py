@@ -50,8 +50,8 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f}"
 
 
-def layout_text(plan: Plan, cfg, ranks: list[dict]) -> str:
-    """The table `partui plan` prints: a line per rank, then each rank's role and shards."""
+def layout_rows(plan: Plan, ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, a row per rank): coordinates, the groups of the plan's dims, experts, memory."""
     dims = [d for d in GROUPS if getattr(plan, d) > 1]
     head = ["rank", "coords"] + [f"{d} group" for d in dims] + ["experts", "params"] + \
         [f"{k} MiB" for k in LEDGER]
@@ -61,6 +61,12 @@ def layout_text(plan: Plan, cfg, ranks: list[dict]) -> str:
         rows.append([str(r["rank"]), r["label"]] + [",".join(map(str, r["groups"][d])) for d in dims]
                     + [f"{ex[0]}-{ex[-1]}" if ex else "—", str(r["n_params"])]
                     + [mib(r["ledger"][k]) for k in LEDGER])
+    return head, rows
+
+
+def layout_text(plan: Plan, cfg, ranks: list[dict]) -> str:
+    """The table `partui plan` prints: a line per rank, then each rank's role and shards."""
+    head, rows = layout_rows(plan, ranks)
     widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
     out = [f"{plan.describe()} · world {plan.world} · {cfg.layers} layers · "
            f"{cfg.n_params()} params (memory: bytes of params, grads, optimizer state per rank)"]

@@ -13,7 +13,6 @@ recorder only (kernels.comm.p2p.p2p_step). Point-to-point ops live in kernels.co
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import itertools
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from kernels.comm import events
+from kernels.comm.dry import ON_PAPER
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
 
 _op_ids = itertools.count(1)
@@ -31,7 +31,6 @@ HAND_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_a
 _collectives = "native"
 _hand_impls: dict = {}     # {op name: fn}, filled by register_hand_collectives
 _P2P_FUTURES: dict = {}    # {"has": bool} once the world's backend is known; cleared by init / destroy
-_DRY: dict = {}            # {"rank", "size"} while a rank is built on paper (dry_rank): no world
 
 
 def register_hand_collectives(impls: dict) -> None:
@@ -104,27 +103,11 @@ def destroy() -> None:
 
 
 def world_rank() -> int:
-    return dist.get_rank() if is_initialized() else _DRY.get("rank", 0)
+    return dist.get_rank() if is_initialized() else ON_PAPER.get("rank", 0)
 
 
 def world_size() -> int:
-    return dist.get_world_size() if is_initialized() else _DRY.get("size", 1)
-
-
-@contextlib.contextmanager
-def dry_rank(rank: int, size: int):
-    """Be `rank` of a `size`-rank world on paper, in a process with no world: groups are made
-    without process groups, so a rank's engine can be built to read its layout (shards, stages,
-    ledger) before anything launches. No op may run inside."""
-    if is_initialized():
-        raise RuntimeError("dry_rank is for a process without a world; this one has one")
-    if not 0 <= rank < size:
-        raise ValueError(f"rank {rank} is outside a world of {size}: pick 0..{size - 1}")
-    _DRY.update(rank=rank, size=size)
-    try:
-        yield
-    finally:
-        _DRY.clear()
+    return dist.get_world_size() if is_initialized() else ON_PAPER.get("size", 1)
 
 
 def p2p_work_has_future() -> bool:

@@ -9,7 +9,7 @@ from app_helpers import command, engine_ready, idle, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 FOOTER_RUN = ("step", "run/pause", "trace", "command", "help", "quit", "palette")
-SETUP = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts", "launch", "command",
+SETUP = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts", "launch", "mesh", "command",
          "help", "quit", "palette", "1 rank")
 TABS = ("Params", "Grads", "Optim", "Shards", "Trace")
 HEADERS = {"1": ("name", "global", "local", "piece", "norm"),

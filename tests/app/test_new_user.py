@@ -128,3 +128,30 @@ async def test_new_user_journey():
         for p in saved:
             if p and os.path.isfile(p):
                 os.remove(p)
+
+
+async def test_setup_mesh_view_shows_each_rank_before_launch():
+    """The setup form's plan, every rank as the world will build it, before anything launches."""
+    from partui.app.main import PartuiApp
+    from partui.app.screens.mesh import MeshScreen
+    from textual.widgets import Input
+    app = PartuiApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await engine_ready(app, pilot)
+        for key, value in (("dp", "2"), ("tp", "2"), ("pp", "2"), ("microbatches", "2")):
+            app.setup_screen.query_one(f"#f-{key}", Input).value = value
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+g")
+        await wait_for(pilot, lambda: isinstance(app.screen, MeshScreen) and app.screen.rows,
+                       what="the mesh view")
+        rows = app.screen.rows
+        assert app.world.controller is None                      # nothing launched
+        assert [r[:5] for r in rows[:3]] == [["0", "dp0 tp0 pp0", "0,2", "0,1", "0,4"],
+                                             ["1", "dp0 tp1 pp0", "1,3", "0,1", "1,5"],
+                                             ["2", "dp1 tp0 pp0", "0,2", "2,3", "2,6"]]
+        assert len(rows) == 8
+        roles = str(app.screen.query_one("#mesh-roles").render())
+        assert "rank 7 (dp1 tp1 pp1): pp rank 1 of 2" in roles
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert app.screen is app.setup_screen

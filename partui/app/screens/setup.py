@@ -11,6 +11,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Se
 from textual.widgets.option_list import Option
 
 from kernels.mesh import PlanError, coord_label
+from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.plans import build_plan
 
@@ -23,13 +24,14 @@ DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "microbatche
 
 
 class SetupScreen(Screen):
-    BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("colon", "command", "command"),
+    BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("ctrl+g", "mesh", "mesh"),
+                Binding("colon", "command", "command"),
                 Binding("question_mark", "app.help", "help")]
 
     def __init__(self, presets: dict):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
-        self.plan = self.error = None
+        self.plan = self.cfg = self.error = None
         self.extra: dict = {}             # plan fields the form has no input for (sp, grad_sync ...)
 
     def compose(self) -> ComposeResult:
@@ -52,6 +54,7 @@ class SetupScreen(Screen):
                              id="f-model")
                 yield Static("", id="model-info")
                 yield Button("Launch ⏎", variant="primary", id="launch")
+                yield Button("Mesh ^g", id="mesh-view")
         yield Static("loading the engine (torch) ...", id="status")
         yield Static("", id="progress")
         yield CommandLine(list(self.presets), lambda: [], id="command")
@@ -120,6 +123,7 @@ class SetupScreen(Screen):
         else:
             try:
                 self.plan, cfg = build_plan("custom", self.model(), **fields)
+                self.cfg = cfg
                 self.error = None
             except (PlanError, ValueError) as e:
                 self.error, cfg = str(e), None
@@ -141,6 +145,19 @@ class SetupScreen(Screen):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch":
             self.action_launch()
+        elif event.button.id == "mesh-view":
+            self.action_mesh()
+
+    def action_mesh(self) -> None:
+        """Every rank of the plan in the form, before launching (what `partui plan` prints)."""
+        if not self.app.engine_ready:
+            self.app.notify("the engine is still loading (torch): a second, please")
+            return
+        self.revalidate()
+        if self.error:
+            self.app.notify(self.error, title="invalid plan", severity="error")
+            return
+        self.app.push_screen(MeshScreen(self.plan, self.cfg))
 
     def action_launch(self) -> None:
         if not self.app.engine_ready:

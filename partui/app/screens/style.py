@@ -26,10 +26,12 @@ RunScreen.-narrow.-cards-toggled #cards { display: block; }
 #trace-bar { height: 1; }
 #trace-name { width: 16; }
 #report-rank, #report-step { height: auto; max-height: 10; margin: 1 0 0 0; }
-#help-box, #error-box { width: 90%; height: auto; max-height: 90%; margin: 1 4;
+#mesh-view { margin: 1 0 0 0; }
+#mesh-table { height: auto; }
+#help-box, #error-box, #mesh-box { width: 90%; height: auto; max-height: 90%; margin: 1 4;
                         border: thick $accent; background: $surface; padding: 0 1; }
 #error-box { border: thick $error; }
 #error-title { text-style: bold; color: $error; }
 #error-detail { height: auto; max-height: 12; }
-HelpScreen, ErrorDialog { align: center middle; }
+HelpScreen, ErrorDialog, MeshScreen { align: center middle; }
 """
