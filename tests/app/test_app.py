@@ -66,9 +66,14 @@ def test_parse_commands():
 async def test_suggester_completes_words():
     s = CommandSuggester(["zero2", "zero3", "dp"], lambda: ["layers.1.attn.wq.weight"])
     assert await s.get_suggestion("pl") == "plan"
-    assert await s.get_suggestion("plan ze") == "plan zero2"
+    assert await s.get_suggestion("plan ze") == "plan zero"     # zero2 / zero3 part here
     assert await s.get_suggestion("show rank 1 op") == "show rank 1 optim"
     assert await s.get_suggestion("show rank 1 layers.1.a") == "show rank 1 layers.1.attn.wq.weight"
+    d = CommandSuggester(["dualpipe", "dualpipev", "dp"], lambda: [])
+    assert await d.get_suggestion("plan dual") == "plan dualpipe"   # stops where the two part
+    assert await d.get_suggestion("plan dualpipe") is None
+    assert d.matches("plan dualpipe") == ["dualpipe", "dualpipev"]   # tab then offers both
+    assert await d.get_suggestion("plan dualpipev") is None
 
 
 def test_shard_map_geometry():

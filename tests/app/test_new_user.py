@@ -105,6 +105,16 @@ async def test_new_user_journey():
             about = str(panel.query_one("#trace-path").render())
             assert path in about and "trace of dp 2 · ZeRO-2 · world 2 · step 3" in about
             assert "earlier" not in about
+            # the trace tab's name input keeps its keys too: s, t, x, p are letters there
+            steps = len(app.world.history)
+            panel.query_one("#trace-name", Input).focus()
+            await pilot.press(*"stxp")
+            await pilot.pause(0.3)
+            assert panel.query_one("#trace-name", Input).value == "stxp"
+            assert len(app.world.history) == steps and not app.world.recording and not app.busy
+            assert isinstance(app.screen, RunScreen)
+            await pilot.press("escape")
+            app.screen.set_focus(None)
 
             # `p`: the setup form shows the running plan, not the first preset
             await pilot.press("p")

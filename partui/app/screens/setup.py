@@ -148,26 +148,25 @@ class SetupScreen(Screen):
         elif event.button.id == "mesh-view":
             self.action_mesh()
 
+    def form_ready(self) -> bool:
+        """Whether the form holds a valid plan and the engine is loaded; else says why."""
+        if not self.app.engine_ready:
+            self.app.notify("the engine is still loading (torch): a second, please")
+            return False
+        self.revalidate()
+        if self.error:
+            self.app.notify(self.error, title="invalid plan", severity="error")
+            return False
+        return True
+
     def action_mesh(self) -> None:
         """Every rank of the plan in the form, before launching (what `partui plan` prints)."""
-        if not self.app.engine_ready:
-            self.app.notify("the engine is still loading (torch): a second, please")
-            return
-        self.revalidate()
-        if self.error:
-            self.app.notify(self.error, title="invalid plan", severity="error")
-            return
-        self.app.push_screen(MeshScreen(self.plan, self.cfg))
+        if self.form_ready():
+            self.app.push_screen(MeshScreen(self.plan, self.cfg))
 
     def action_launch(self) -> None:
-        if not self.app.engine_ready:
-            self.app.notify("the engine is still loading (torch): a second, please")
-            return
-        self.revalidate()
-        if self.error:
-            self.app.notify(self.error, title="invalid plan", severity="error")
-            return
-        self.app.launch_world("custom", self.model(), self.fields())
+        if self.form_ready():
+            self.app.launch_world("custom", self.model(), self.fields())
 
     def action_command(self) -> None:
         self.query_one("#command").focus()

@@ -2,6 +2,7 @@
 ...), completion of the next word, and a history walked with up / down."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from textual.binding import Binding
@@ -138,15 +139,18 @@ class CommandSuggester(Suggester):
             return [] if len(words) == 3 else list(SHOW_KINDS) + list(self.names_fn())
         return []
 
-    async def get_suggestion(self, value: str) -> str | None:
+    def matches(self, value: str) -> list[str]:
+        """Candidates the last word of value starts (dualpipe and dualpipev for `plan dual`)."""
         words = value.split(" ")
-        last = words[-1]
-        if not last:
-            return None
-        for c in self.candidates(words):
-            if c.startswith(last) and c != last:
-                return value + c[len(last):]
-        return None
+        return [c for c in self.candidates(words) if words[-1] and c.startswith(words[-1])]
+
+    async def get_suggestion(self, value: str) -> str | None:
+        """The matches' common prefix: completion stops where they part (`dualpipe`, then a v
+        only if typed), so it never jumps past a choice."""
+        found = self.matches(value)
+        last = value.split(" ")[-1]
+        common = os.path.commonprefix(found) if found else ""
+        return value + common[len(last):] if len(common) > len(last) else None
 
 
 class CommandLine(Input):
@@ -183,5 +187,9 @@ class CommandLine(Input):
         if self._suggestion:
             self.value = self._suggestion
             self.cursor_position = len(self.value)
+            return
+        found = self.suggester.matches(self.value) if self.value else []
+        if len(found) > 1:               # the word is complete and longer choices share it
+            self.app.notify(" or ".join(found), title="complete")
         else:
             self.screen.focus_next()
