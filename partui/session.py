@@ -5,7 +5,8 @@ notebooks all drive it.
     w = World(check=True)          # training options: seed, optim, lr, weight_decay, backward, check
     w.plan("zero2", dp=2)          # validated Plan (partui.plans.build_plan); nothing started yet
     w.launch()                     # rank processes + engines (+ the reference, with check)
-    w.step(2); w.show(1, "optim")  # per-step lines (partui.results); one rank's optimizer state rows
+    w.step(2); w.show(1, "optim")  # step lines, one rank's optimizer state: Rows (partui.tables),
+                                   # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
     w.summary(); w.close()
 

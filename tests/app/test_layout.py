@@ -63,3 +63,28 @@ async def test_screens_at_80x24_clip_no_label():
             labels = TABS + FOOTER_RUN + ("2 ranks",) + HEADERS.get(key, ())
             assert clipped(app, labels) == [], f"tab {title}:\n{screen_text(app)}"
         await pilot.press("ctrl+c")
+
+
+async def test_pipeline_trace_report_at_120x40_clips_no_header():
+    """A pipeline's report has the two theory columns too; with the rank cards shown at 120."""
+    from partui.app.main import PartuiApp
+    from partui.app.screens.run import RunScreen
+    app = PartuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await engine_ready(app, pilot)
+        await command(app, pilot, "plan 1f1b")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
+        await idle(app, pilot)
+        await pilot.press("escape", "t")
+        await idle(app, pilot, "trace start")
+        await pilot.press("s")
+        await pilot.pause(0.05)
+        await idle(app, pilot, "a traced step")
+        await pilot.press("t")
+        panel = app.screen.query_one("#trace-panel")
+        await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+        os.remove(app.world.trace_path)
+        await pilot.pause(0.3)
+        labels = HEADERS["5"] + ("sim bubble%", "formula%", "rank 0", "rank 1") + FOOTER_RUN
+        assert clipped(app, labels) == [], screen_text(app)
+        await pilot.press("ctrl+c")

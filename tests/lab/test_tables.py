@@ -36,3 +36,10 @@ def test_show_rows_name_each_piece():
     assert df.to_dict("records") == [{"name": "wq", "piece": "[0:4, :]", "step": 2, "m_norm": 0.125,
                                       "v_norm": 1e-6}]
     assert repr(Rows([], {"a": len})) == "a"
+
+
+def test_repl_banner_lists_what_to_try():
+    from partui.commands.repl import BANNER
+    for call in ('w.plan("zero2", dp=2)', "w.launch()", "w.step(3)", 'w.show(1, "optim")',
+                 "w.step(3).to_pandas()", "w.report()"):
+        assert call in BANNER, call
