@@ -77,6 +77,14 @@ async def test_new_user_journey():
             assert 0 < held < len(grads), "ZeRO-2 over 2 ranks: rank 1 holds some grads, not all"
             not_held = [r for r in insp.rows("grad") if r[1] == "not held here"]
             assert all(r[2:] == ["—", "—", "—"] for r in not_held)
+            # the shard map follows the Grads tab: each rank's gradient piece of the row
+            name = next(n for n, v in grads.items() if v != "not held here")
+            await command(app, pilot, f"show rank 1 grad {name}")
+            await pilot.press("escape", "4")
+            await pilot.pause(0.3)
+            shard_map = str(app.screen.query_one("#shard-map").render())
+            assert f"{name} " in shard_map and "· grads" in shard_map
+            assert grads[name] in shard_map                   # rank 1's flat range, as the tab says
 
             # tab keys, outside the command line
             await pilot.press("escape")

@@ -13,7 +13,9 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.inspector import TABS, Inspector
 from partui.app.widgets.rank_card import RankCard
-from partui.app.widgets.shard_map import ShardMap
+from partui.app.widgets.shard_map import ShardMap, grad_snaps
+
+MAP_OF = {"params": "params", "grad": "grads", "optim": "optimizer"}  # table tab -> snapshot list
 
 
 class RunScreen(Screen):
@@ -40,6 +42,7 @@ class RunScreen(Screen):
         self.selected = 0
         self.name_filter = ""
         self.snaps = snaps
+        self.map_source = "params"   # the table tab the shard map follows
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -110,15 +113,22 @@ class RunScreen(Screen):
             self.draw_shard_map()
 
     def draw_shard_map(self) -> None:
+        """The highlighted row's tensor across ranks, as the last table tab shows it: params,
+        gradients (ZeRO-2/3 shard them apart from params) or optimizer state."""
         if not self.snaps:
             return
-        insp = self.query_one(Inspector)
-        what = "optimizer" if insp.active == TABS["optim"] else "params"
-        table = self.query_one("#table-optim" if what == "optimizer" else "#table-params", DataTable)
+        active = self.query_one(Inspector).active
+        self.map_source = next((w for w in MAP_OF if TABS[w] == active), self.map_source)
+        source = self.map_source
+        table = self.query_one(f"#table-{source}", DataTable)
+        if not table.row_count:           # this rank holds none of those: its params instead
+            source, table = "params", self.query_one("#table-params", DataTable)
         if not table.row_count:
             return
         name = str(table.get_row_at(table.cursor_row)[0])
-        self.query_one(ShardMap).show(name, self.snaps, what)
+        what = MAP_OF[source]
+        snaps = grad_snaps(self.snaps) if what == "grads" else self.snaps
+        self.query_one(ShardMap).show(name, snaps, what)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id in ("table-params", "table-grad", "table-optim"):
