@@ -27,3 +27,18 @@ async def command(app, pilot, text):
 async def idle(app, pilot, what="the world to be idle"):
     await wait_for(pilot, lambda: not app.busy, what=what)
     await pilot.pause(0.1)
+
+
+async def trace_one_step(app, pilot):
+    """`t` on, `s`, `t` off (which saves the trace and draws its report), as a user would; returns
+    the trace panel once its per-rank report is drawn."""
+    await pilot.press("escape", "t")
+    await idle(app, pilot, "trace start")
+    assert app.world.recording
+    await pilot.press("s")
+    await pilot.pause(0.05)
+    await idle(app, pilot, "a traced step")
+    await pilot.press("t")
+    panel = app.screen.query_one("#trace-panel")
+    await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+    return panel

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from app_helpers import command, engine_ready, idle, wait_for
+from app_helpers import command, engine_ready, idle, trace_one_step, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 FOOTER_RUN = ("step", "run/pause", "trace", "command", "help", "quit", "palette")
@@ -48,14 +48,7 @@ async def test_screens_at_80x24_clip_no_label():
         absmax = [r[3] for r in app.screen.query_one(Inspector).rows("grad") if r[3] != "—"]
         assert absmax and clipped(app, absmax[:1]) == [], screen_text(app)   # e.g. 5.823e-05 whole
         await command(app, pilot, "show rank 0 params")           # no filter
-        await pilot.press("escape", "t")
-        await idle(app, pilot, "trace start")
-        await pilot.press("s")
-        await pilot.pause(0.05)
-        await idle(app, pilot, "a traced step")
-        await pilot.press("t")                                 # off: saved, the report drawn
-        panel = app.screen.query_one("#trace-panel")
-        await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+        await trace_one_step(app, pilot)                    # t off saves it, draws the report
         os.remove(app.world.trace_path)
         for key, title in zip("12345", TABS):
             await pilot.press(key)
@@ -75,14 +68,7 @@ async def test_pipeline_trace_report_at_120x40_clips_no_header():
         await command(app, pilot, "plan 1f1b")
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
         await idle(app, pilot)
-        await pilot.press("escape", "t")
-        await idle(app, pilot, "trace start")
-        await pilot.press("s")
-        await pilot.pause(0.05)
-        await idle(app, pilot, "a traced step")
-        await pilot.press("t")
-        panel = app.screen.query_one("#trace-panel")
-        await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+        await trace_one_step(app, pilot)                    # t off saves it, draws the report
         os.remove(app.world.trace_path)
         await pilot.pause(0.3)
         labels = HEADERS["5"] + ("sim bubble%", "formula%", "rank 0", "rank 1") + FOOTER_RUN

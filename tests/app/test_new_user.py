@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from app_helpers import command, engine_ready, idle, wait_for
+from app_helpers import command, engine_ready, idle, trace_one_step, wait_for
 from partui.app.screens.commands import CommandsProvider
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
 from partui.plans import PRESETS
@@ -98,15 +98,7 @@ async def test_new_user_journey():
             assert "layers.0.attn.wq" in str(app.screen.query_one("#shard-map").render())
 
             # `t` on, a step, `t` off: the trace is kept, named automatically, shown in the panel
-            await pilot.press("escape", "t")
-            await idle(app, pilot, "trace start")
-            assert app.world.recording
-            await pilot.press("s")
-            await pilot.pause(0.05)
-            await idle(app, pilot, "a traced step")
-            await pilot.press("t")
-            panel = app.screen.query_one("#trace-panel")
-            await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+            panel = await trace_one_step(app, pilot)            # t off saves it
             path = app.world.trace_path
             saved.append(path)
             assert not app.world.recording and path and os.path.isfile(path)

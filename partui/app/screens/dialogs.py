@@ -11,7 +11,10 @@ HELP = """\
 # partui
 
 **Setup**: pick a preset (↑↓), edit the mesh (tab moves between fields), read the status
-line: it validates live with the Plan's own message. **Enter / Launch** starts the world.
+line: it validates live with the Plan's own message. **ctrl+g / Mesh** shows every rank of the
+plan before launching (coordinates, groups, experts, memory, stages: what `partui plan` prints).
+**Enter / Launch** (ctrl+l) starts the world. Back from the run screen (`p`), the form holds the
+running plan.
 
 **Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
 `t` trace record on / off (off saves what was recorded and shows its report) ·
