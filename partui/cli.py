@@ -1,4 +1,4 @@
-"""partui: the app (no arguments), and `run`, `report`, `simulate`, `bench`, `repl` headless."""
+"""partui: the app (no arguments), and `run`, `plan`, `report`, `simulate`, `bench`, `repl` headless."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import sys
 # never imports pandas or textual, and `partui --help` imports neither.
 COMMANDS = {
     "run": ("partui.commands.run", "train headless on a gloo world (or under torchrun)"),
+    "plan": ("partui.commands.plan", "every rank's groups, shards and memory, without launching"),
     "report": ("partui.commands.report", "overlap / bubble report of a recorded trace"),
     "simulate": ("partui.commands.simulate", "simulate a pipeline schedule: timeline, bubble, formula"),
     "bench": ("partui.commands.bench", "benchmarks against torch built-ins"),

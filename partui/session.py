@@ -5,7 +5,8 @@ notebooks all drive it.
     w = World(check=True)          # training options: seed, optim, lr, weight_decay, backward, check
     w.plan("zero2", dp=2)          # validated Plan (partui.plans.build_plan); nothing started yet
     w.launch()                     # rank processes + engines (+ the reference, with check)
-    w.step(2); w.show(1, "optim")  # per-step lines (partui.results); one rank's optimizer state rows
+    w.step(2); w.show(1, "optim")  # step lines, one rank's optimizer state: Rows (partui.tables),
+                                   # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
     w.summary(); w.close()
 
@@ -25,6 +26,7 @@ from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward
 from partui.results import step_line, summarize
+from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
 from partui.world import Controller, RankError, WorldTimeout
 
@@ -48,6 +50,8 @@ class World:
         self._traced_steps: list[int] = []
         self._window_from = 0                # where the open window's steps start in _traced_steps
         self.trace_path: str | None = None
+        self.trace_meta: dict = {}           # the saved trace's plan, steps and time (trace_about)
+        self.model = "tiny"
         self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- plan and lifecycle
@@ -59,7 +63,7 @@ class World:
         check_backward(plan, self.backward)
         with self._lock:
             self.close()
-            self.preset, self.current_plan, self.cfg = preset, plan, cfg
+            self.preset, self.current_plan, self.cfg, self.model = preset, plan, cfg, model
         return plan
 
     @property
@@ -147,9 +151,9 @@ class World:
             self.controller, self.recording = None, False
             raise
 
-    def step(self, n: int = 1) -> list[dict]:
+    def step(self, n: int = 1) -> Rows:
         """n steps; one step line per step (partui.results), checked against the reference when
-        the world was made with check=True."""
+        the world was made with check=True. Prints as a table; `.to_pandas()` is a DataFrame."""
         if n < 1:
             raise ValueError(f"step {n}: the number of steps must be >= 1")
         with self._lock:
@@ -165,7 +169,7 @@ class World:
             self.history += lines
             if self.recording:
                 self._traced_steps += range(first, first + n)
-            return lines
+            return step_rows(lines)
 
     def run(self, n: int, on_step=None, should_stop=None, trace_steps=None,
             sparse: bool = True) -> list[dict]:
@@ -184,7 +188,7 @@ class World:
             out.append(line)
             if on_step is not None:
                 on_step(line)
-        return out
+        return step_rows(out)
 
     def losses(self) -> list[float]:
         return [ln["loss"] for ln in self.history]
@@ -201,8 +205,9 @@ class World:
         with self._lock:
             return self._guard(lambda c: c.snapshot(full))
 
-    def show(self, rank: int, what: str = "params", name: str | None = None) -> list[dict]:
-        """Rows of one rank's params, grads or optimizer state; `name` filters (substring)."""
+    def show(self, rank: int, what: str = "params", name: str | None = None) -> Rows:
+        """Rows of one rank's params, grads or optimizer state; `name` filters (substring). Prints
+        as a table; `.to_pandas()` is a DataFrame."""
         what = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(what, what)
         if what not in SHOW_WHAT:
             raise ValueError(f"show {what!r}: pick one of {', '.join(SHOW_WHAT)}")
@@ -215,7 +220,7 @@ class World:
             rows = [r for r in rows if name in r["name"]]
             if not rows:
                 raise ValueError(f"rank {rank} holds no parameter matching {name!r}")
-        return rows
+        return show_rows(rows, what, f"rank {rank} {what}")
 
     # ---------------------------------------------------------------- tracing
     def trace_on(self, sparse: bool = True) -> None:
@@ -249,10 +254,28 @@ class World:
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
                     "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),
                     "steps": [min(steps), max(steps)], "ranks": [i["label"] for i in self.infos],
-                    "command": command}
+                    "command": command, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}
             self.trace_path = merge(stitch(self._traced), path, meta)
+            self.trace_meta = meta
             self._traced, self._traced_steps = [], []
             return self.trace_path
+
+    def recorded_steps(self) -> list[int]:
+        """Steps recorded since the last save (the open window's too)."""
+        return list(self._traced_steps)
+
+    def trace_about(self) -> str:
+        """Whose trace the last save is and when it was recorded; flags one of an earlier plan."""
+        if self.trace_path is None:
+            return "no trace saved yet"
+        m = self.trace_meta
+        plan = Plan.from_dict(m["plan"])
+        first, last = m["steps"]
+        steps = f"step {first}" if first == last else f"steps {first}–{last}"
+        out = f"trace of {plan.describe()} · world {plan.world} · {steps} · saved {m['saved_at']}"
+        if self.current_plan is not None and self.current_plan.to_dict() != m["plan"]:
+            out += f" · an earlier world's, not the running {self.current_plan.describe()}"
+        return out
 
     def report(self, by: str = "rank", path: str | None = None):
         """The overlap table (pandas DataFrame) of the last saved trace, by rank, step or op."""

@@ -25,7 +25,8 @@ def rank_info(eng) -> dict:
     return {"rank": ctx.rank, "label": ctx.label, "coords": ctx.coords,
             "role": eng.runner.role() if hasattr(eng.runner, "role") else "",
             "n_params": sum(pc["tensor"].numel() for pc in eng.param_pieces()),
-            "plan": eng.plan.to_dict(), "ledger": eng.sync.ledger()}
+            "plan": eng.plan.to_dict(), "ledger": eng.sync.ledger(),
+            "groups": {name: list(g.ranks) for name, g in ctx.groups.items()}}
 
 
 def step_summary(res) -> dict:
@@ -69,6 +70,9 @@ def take(eng, query: dict) -> dict:
     for p in params:
         g = grads.get(p["name"])
         p["grad"] = g["tensor"] if g else None
+        # the gradient's own piece: ZeRO-2/3 keep a flat shard of it, or none at all
+        p["grad_piece"] = ({"kind": g["kind"], "index": g["index"], "local_shape": g["local_shape"]}
+                           if g else None)
         if g and "tensor_full" in g:
             p["grad_full"] = g["tensor_full"]
         p["value"] = p.pop("tensor")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from kernels.pp.schedules import build_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
+from partui.analysis.definitions import DEFINITIONS
 from partui.analysis.events import TraceError
 
 
@@ -93,7 +94,14 @@ _CLASSES = {"compute": 0, "comm": 1, "wait": 2}
 
 
 def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
-    """Per rank, per (rank, step), or per (op, group): times in ms and percentages."""
+    """Per rank, per (rank, step), or per (op, group): times in ms and percentages; what each
+    column counts is in `.attrs["definitions"]`."""
+    out = _overlap(df, by)
+    out.attrs["definitions"] = {c: DEFINITIONS[c] for c in out.columns if c in DEFINITIONS}
+    return out
+
+
+def _overlap(df: pd.DataFrame, by: str) -> pd.DataFrame:
     if by not in ("rank", "step", "op"):
         raise ValueError(f"by must be rank, step or op, not {by!r}")
     if by == "op":

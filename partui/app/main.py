@@ -140,7 +140,8 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             self.run_screen().update_status(msg)
 
     def _show_run(self, infos: list[dict], snaps: list[dict]) -> None:
-        screen = RunScreen(self.world, infos, list(PRESETS), snaps)
+        typing = isinstance(self.focused, CommandLine)   # keys typed next must not fire bindings
+        screen = RunScreen(self.world, infos, list(PRESETS), snaps, focus_command=typing)
         if isinstance(self.screen, RunScreen):
             self.switch_screen(screen)      # reset or a new plan: a fresh screen for the new world
         else:
@@ -207,6 +208,8 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
     def action_setup(self) -> None:
         if isinstance(self.screen, RunScreen):
             self.pop_screen()
+            if self.world.current_plan is not None:   # the form shows the plan that is running
+                self.setup_screen.show_plan(self.world.current_plan, self.world.model)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -7,38 +7,12 @@ import time
 
 import pytest
 
+from app_helpers import command, engine_ready, idle, wait_for
 from partui.app.widgets.command_line import CommandError, CommandSuggester, parse
 from partui.app.widgets.shard_map import holds, piece_label
 
 pytestmark = pytest.mark.timeout(300)
 SIZE = (100, 30)
-
-
-async def wait_for(pilot, cond, timeout=90.0, what="condition"):
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await pilot.pause(0.05)
-
-
-async def engine_ready(app, pilot):
-    await wait_for(pilot, lambda: app.engine_ready, what="the engine to load")
-    await pilot.pause(0.1)
-
-
-async def command(app, pilot, text):
-    """Type a command into the screen's command line and press enter, as a user would."""
-    app.screen.query_one("#command").focus()
-    await pilot.pause()
-    await pilot.press(*text)
-    await pilot.press("enter")
-    await pilot.pause()
-
-
-async def idle(app, pilot, what="the world to be idle"):
-    await wait_for(pilot, lambda: not app.busy, what=what)
-    await pilot.pause(0.1)
 
 
 def gone(pid: int) -> bool:
@@ -92,9 +66,14 @@ def test_parse_commands():
 async def test_suggester_completes_words():
     s = CommandSuggester(["zero2", "zero3", "dp"], lambda: ["layers.1.attn.wq.weight"])
     assert await s.get_suggestion("pl") == "plan"
-    assert await s.get_suggestion("plan ze") == "plan zero2"
+    assert await s.get_suggestion("plan ze") == "plan zero"     # zero2 / zero3 part here
     assert await s.get_suggestion("show rank 1 op") == "show rank 1 optim"
     assert await s.get_suggestion("show rank 1 layers.1.a") == "show rank 1 layers.1.attn.wq.weight"
+    d = CommandSuggester(["dualpipe", "dualpipev", "dp"], lambda: [])
+    assert await d.get_suggestion("plan dual") == "plan dualpipe"   # stops where the two part
+    assert await d.get_suggestion("plan dualpipe") is None
+    assert d.matches("plan dualpipe") == ["dualpipe", "dualpipev"]   # tab then offers both
+    assert await d.get_suggestion("plan dualpipev") is None
 
 
 def test_shard_map_geometry():
@@ -121,6 +100,7 @@ async def test_zero2_step_inspect_trace_quit(tmp_path):
         pids = app.world.pids()
         assert len(pids) == 2 and app.world.current_plan.zero == 2
         await idle(app, pilot)
+        await pilot.press("escape")                          # leave the command line: keys are bindings
         for _ in range(2):
             await pilot.press("s")
             await pilot.pause(0.05)
@@ -156,7 +136,7 @@ async def test_zero2_step_inspect_trace_quit(tmp_path):
         assert os.path.isfile(path) and app.world.trace_path == path
         by_rank = panel.report_rows("rank")
         assert [r[0] for r in by_rank] == ["0", "1"]
-        assert [r[:2] for r in panel.report_rows("step")] == [["0", "2.0"], ["1", "2.0"]]
+        assert [r[:2] for r in panel.report_rows("step")] == [["0", "2"], ["1", "2"]]
         assert "r0" in str(panel.query_one("#timeline").render())
         assert insp.active == TABS["trace"]
         await pilot.press("escape", "q")                     # q in the command line is a letter

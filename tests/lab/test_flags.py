@@ -47,3 +47,20 @@ def test_unset_flags_leave_the_plan_defaults_to_the_builder():
     assert plan_fields(p.parse_args([])) == {}
     fields = plan_fields(p.parse_args(["--pp", "2", "--sp", "--virtual-stages", "1", "--layers", "2"]))
     assert fields == {"pp": 2, "sp": True, "virtual_stages": 1, "layers": 2}
+
+
+def test_every_run_flag_has_help_and_its_values():
+    """`partui run --help`: every flag says what it does in one line; a flag taking a value names
+    its choices or its range (a metavar, or `>= 1` style words in the help)."""
+    p = argparse.ArgumentParser()
+    add_run_arguments(p)
+    for a in p._actions:
+        if not a.option_strings or a.dest == "help":
+            continue
+        flag = a.option_strings[0]
+        assert a.help and "\n" not in a.help, f"{flag} has no one-line help"
+        if a.nargs != 0:
+            assert a.choices or a.metavar, f"{flag} names neither its choices nor its range"
+    helps = {a.option_strings[0]: a.help for a in p._actions if a.option_strings}
+    assert "every parameter" in helps["--check"] and "every gradient" in helps["--check"]
+    assert "dualpipev" in p.format_help() and "ulysses" in p.format_help()

@@ -28,6 +28,8 @@ LOCAL_IMPORTS_ALLOWED = {
     ("partui/app/screens/trace_actions.py", "partui.analysis"):
         "the analysis brings pandas (~0.5 s): loaded on the first trace report, not before the "
         "app's first frame (partui bench app: target 1.5 s)",
+    ("partui/app/screens/mesh.py", "partui.layout"):
+        "the layout builds each rank's engine (torch), which the app loads after its first frame",
     ("partui/session.py", "partui.analysis"):
         "the analysis imports pandas; the app loads it on its first report, not at start",
     ("partui/session.py", "partui.checker"):

@@ -77,6 +77,9 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         assert lines[1]["loss"] < lines[0]["loss"] + 1.0
         rows = w.show(1, "optim", "layers.0.attn.wq")
         assert rows and all(r["step"] == 2 and r["state"]["m"]["norm"] > 0 for r in rows)
+        assert list(rows.to_pandas()["m_norm"]) == [r["state"]["m"]["norm"] for r in rows]
+        assert len(repr(rows).splitlines()) == len(rows) + 2   # title, header, a line per tensor
+        assert list(lines.to_pandas()["loss"]) == [ln["loss"] for ln in lines]
         with pytest.raises(ValueError, match="outside the world of 2"):
             w.show(5)
         with pytest.raises(ValueError, match="no parameter matching"):

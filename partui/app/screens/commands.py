@@ -12,20 +12,22 @@ from partui.plans import PRESETS
 class CommandsProvider(Provider):
     """The command line's verbs in Textual's palette (ctrl+p)."""
 
-    def commands(self) -> list[str]:
-        return list(EXAMPLES) + [f"plan {p}" for p in PRESETS if p != "custom"]
+    def commands(self) -> dict[str, str]:
+        """command -> what it does."""
+        plans = {f"plan {p}": f"plan {label} and launch it" for p, (label, _) in PRESETS.items()
+                 if p != "custom"}
+        return dict(EXAMPLES, **plans)
 
     async def discover(self) -> Hits:
-        for cmd in EXAMPLES:
-            yield DiscoveryHit(cmd, partial(self.app.execute, cmd), help="partui command")
+        for cmd, does in EXAMPLES.items():
+            yield DiscoveryHit(cmd, partial(self.app.execute, cmd), help=does)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for cmd in self.commands():
+        for cmd, does in self.commands().items():
             score = matcher.match(cmd)
             if score > 0:
-                yield Hit(score, matcher.highlight(cmd), partial(self.app.execute, cmd),
-                          help="partui command")
+                yield Hit(score, matcher.highlight(cmd), partial(self.app.execute, cmd), help=does)
 
 
 class CommandsMixin:

@@ -11,16 +11,25 @@ HELP = """\
 # partui
 
 **Setup**: pick a preset (↑↓), edit the mesh (tab moves between fields), read the status
-line: it validates live with the Plan's own message. **Enter / Launch** starts the world.
+line: it validates live with the Plan's own message. **ctrl+g / Mesh** shows every rank of the
+plan before launching (coordinates, groups, experts, memory, stages: what `partui plan` prints).
+**Enter / Launch** (ctrl+l) starts the world. Back from the run screen (`p`), the form holds the
+running plan.
 
 **Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
-`t` trace record on / off · `[` `]` previous / next rank (or click a card) · `p` back to setup.
-Tabs show the selected rank's Parameters, Gradients, Optimizer state (AdamW m, v, step) and
-the shard map of the highlighted parameter. The Trace tab shows the overlap report per rank
-and step, a text timeline (F light, B dark, W grey, comm in flight ▔) and the trace's path
-to open in https://ui.perfetto.dev.
+`t` trace record on / off (off saves what was recorded and shows its report) ·
+`[` `]` previous / next rank (or click a card) · `p` back to setup (the running plan).
+Tabs (keys `1`–`5`): `1` Params, `2` Grads (each gradient's own piece: ZeRO-2/3 hold a flat
+shard, "not held here" where another rank holds it), `3` Optim (AdamW m, v, step), `4` Shards
+(the highlighted parameter across ranks), `5` Trace (overlap report per rank and step, whose
+trace it is and when it was saved, a text timeline: F light, B dark, W grey, comm in flight ▔,
+and the path to open in https://ui.perfetto.dev). Its columns, in ms or %: window, compute,
+comm in flight, ovl (comm overlapped by compute), exposed (comm not overlapped), idle, ovl%
+(ovl / comm), bubble% (idle / window); pipelines add sim bubble% and formula%.
+Under 100 columns the rank cards hide so the tabs fit: `c` shows / hides them.
 
-**Command line** (`:` focuses it; ↑↓ history, tab completes), also in the palette (ctrl+p):
+**Command line** (`:` focuses it, esc leaves it; keys typed there are text, never bindings;
+a leading `:` is fine; ↑↓ history, tab completes), also in the palette (ctrl+p):
 
 | command | does |
 |---|---|
@@ -28,7 +37,8 @@ to open in https://ui.perfetto.dev.
 | `launch`, `reset` | start / restart the planned world |
 | `step 3`, `run 20`, `pause` | train |
 | `show rank 1 optim layers.1` | select rank 1, Optimizer tab, filter names |
-| `trace on`, `trace off`, `trace save NAME` | record and save traces/NAME.json |
+| `show rank 1 params / grad / optim / shards / trace` | rank 1 and that tab |
+| `trace on`, `trace off`, `trace save NAME` | record; off saves traces/app-TIME.json, save names it |
 | `report` | overlap report of the last saved trace |
 | `quit` | tear the world down and leave (also q, ctrl+c) |
 

@@ -13,24 +13,36 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.inspector import TABS, Inspector
 from partui.app.widgets.rank_card import RankCard
-from partui.app.widgets.shard_map import ShardMap
+from partui.app.widgets.shard_map import ShardMap, grad_snaps
+
+MAP_OF = {"params": "params", "grad": "grads", "optim": "optimizer"}  # table tab -> snapshot list
 
 
 class RunScreen(Screen):
-    BINDINGS = [Binding("s", "app.step(1)", "step"), Binding("n", "app.step(10)", "step 10"),
-                Binding("r", "app.run_or_pause", "run/pause"), Binding("x", "app.reset", "reset"),
+    # under 100 columns the cards hide (c shows them) so the tabs' columns fit: screens/style.py
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    BINDINGS = [Binding("s", "app.step(1)", "step"),
+                Binding("n", "app.step(10)", "step 10", show=False),
+                Binding("r", "app.run_or_pause", "run/pause"),
+                Binding("x", "app.reset", "reset", show=False),
                 Binding("t", "app.trace_toggle", "trace"),
+                Binding("c", "toggle_cards", "cards", show=False),
                 Binding("left_square_bracket", "select(-1)", "rank-", show=False),
-                Binding("right_square_bracket", "select(1)", "rank+"),
-                Binding("colon", "command", "command"), Binding("p", "app.setup", "plan"),
-                Binding("question_mark", "app.help", "help")]
+                Binding("right_square_bracket", "select(1)", "rank+", show=False),
+                Binding("colon", "command", "command"), Binding("p", "app.setup", "plan", show=False),
+                Binding("question_mark", "app.help", "help")] + [
+        Binding(str(i), f"tab('{what}')", f"{what} tab", show=False)
+        for i, what in enumerate(TABS, start=1)]    # 1 params · 2 grad · 3 optim · 4 shards · 5 trace
 
-    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None):
+    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None,
+                 focus_command: bool = False):
         super().__init__()
         self.world, self.infos, self.presets = world, infos, presets
+        self.focus_command = focus_command  # a command typed on the last screen: keep typing here
         self.selected = 0
         self.name_filter = ""
         self.snaps = snaps
+        self.map_source = "params"   # the table tab the shard map follows
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -48,6 +60,8 @@ class RunScreen(Screen):
     def on_mount(self) -> None:
         self.select(0)
         self.update_status()
+        if self.focus_command:
+            self.action_command()
 
     # ---------------------------------------------------------------- state shown
     def param_names(self) -> list[str]:
@@ -67,10 +81,12 @@ class RunScreen(Screen):
         plan = w.current_plan
         losses = w.losses()
         t = Text()
-        t.append(f"{plan.describe()} · world {plan.world}", style="bold")
-        t.append(f" · step {len(losses)}")
+        t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
+                 style="bold")
+        t.append(f" · {len(losses)} step{'' if len(losses) == 1 else 's'} done")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
+        t.append(f" · showing rank {self.selected}")
         if w.recording:
             t.append(" · ● rec", style="bold red")
         if not w.launched:
@@ -78,7 +94,8 @@ class RunScreen(Screen):
         if note:
             t.append(f" · {note}", style="yellow")
         self.query_one("#run-status", Static).update(t)
-        self.query_one("#loss", Sparkline).data = losses[-200:]
+        # under three points a sparkline is one solid block: nothing to read yet
+        self.query_one("#loss", Sparkline).data = losses[-200:] if len(losses) >= 3 else []
 
     def show_step(self, line: dict | None, snaps: list[dict] | None) -> None:
         if line is not None:
@@ -96,15 +113,22 @@ class RunScreen(Screen):
             self.draw_shard_map()
 
     def draw_shard_map(self) -> None:
+        """The highlighted row's tensor across ranks, as the last table tab shows it: params,
+        gradients (ZeRO-2/3 shard them apart from params) or optimizer state."""
         if not self.snaps:
             return
-        insp = self.query_one(Inspector)
-        what = "optimizer" if insp.active == TABS["optim"] else "params"
-        table = self.query_one("#table-optim" if what == "optimizer" else "#table-params", DataTable)
+        active = self.query_one(Inspector).active
+        self.map_source = next((w for w in MAP_OF if TABS[w] == active), self.map_source)
+        source = self.map_source
+        table = self.query_one(f"#table-{source}", DataTable)
+        if not table.row_count:           # this rank holds none of those: its params instead
+            source, table = "params", self.query_one("#table-params", DataTable)
         if not table.row_count:
             return
         name = str(table.get_row_at(table.cursor_row)[0])
-        self.query_one(ShardMap).show(name, self.snaps, what)
+        what = MAP_OF[source]
+        snaps = grad_snaps(self.snaps) if what == "grads" else self.snaps
+        self.query_one(ShardMap).show(name, snaps, what)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id in ("table-params", "table-grad", "table-optim"):
@@ -115,6 +139,7 @@ class RunScreen(Screen):
         self.selected = rank
         for c in self.cards():
             c.selected = c.rank == rank
+        self.update_status()
         if name is not None:
             self.name_filter = name
         insp = self.query_one(Inspector)
@@ -128,6 +153,13 @@ class RunScreen(Screen):
 
     def on_rank_card_selected(self, event: RankCard.Selected) -> None:
         self.select(event.rank)
+
+    def action_toggle_cards(self) -> None:
+        self.toggle_class("-cards-toggled")
+
+    def action_tab(self, what: str) -> None:
+        self.query_one(Inspector).active = TABS[what]
+        self.draw_shard_map()
 
     def action_command(self) -> None:
         self.query_one("#command").focus()

@@ -11,6 +11,7 @@ from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Se
 from textual.widgets.option_list import Option
 
 from kernels.mesh import PlanError, coord_label
+from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.plans import build_plan
 
@@ -23,13 +24,15 @@ DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "microbatche
 
 
 class SetupScreen(Screen):
-    BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("colon", "command", "command"),
+    BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("ctrl+g", "mesh", "mesh"),
+                Binding("colon", "command", "command"),
                 Binding("question_mark", "app.help", "help")]
 
     def __init__(self, presets: dict):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
-        self.plan = self.error = None
+        self.plan = self.cfg = self.error = None
+        self.extra: dict = {}             # plan fields the form has no input for (sp, grad_sync ...)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -39,7 +42,7 @@ class SetupScreen(Screen):
             with Vertical(id="mesh"):
                 with Grid(id="mesh-grid"):
                     for name in INT_INPUTS:
-                        yield Label(name[:5] if name != "microbatches" else "mb")
+                        yield Label(name)
                         yield Input(str(DEFAULTS[name]), type="integer", id=f"f-{name}",
                                     classes="field")
                 yield Select([(s, s) for s in SCHEDULES], value="1f1b", allow_blank=False,
@@ -51,6 +54,7 @@ class SetupScreen(Screen):
                              id="f-model")
                 yield Static("", id="model-info")
                 yield Button("Launch ⏎", variant="primary", id="launch")
+                yield Button("Mesh ^g", id="mesh-view")
         yield Static("loading the engine (torch) ...", id="status")
         yield Static("", id="progress")
         yield CommandLine(list(self.presets), lambda: [], id="command")
@@ -65,12 +69,22 @@ class SetupScreen(Screen):
         name = event.option.id
         if name == "custom":
             return
-        fields = dict(DEFAULTS, **self.presets[name][1])
+        self.fill_form(dict(DEFAULTS, **self.presets[name][1]))
+        self.revalidate()
+
+    def fill_form(self, fields: dict) -> None:
         for key in INT_INPUTS:
             self.query_one(f"#f-{key}", Input).value = str(int(fields[key]))
         self.query_one("#f-schedule", Select).value = fields["schedule"]
         self.query_one("#f-cp_mode", Select).value = fields["cp_mode"]
-        self.preset = name
+        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS}
+
+    def show_plan(self, plan, model: str) -> None:
+        """The form holds the running plan (back from the run screen), not the last preset."""
+        fields = plan.to_dict()
+        self.fill_form(fields)
+        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS and k != "world"}
+        self.query_one("#f-model", Select).value = model
         self.revalidate()
 
     def on_option_list_option_selected(self, _event) -> None:
@@ -84,11 +98,7 @@ class SetupScreen(Screen):
             out[key] = int(raw) if raw.lstrip("-").isdigit() else raw
         out["schedule"] = self.query_one("#f-schedule", Select).value
         out["cp_mode"] = self.query_one("#f-cp_mode", Select).value
-        preset = getattr(self, "preset", "custom")
-        for k, v in self.presets.get(preset, ("", {}))[1].items():
-            if k not in out:  # preset-only fields (sp, grad_sync, virtual_stages)
-                out[k] = v
-        return out
+        return dict(self.extra, **out)    # preset-only fields (sp, grad_sync, virtual_stages)
 
     def model(self) -> str:
         return self.query_one("#f-model", Select).value
@@ -113,6 +123,7 @@ class SetupScreen(Screen):
         else:
             try:
                 self.plan, cfg = build_plan("custom", self.model(), **fields)
+                self.cfg = cfg
                 self.error = None
             except (PlanError, ValueError) as e:
                 self.error, cfg = str(e), None
@@ -123,7 +134,7 @@ class SetupScreen(Screen):
         status.set_class(False, "-invalid")
         p = self.plan
         who = "  ".join(f"r{r}={coord_label(p, r)}" for r in range(min(p.world, 4)))
-        status.update(Text(f"✓ valid: {p.world} ranks · {p.describe()} · {who}"
+        status.update(Text(f"✓ valid: {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · {who}"
                            + (" ..." if p.world > 4 else ""), style="green"))
         self.query_one("#model-info", Static).update(
             f"{cfg.n_params() / 1e6:.2f} M params\nlayers {cfg.layers} dim {cfg.dim}\n"
@@ -134,16 +145,28 @@ class SetupScreen(Screen):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch":
             self.action_launch()
+        elif event.button.id == "mesh-view":
+            self.action_mesh()
 
-    def action_launch(self) -> None:
+    def form_ready(self) -> bool:
+        """Whether the form holds a valid plan and the engine is loaded; else says why."""
         if not self.app.engine_ready:
             self.app.notify("the engine is still loading (torch): a second, please")
-            return
+            return False
         self.revalidate()
         if self.error:
             self.app.notify(self.error, title="invalid plan", severity="error")
-            return
-        self.app.launch_world("custom", self.model(), self.fields())
+            return False
+        return True
+
+    def action_mesh(self) -> None:
+        """Every rank of the plan in the form, before launching (what `partui plan` prints)."""
+        if self.form_ready():
+            self.app.push_screen(MeshScreen(self.plan, self.cfg))
+
+    def action_launch(self) -> None:
+        if self.form_ready():
+            self.app.launch_world("custom", self.model(), self.fields())
 
     def action_command(self) -> None:
         self.query_one("#command").focus()

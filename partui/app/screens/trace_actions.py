@@ -24,14 +24,18 @@ class TraceMixin:
     @work(thread=True, group="world")
     def _trace_worker(self, action: str, name: str) -> None:
         try:
+            saved = False
             if action == "on":
                 self.world.trace_on()
-            elif action == "off":
+            elif action == "off" and not self.world.recorded_steps():
                 self.world.trace_off()
-            else:
+                self.call_from_thread(self.notify, "recording off: no step was recorded, "
+                                                   "nothing to save")
+            else:  # off keeps what was recorded: saved under an automatic name
                 self.world.trace_save(name)
+                saved = True
             self.call_from_thread(self._trace_state)
-            if action == "save":
+            if saved:
                 self._report()
         except (RankError, WorldTimeout) as e:
             self.call_from_thread(self.fail, "rank failure while tracing", e)
@@ -55,24 +59,25 @@ class TraceMixin:
         last = by_step["step"].max() if len(by_step) else None
         pairs = fb_pair_a2a(df)
         self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last,
-                              pairs, pair_summary(pairs))
+                              pairs, pair_summary(pairs), self.world.trace_about())
 
-    def _show_report(self, path, by_rank, by_step, df, last, pairs=None, pair_line="") -> None:
+    def _show_report(self, path, by_rank, by_step, df, last, pairs, pair_line: str, about: str) -> None:
         rs = self.run_screen()
         if rs is not None:
             panel = rs.query_one("#trace-panel")
             # the timeline fits the tabs' width (the trace tab may be hidden: size 0), no wrapping
             width = max(20, rs.query_one(Inspector).size.width - 8)
             tl = render(df, width=width, step=None if last is None or last != last else last)
-            panel.show_report(path, by_rank, by_step, tl, pairs, pair_line)
+            panel.show_report(path, by_rank, by_step, tl, pairs, pair_line, about)
             rs.select(rs.selected, what="trace")
-            self.notify(f"trace saved: {path}")
+            self.notify(f"{path}: {about}", title="trace")
 
     @work(thread=True, group="world")
     def _report_worker(self) -> None:
         try:
             if self.world.trace_path is None:
-                raise RuntimeError("no trace saved yet: trace on, step, trace save NAME")
+                raise RuntimeError("no trace saved yet: trace on, step, trace off (or trace save "
+                                   "NAME)")
             self._report()
         except Exception as e:  # noqa: BLE001
             self.call_from_thread(self.fail, "report failed", e)

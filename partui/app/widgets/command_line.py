@@ -2,6 +2,7 @@
 ...), completion of the next word, and a history walked with up / down."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from textual.binding import Binding
@@ -10,10 +11,25 @@ from textual.widgets import Input
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "help",
          "quit")
-EXAMPLES = ("plan zero2 dp=2", "launch", "step 1", "step 3", "run 20", "pause", "reset",
-            "show rank 1 optim", "show rank 0 grad layers.1.attn.wq", "trace on", "trace off",
-            "trace save demo", "report", "help", "quit")
-SHOW_KINDS = ("params", "grad", "optim")
+EXAMPLES = {  # command -> what it does (the palette's help line)
+    "plan zero2 dp=2": "plan ZeRO-2 over 2 ranks and launch it",
+    "launch": "start the planned world",
+    "step 1": "train one step on every rank",
+    "step 3": "train three steps",
+    "run 20": "train 20 steps, pausable with r",
+    "pause": "stop a run after the current step",
+    "reset": "relaunch the same plan from step 0",
+    "show rank 1 optim": "rank 1's optimizer state (AdamW m, v)",
+    "show rank 0 grad layers.1.attn.wq": "rank 0's gradient pieces of layers.1.attn.wq",
+    "show rank 0 shards": "how the highlighted parameter is split across ranks",
+    "trace on": "record the next steps",
+    "trace off": "stop recording; save the trace and show its report",
+    "trace save demo": "save what was recorded as traces/demo.json",
+    "report": "overlap report of the last saved trace",
+    "help": "keys and commands",
+    "quit": "tear the world down and leave",
+}
+SHOW_KINDS = ("params", "grad", "optim", "shards", "trace")   # one per inspector tab
 INT_FIELDS = ("world", "dp", "zero", "tp", "pp", "microbatches", "virtual_stages", "cp", "ep",
               "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab",
               "moe_every")
@@ -31,11 +47,11 @@ class Command:
     args: dict = field(default_factory=dict)
 
 
-def _int(word: str, what: str) -> int:
+def _int(word: str, what: str, sep: str = " ") -> int:
     try:
         return int(word)
     except ValueError:
-        raise CommandError(f"{what} {word!r} is not a whole number: e.g. `{what} 3`") from None
+        raise CommandError(f"{what} {word!r} is not a whole number: e.g. `{what}{sep}3`") from None
 
 
 def parse_plan_fields(words: list[str]) -> dict:
@@ -46,13 +62,17 @@ def parse_plan_fields(words: list[str]) -> dict:
         if not eq:
             raise CommandError(f"plan field {w!r} needs key=value, e.g. dp=2")
         if key in INT_FIELDS:
-            out[key] = _int(val, key)
+            out[key] = _int(val, key, sep="=")
         elif key in TEXT_FIELDS:
             out[key] = val
         elif key in BOOL_FIELDS:
             out[key] = val.lower() in ("1", "true", "yes", "on")
         elif key == "capacity_factor":
-            out[key] = float(val)
+            try:
+                out[key] = float(val)
+            except ValueError:
+                raise CommandError(f"capacity_factor {val!r} is not a number: e.g. "
+                                   "`capacity_factor=1.25`") from None
         else:
             raise CommandError(f"unknown plan field {key!r}: use one of "
                                f"{', '.join(INT_FIELDS + TEXT_FIELDS + BOOL_FIELDS)}")
@@ -60,7 +80,7 @@ def parse_plan_fields(words: list[str]) -> dict:
 
 
 def parse(text: str) -> Command:
-    words = text.split()
+    words = text.strip().removeprefix(":").split()  # `:step 3` as the placeholder shows it
     if not words:
         raise CommandError("empty command: try `step 1` or `help`")
     verb, rest = words[0].lower(), words[1:]
@@ -82,7 +102,8 @@ def parse(text: str) -> Command:
             raise CommandError("show needs a rank: `show rank 2 grad layers.1.attn.wq`")
         args = {"rank": _int(rest[1], "rank"), "what": "params", "name": ""}
         for w in rest[2:]:
-            kind = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(w, w)
+            kind = {"param": "params", "grads": "grad", "optimizer": "optim",
+                    "shard": "shards"}.get(w, w)
             if kind in SHOW_KINDS:
                 args["what"] = kind
             else:
@@ -119,15 +140,18 @@ class CommandSuggester(Suggester):
             return [] if len(words) == 3 else list(SHOW_KINDS) + list(self.names_fn())
         return []
 
-    async def get_suggestion(self, value: str) -> str | None:
+    def matches(self, value: str) -> list[str]:
+        """Candidates the last word of value starts (dualpipe and dualpipev for `plan dual`)."""
         words = value.split(" ")
-        last = words[-1]
-        if not last:
-            return None
-        for c in self.candidates(words):
-            if c.startswith(last) and c != last:
-                return value + c[len(last):]
-        return None
+        return [c for c in self.candidates(words) if words[-1] and c.startswith(words[-1])]
+
+    async def get_suggestion(self, value: str) -> str | None:
+        """The matches' common prefix: completion stops where they part (`dualpipe`, then a v
+        only if typed), so it never jumps past a choice."""
+        found = self.matches(value)
+        last = value.split(" ")[-1]
+        common = os.path.commonprefix(found) if found else ""
+        return value + common[len(last):] if len(common) > len(last) else None
 
 
 class CommandLine(Input):
@@ -164,5 +188,9 @@ class CommandLine(Input):
         if self._suggestion:
             self.value = self._suggestion
             self.cursor_position = len(self.value)
+            return
+        found = self.suggester.matches(self.value) if self.value else []
+        if len(found) > 1:               # the word is complete and longer choices share it
+            self.app.notify(" or ".join(found), title="complete")
         else:
             self.screen.focus_next()

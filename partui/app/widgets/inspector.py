@@ -27,10 +27,16 @@ def param_rows(snap: dict, name: str = "") -> list[tuple]:
              vals(p["value"])) for p in snap["params"] if name in p["name"]]
 
 
+def grad_piece(p: dict) -> str:
+    """Where this rank's gradient sits in the global tensor (ZeRO-2/3: its flat shard)."""
+    g = p.get("grad_piece")
+    return "not held here" if g is None else piece_label(g["kind"], g["index"], p["global_shape"])
+
+
 def grad_rows(snap: dict, name: str = "") -> list[tuple]:
-    return [(p["name"], piece_label(p["kind"], p["index"], p["global_shape"]),
-             num(p["grad"] and p["grad"]["norm"]), num(p["grad"] and p["grad"]["absmax"]),
-             vals(p["grad"])) for p in snap["params"] if name in p["name"]]
+    return [(p["name"], grad_piece(p), num(p["grad"] and p["grad"]["norm"]),
+             num(p["grad"] and p["grad"]["absmax"]), vals(p["grad"]))
+            for p in snap["params"] if name in p["name"]]
 
 
 def optim_rows(snap: dict, name: str = "") -> list[tuple]:

@@ -7,16 +7,9 @@ import math
 from rich.text import Text
 from textual.widgets import Static
 
+from partui.tables import piece_label
+
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
-
-
-def piece_label(kind: str, index, shape) -> str:
-    if index is None:
-        return "whole"
-    if kind == "flat":
-        return f"flat [{index[0]}:{index[1]}]"
-    dims = [":" if (a, b) == (0, n) else f"{a}:{b}" for (a, b), n in zip(index, shape)]
-    return "[" + ", ".join(dims) + "]"
 
 
 def holds(kind: str, index, shape, flat_i: int) -> bool:
@@ -32,8 +25,16 @@ def holds(kind: str, index, shape, flat_i: int) -> bool:
     return True
 
 
+def grad_snaps(snaps: list[dict]) -> list[dict]:
+    """Each rank's gradient pieces in the shape render reads (s["grads"]): a param's grad piece
+    (partui.snapshot) where the rank holds one."""
+    return [{"rank": s["rank"],
+             "grads": [dict(p["grad_piece"], name=p["name"], global_shape=p["global_shape"])
+                       for p in s["params"] if p.get("grad_piece")]} for s in snaps]
+
+
 def render(name: str, snaps: list[dict], width: int = 32, what: str = "params") -> Text:
-    """One line per rank; `what` is "params" or "optimizer" (ZeRO shards state differently)."""
+    """One line per rank; `what` is "params", "grads" or "optimizer" (ZeRO shards them apart)."""
     out = Text()
     shape = None
     for s in snaps:

@@ -14,7 +14,18 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
 
 
-def cell(v, digits: int = 1) -> str:
+# short headers, so the per-rank table fits 80 columns (the help screen says what each is)
+HEADERS = {"overlapped_ms": "ovl", "exposed_comm_ms": "exposed", "overlap_pct": "ovl%",
+           "sim_bubble_pct": "sim bubble%", "formula_bubble_pct": "formula%"}
+
+
+def header(col: str) -> str:
+    return HEADERS.get(col) or col.replace("_ms", "").replace("_pct", "%")
+
+
+def cell(v, col: str = "", digits: int = 1) -> str:
+    if col in ("rank", "step", "pair") and isinstance(v, float) and v == v:
+        return str(int(v))   # a step number, not a measurement
     if isinstance(v, float):
         return "—" if v != v else f"{v:.{digits}f}"
     return str(v)
@@ -26,7 +37,7 @@ class TracePanel(VerticalScroll):
             yield Button("● record", id="trace-record", compact=True)
             yield Input(placeholder="name", id="trace-name", compact=True)
             yield Button("save", id="trace-save", compact=True)
-        yield Static("not recording · record, step, save: the report appears here",
+        yield Static("not recording · record, step, stop (or save): the report appears here",
                      id="trace-path", markup=False)
         yield DataTable(id="report-rank", show_cursor=False)
         yield DataTable(id="report-step", show_cursor=False)
@@ -41,9 +52,12 @@ class TracePanel(VerticalScroll):
         if on:
             self.query_one("#trace-path", Static).update("recording: the next steps are traced")
 
-    def show_report(self, path: str, by_rank, by_step, timeline: Text, pairs=None, pair_line: str = "") -> None:
-        """`pairs`: partui.analysis.fb_pair_a2a's table, `pair_line` its pair_summary; shown when it has rows."""
-        self.query_one("#trace-path", Static).update(f"{path}  (open in https://ui.perfetto.dev)")
+    def show_report(self, path: str, by_rank, by_step, timeline: Text, pairs=None,
+                    pair_line: str = "", about: str = "") -> None:
+        """`pairs`: partui.analysis.fb_pair_a2a's table, `pair_line` its pair_summary, shown when it has
+        rows; `about`: whose trace it is and when it was saved (World.trace_about)."""
+        where = f"{path}  (open in https://ui.perfetto.dev)"
+        self.query_one("#trace-path", Static).update(f"{about}\n{where}" if about else where)
         tables = [("#report-rank", by_rank, REPORT_COLS, 1), ("#report-step", by_step, REPORT_COLS, 1)]
         has_pairs = pairs is not None and len(pairs) > 0
         if has_pairs:                                   # one all-to-all is a fraction of a millisecond
@@ -52,9 +66,9 @@ class TracePanel(VerticalScroll):
             t = self.query_one(tid, DataTable)
             t.clear(columns=True)
             cols = [c for c in wanted if c in df.columns]
-            t.add_columns(*[c.replace("_ms", "").replace("_pct", "%") for c in cols])
+            t.add_columns(*[header(c) for c in cols])
             for row in df[cols].itertuples(index=False):
-                t.add_row(*[cell(v, digits) for v in row])
+                t.add_row(*[cell(v, c, digits) for v, c in zip(row, cols)])
         self.query_one("#pair-summary", Static).update(pair_line if has_pairs else "")
         for tid in ("#pair-summary", "#report-pair"):
             self.query_one(tid).display = has_pairs

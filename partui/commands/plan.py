@@ -1,0 +1,38 @@
+"""`partui plan [plan flags]`: the plan's layout without launching: every global rank with its
+coordinates, groups, stages and layers, shards, experts and memory ledger (partui.layout), as a table
+or `--json`. Exit 2 on a bad plan (one line naming the flag and a fix)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from partui.commands.flags import add_plan_arguments, flagify, plan_fields
+from partui.layout import layout_text, plan_layout
+from partui.plans import MODEL_FIELDS, build_plan
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="every rank's groups, shards and memory, "
+                                           "without launching")
+    add_plan_arguments(p)
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: the plan, the model and a list of ranks")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    fields = plan_fields(args)
+    model = {k: fields.pop(k) for k in list(fields) if k in MODEL_FIELDS}
+    try:
+        plan, cfg = build_plan("custom", args.model, model, **fields)
+    except ValueError as e:                       # PlanError too: one line, in flags
+        print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
+        return 2
+    ranks = plan_layout(plan, cfg)
+    if args.json:
+        print(json.dumps({"plan": plan.to_dict(), "model": cfg.to_dict(), "ranks": ranks}))
+    else:
+        print(layout_text(plan, cfg, ranks))
+    return 0

@@ -1,0 +1,97 @@
+"""`Rows`: what World.step and World.show return. Still a list of the same plain dicts (the app,
+`partui run --json` and scripts read them as before), but it prints as a compact table in the REPL
+and converts to a pandas DataFrame. Light to import: pandas loads on `to_pandas()` only.
+
+    >>> w.show(1, "optim")          # name  piece  step  m norm  v norm, one line per tensor
+    >>> w.step(3).to_pandas()       # one row per step: step, loss, step_ms, ...
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def piece_label(kind: str, index, shape) -> str:
+    """Where a piece sits in its global tensor: whole, a slice per dim, or a flat range (ZeRO)."""
+    if index is None:
+        return "whole"
+    if kind == "flat":
+        return f"flat [{index[0]}:{index[1]}]"
+    dims = [":" if (a, b) == (0, n) else f"{a}:{b}" for (a, b), n in zip(index, shape)]
+    return "[" + ", ".join(dims) + "]"
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt(x) for x in v) + "]"
+    return str(v)
+
+
+class Rows(list):
+    """A list of dicts with named columns: each column a function of one dict."""
+
+    def __init__(self, rows, columns: dict[str, Callable[[dict], object]], title: str = ""):
+        super().__init__(rows)
+        self.columns, self.title = columns, title
+
+    def records(self) -> list[dict]:
+        """One flat dict per row: the columns' values (what to_pandas holds)."""
+        return [{c: fn(r) for c, fn in self.columns.items()} for r in self]
+
+    def to_pandas(self):
+        # lazy: pandas costs ~0.5 s; a REPL that never converts never pays it
+        import pandas as pd
+        return pd.DataFrame(self.records(), columns=list(self.columns))
+
+    def __repr__(self) -> str:
+        cells = [list(self.columns)] + [[fmt(v) for v in rec.values()] for rec in self.records()]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        head = [f"{self.title} ({len(self)} rows; .to_pandas() for a DataFrame)"] if self.title else []
+        return "\n".join(head + lines)
+
+    __str__ = __repr__
+
+
+def _norm(key: str) -> Callable[[dict], object]:
+    return lambda r: (r.get(key) or {}).get("norm")
+
+
+def _piece(r: dict) -> str:
+    return piece_label(r["kind"], r["index"], r["global_shape"])
+
+
+def step_rows(lines: list[dict], title: str = "steps") -> Rows:
+    """Step lines (partui.results) as rows: step, loss, slowest rank's step time, ..."""
+    cols = {"step": lambda r: r["step"], "loss": lambda r: r["loss"],
+            "step_ms": lambda r: r["step_ms"],
+            "compute_ms": lambda r: max(x["compute_ms"] for x in r["ranks"]),
+            "comm_ms": lambda r: max(x["comm_ms"] for x in r["ranks"]),
+            "overlap_ms": lambda r: max(x["overlap_ms"] for x in r["ranks"])}
+    if any("max_abs_grad_err" in ln for ln in lines):
+        cols["max_abs_grad_err"] = lambda r: r.get("max_abs_grad_err")
+    return Rows(lines, cols, title)
+
+
+def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
+    """A rank's params, grads or optimizer state (partui.snapshot) as rows."""
+    cols: dict[str, Callable[[dict], object]] = {"name": lambda r: r["name"]}
+    if what == "optim":
+        cols.update({"piece": _piece, "step": lambda r: r["step"],
+                     "m_norm": lambda r: (r["state"].get("m") or {}).get("norm"),
+                     "v_norm": lambda r: (r["state"].get("v") or {}).get("norm")})
+    elif what == "grad":
+        cols.update({"grad_piece": lambda r: ("not held here" if r.get("grad_piece") is None
+                                              else piece_label(r["grad_piece"]["kind"],
+                                                               r["grad_piece"]["index"],
+                                                               r["global_shape"])),
+                     "norm": _norm("grad"),
+                     "absmax": lambda r: (r.get("grad") or {}).get("absmax")})
+    else:
+        cols.update({"global_shape": lambda r: r["global_shape"],
+                     "local_shape": lambda r: r["local_shape"], "piece": _piece,
+                     "norm": _norm("value")})
+    return Rows(rows, cols, title)

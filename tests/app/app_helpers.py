@@ -1,0 +1,44 @@
+"""Pilot helpers the app tests share: bounded waits and typing a command as a user would."""
+import time
+
+
+async def wait_for(pilot, cond, timeout=90.0, what="condition"):
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def engine_ready(app, pilot):
+    await wait_for(pilot, lambda: app.engine_ready, what="the engine to load")
+    await pilot.pause(0.1)
+
+
+async def command(app, pilot, text):
+    """Type a command into the screen's command line and press enter, as a user would."""
+    app.screen.query_one("#command").focus()
+    await pilot.pause()
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+async def idle(app, pilot, what="the world to be idle"):
+    await wait_for(pilot, lambda: not app.busy, what=what)
+    await pilot.pause(0.1)
+
+
+async def trace_one_step(app, pilot):
+    """`t` on, `s`, `t` off (which saves the trace and draws its report), as a user would; returns
+    the trace panel once its per-rank report is drawn."""
+    await pilot.press("escape", "t")
+    await idle(app, pilot, "trace start")
+    assert app.world.recording
+    await pilot.press("s")
+    await pilot.pause(0.05)
+    await idle(app, pilot, "a traced step")
+    await pilot.press("t")
+    panel = app.screen.query_one("#trace-panel")
+    await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
+    return panel
