@@ -23,7 +23,8 @@ FLAG_OF = {f: "--" + f.replace("_", "-")
 MODEL_HELP = {"layers": "transformer layers", "dim": "model width", "heads": "attention heads",
               "kv_heads": "key / value heads (GQA), divides --heads",
               "seq": "tokens per sequence", "batch": "global batch (sequences per step)",
-              "vocab": "vocabulary size"}
+              "vocab": "vocabulary size",
+              "moe_every": "every Nth layer is MoE, with --experts"}
 SWITCHES = ("sp", "overlap", "fb_overlap")  # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
