@@ -8,7 +8,7 @@ from kernels.config import make_config
 
 from kernels.weights import init_params
 from kernels.engine import Engine
-from kernels.ep.layer import build_moe
+from kernels.ep.build import build_moe
 from kernels.ep.routing import capacity, route
 from kernels.layers.base import Ctx
 from kernels.mesh import Plan

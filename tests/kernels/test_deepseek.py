@@ -1,0 +1,162 @@
+"""DeepSeek-V3's MoE in one process, float64: selection (biased, group-limited) against a plain
+per-token oracle, gate values free of the bias, the sequence-wise loss's known answer, the hand
+backward of the gate / normalised top-k / sequence loss and of the whole layer against autograd,
+and bias balancing pulling a skewed router's load level."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+from kernels.config import make_config
+from kernels.engine import Engine
+from kernels.ep.build import build_moe
+from kernels.ep.deepseek import bias_step, gate_backward_deepseek, route_deepseek, select
+from kernels.ep.deepseek_layer import DeepSeekMoE
+from kernels.mesh import Plan
+from kernels.stats import StepStats
+from kernels.weights import init_params
+
+
+def ds_cfg(top_k=2, groups=1, topk_groups=1, experts=8, alpha=0.1, scale=2.5, shared=1, cf=None,
+           batch=4, seq=8):
+    return replace(make_config("deepseek-tiny", batch=batch, seq=seq), experts=experts,
+                   top_k=top_k, route_groups=groups, route_topk_groups=topk_groups,
+                   seq_aux_alpha=alpha, route_scale=scale, shared_experts=shared,
+                   capacity_factor=cf)
+
+
+def oracle_select(scores, bias, k, groups, m):
+    """Token by token, in plain Python: the group-limited top-k of s + b."""
+    e = scores.shape[1]
+    per = e // groups
+    out = []
+    for s in (scores + bias).tolist():
+        gsc = [sum(sorted(s[g * per:(g + 1) * per], reverse=True)[:2]) for g in range(groups)]
+        keep = sorted(range(groups), key=lambda g: -gsc[g])[:m]
+        cand = [i for i in range(e) if i // per in keep]
+        out.append(sorted(cand, key=lambda i: -s[i])[:k])
+    return out
+
+
+@pytest.mark.parametrize("k,groups,m", [(1, 1, 1), (2, 2, 1), (4, 4, 2), (3, 2, 2)])
+def test_selection_is_the_group_limited_top_k_of_the_biased_scores(k, groups, m):
+    g = torch.Generator().manual_seed(k * 10 + groups)
+    scores = torch.rand(64, 8, generator=g, dtype=torch.float64)
+    bias = torch.randn(8, generator=g, dtype=torch.float64) * 0.2
+    assert select(scores, bias, k, groups, m).tolist() == oracle_select(scores, bias, k, groups, m)
+
+
+def test_group_limited_routing_by_hand():
+    # 4 experts in 2 groups; group 0 = {0, 1} scores 0.9 + 0.1, group 1 = {2, 3} 0.6 + 0.6
+    s = torch.tensor([[0.9, 0.1, 0.6, 0.6]], dtype=torch.float64)
+    zero = torch.zeros(4, dtype=torch.float64)
+    assert select(s, zero, 2, 1, 1).tolist() == [[0, 2]]          # no groups: plain top-2
+    assert sorted(select(s, zero, 2, 2, 1)[0].tolist()) == [2, 3]  # group 1 wins: 1.2 > 1.0
+    bias = torch.tensor([0.0, 0.3, 0.0, 0.0], dtype=torch.float64)  # now group 0 scores 1.3
+    assert select(s, bias, 2, 2, 1).tolist() == [[0, 1]]
+
+
+def test_gate_values_come_from_the_affinities_not_the_bias():
+    cfg = ds_cfg(top_k=2)
+    logits = torch.randn(32, 8, dtype=torch.float64)
+    bias = torch.linspace(-0.5, 0.5, 8, dtype=torch.float64)
+    r = route_deepseek(logits, bias, cfg, 8, 4)
+    s = torch.sigmoid(logits)
+    want = s.gather(1, r.idx) / s.gather(1, r.idx).sum(-1, keepdim=True) * cfg.route_scale
+    torch.testing.assert_close(r.w, want)
+    torch.testing.assert_close(r.w.sum(-1), torch.full((32,), cfg.route_scale, dtype=torch.float64))
+    plain = route_deepseek(logits, torch.zeros(8, dtype=torch.float64), cfg, 8, 4)
+    assert not torch.equal(plain.idx, r.idx), "this bias should move some selections"
+
+
+def test_sequence_loss_of_uniform_affinities_is_alpha():
+    # s / sum s = 1/E everywhere and sum_i f_i = E / (K T) * K T = E, so alpha * sum f_i / E = alpha
+    cfg = ds_cfg(top_k=2, alpha=0.3)
+    r = route_deepseek(torch.zeros(32, 8, dtype=torch.float64), torch.zeros(8, dtype=torch.float64),
+                       cfg, 8, 4)
+    torch.testing.assert_close(r.aux, torch.tensor(0.3, dtype=torch.float64))
+
+
+def test_sequence_loss_by_hand():
+    # one sequence of 2 tokens, 2 experts, top-1: token 0 picks 0, token 1 picks 1 -> f = [1, 1]
+    cfg = ds_cfg(top_k=1, experts=2, alpha=1.0, scale=1.0)
+    logits = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+    r = route_deepseek(logits, torch.zeros(2, dtype=torch.float64), cfg, 2, 1)
+    s = torch.sigmoid(logits)
+    p = (s / s.sum(-1, keepdim=True)).mean(0)                      # P_i over the 2 tokens
+    torch.testing.assert_close(r.aux, p.sum())                     # alpha * (1 * P_0 + 1 * P_1)
+    assert r.idx.tolist() == [[0], [1]]
+
+
+@pytest.mark.parametrize("k,groups,m,alpha", [(1, 1, 1, 0.1), (2, 1, 1, 0.0), (2, 2, 1, 0.1),
+                                              (4, 4, 2, 0.5)])
+def test_gate_backward_matches_autograd(k, groups, m, alpha):
+    cfg = ds_cfg(top_k=k, groups=groups, topk_groups=m, alpha=alpha)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(32, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(8, generator=g, dtype=torch.float64) * 0.1
+    dw = torch.randn(32, k, generator=g, dtype=torch.float64)
+    r = route_deepseek(logits, bias, cfg, 8, 4)
+    want, = torch.autograd.grad((r.w * dw).sum() + r.aux, logits)
+    got = gate_backward_deepseek(r, dw)
+    torch.testing.assert_close(got, want, atol=1e-13, rtol=1e-10)
+
+
+def deepseek_layer(cfg, dispatch="uneven"):
+    t = init_params(cfg, 0, torch.float64)
+    moe = build_moe(cfg, "layers.0.moe.", t, None, dispatch=dispatch, stats=StepStats())
+    moe.router.data = moe.router.data * 50                         # sharper router
+    moe.bias = torch.linspace(-0.05, 0.05, cfg.experts)            # a bias that moves selections
+    return moe
+
+
+@pytest.mark.parametrize("k,groups,m,cf,dispatch", [(2, 2, 1, None, "uneven"),
+                                                    (1, 1, 1, None, "even"),
+                                                    (2, 4, 2, 0.5, "uneven"),
+                                                    (4, 2, 2, 0.75, "even")])
+def test_layer_hand_backward_matches_autograd(k, groups, m, cf, dispatch):
+    cfg = ds_cfg(top_k=k, groups=groups, topk_groups=m, cf=cf)
+    moe = deepseek_layer(cfg, dispatch)
+    assert isinstance(moe, DeepSeekMoE) and moe.shared is not None
+    x = torch.randn(4, 8, cfg.dim, dtype=torch.float64)
+    dy = torch.randn_like(x)
+    y, c = moe.forward(x)
+    dx = moe.backward_input(c, dy)
+    moe.backward_weight(c)
+    prms = list(moe.params().values())
+    assert {"shared.w1.weight", "shared.w3.weight", "shared.w2.weight"} <= set(moe.params())
+    saved = [q.data for q in prms]
+    leaves = [d.detach().clone().requires_grad_(True) for d in saved]
+    for q, leaf in zip(prms, leaves):
+        q.data = leaf
+    xa = x.clone().requires_grad_(True)
+    try:
+        y2, c2 = moe.forward(xa)
+        grads = torch.autograd.grad((y2 * dy).sum() + c2.aux_loss, [xa] + leaves)
+    finally:
+        for q, d in zip(prms, saved):
+            q.data = d
+    torch.testing.assert_close(y, y2.detach())
+    torch.testing.assert_close(dx, grads[0], atol=1e-12, rtol=1e-9)
+    for q, g in zip(prms, grads[1:]):
+        torch.testing.assert_close(q.grad, g, atol=1e-12, rtol=1e-9, msg=q.name)
+    if cf is not None:
+        assert (~c.r.keep).any(), "the capacity should drop some choices here"
+
+
+def test_layer_output_is_shared_plus_gated_experts():
+    """Identity routed experts: y = shared(x) + x * (sum of kept gate values)."""
+    cfg = ds_cfg(top_k=2, groups=2, topk_groups=1)
+    moe = deepseek_layer(cfg)
+    moe.run_experts = lambda rows, counts: (rows, None)
+    x = torch.randn(4, 8, cfg.dim, dtype=torch.float64)
+    y, c = moe.forward(x)
+    shared, _ = moe.shared.forward(x.reshape(-1, cfg.dim))
+    gates = c.r.w.sum(-1)                                          # dropless: every choice kept
+    torch.testing.assert_close(y.reshape(-1, cfg.dim), shared + x.reshape(-1, cfg.dim) * gates[:, None])
+
+
+def test_bias_step_moves_against_the_load():
+    b = bias_step(torch.zeros(4), torch.tensor([10.0, 2.0, 4.0, 4.0]), 0.5)   # mean 5
+    assert b.tolist() == [-0.5, 0.5, 0.5, 0.5]
+    assert bias_step(b, torch.tensor([5.0] * 4), 0.5).tolist() == b.tolist()  # level: no move
