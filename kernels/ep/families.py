@@ -19,7 +19,9 @@ def routing_problem(cfg) -> str | None:
     if cfg.moe not in MOE_FAMILIES:
         return f"unknown moe={cfg.moe}: pick {' or '.join(MOE_FAMILIES)}"
     if not cfg.experts:
-        return None
+        return (None if cfg.moe == "gshard" else
+                f"moe={cfg.moe} routes tokens to experts, but the model has none: set experts=8 "
+                f"(or --model deepseek-tiny)")
     if cfg.moe == "gshard":
         for name, off in DEEPSEEK_ONLY.items():
             if getattr(cfg, name) != off:

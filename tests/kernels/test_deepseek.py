@@ -160,3 +160,52 @@ def test_bias_step_moves_against_the_load():
     b = bias_step(torch.zeros(4), torch.tensor([10.0, 2.0, 4.0, 4.0]), 0.5)   # mean 5
     assert b.tolist() == [-0.5, 0.5, 0.5, 0.5]
     assert bias_step(b, torch.tensor([5.0] * 4), 0.5).tolist() == b.tolist()  # level: no move
+
+
+def skewed_layer(gamma):
+    """One DeepSeek layer whose router sends every token to expert 0: inputs share a direction c
+    and expert 0's router row is 4 c / |c|^2, so s_0 = sigmoid(4 + noise) ~ 0.98 against ~0.5."""
+    cfg = replace(ds_cfg(top_k=2, groups=1, alpha=0.0, scale=1.0, batch=8, seq=32),
+                  balance="bias", bias_gamma=gamma)
+    moe = build_moe(cfg, "layers.0.moe.", init_params(cfg, 0, torch.float64), None,
+                    stats=StepStats())
+    g = torch.Generator().manual_seed(5)
+    c = torch.randn(cfg.dim, generator=g, dtype=torch.float64)
+    moe.router.data[0] = 4 * c / c.dot(c)
+    return moe, cfg, c, g
+
+
+def balancing_run(gamma, steps=50):
+    """Max violation (max load / mean load - 1) of every step, each on fresh tokens."""
+    moe, cfg, c, g = skewed_layer(gamma)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)     # 100 small forwards: threads only fight the other tests' ranks
+    try:
+        violations = [step_of(moe, cfg, c, g) for _ in range(steps)]
+    finally:
+        torch.set_num_threads(threads)
+    return violations, moe, c + torch.randn(8, 32, cfg.dim, generator=g, dtype=torch.float64)
+
+
+def step_of(moe, cfg, c, g) -> float:
+    """One step on fresh tokens: its max violation, then the bias update from its load."""
+    moe.forward(c + torch.randn(8, 32, cfg.dim, generator=g, dtype=torch.float64))
+    fig = moe.load.take()["moe_layers"]["0"]
+    moe.balance(fig["chosen_per_expert"])
+    return fig["max_violation"]
+
+
+def test_bias_balancing_halves_a_skewed_routers_max_violation_in_50_steps():
+    violations, moe, x = balancing_run(gamma=0.01)
+    still, _, _ = balancing_run(gamma=0.0)                          # the same run, no balancing
+    assert violations[0] == still[0] > 2.5          # expert 0 takes nearly every token's 1st choice
+    assert max(still[-10:]) > 2.5                                  # no bias: the skew stays
+    assert max(violations[-10:]) <= violations[0] / 2, violations
+    assert moe.bias[0] == moe.bias.min() < 0 < moe.bias.max()      # expert 0 pushed down
+    # the gates stay bias-free: w = s[idx] / sum s[idx] (route_scale 1), though idx moved
+    xt = x.reshape(-1, moe.cfg.dim)
+    r = moe.route(xt @ moe.router.data.t())
+    s = torch.sigmoid(xt @ moe.router.data.t())
+    torch.testing.assert_close(r.w, s.gather(1, r.idx) / s.gather(1, r.idx).sum(-1, keepdim=True))
+    unbiased = select(s, torch.zeros_like(moe.bias), 2, 1, 1)
+    assert (unbiased[:, 0] == 0).all() and not torch.equal(unbiased, r.idx)
