@@ -15,6 +15,7 @@ from kernels.ep.deepseek_layer import DeepSeekMoE
 from kernels.mesh import Plan
 from kernels.stats import StepStats
 from kernels.weights import init_params
+from test_moe import check_layer_backward
 
 
 def ds_cfg(top_k=2, groups=1, topk_groups=1, experts=8, alpha=0.1, scale=2.5, shared=1, cf=None,
@@ -118,28 +119,8 @@ def test_layer_hand_backward_matches_autograd(k, groups, m, cf, dispatch):
     cfg = ds_cfg(top_k=k, groups=groups, topk_groups=m, cf=cf)
     moe = deepseek_layer(cfg, dispatch)
     assert isinstance(moe, DeepSeekMoE) and moe.shared is not None
-    x = torch.randn(4, 8, cfg.dim, dtype=torch.float64)
-    dy = torch.randn_like(x)
-    y, c = moe.forward(x)
-    dx = moe.backward_input(c, dy)
-    moe.backward_weight(c)
-    prms = list(moe.params().values())
     assert {"shared.w1.weight", "shared.w3.weight", "shared.w2.weight"} <= set(moe.params())
-    saved = [q.data for q in prms]
-    leaves = [d.detach().clone().requires_grad_(True) for d in saved]
-    for q, leaf in zip(prms, leaves):
-        q.data = leaf
-    xa = x.clone().requires_grad_(True)
-    try:
-        y2, c2 = moe.forward(xa)
-        grads = torch.autograd.grad((y2 * dy).sum() + c2.aux_loss, [xa] + leaves)
-    finally:
-        for q, d in zip(prms, saved):
-            q.data = d
-    torch.testing.assert_close(y, y2.detach())
-    torch.testing.assert_close(dx, grads[0], atol=1e-12, rtol=1e-9)
-    for q, g in zip(prms, grads[1:]):
-        torch.testing.assert_close(q.grad, g, atol=1e-12, rtol=1e-9, msg=q.name)
+    c = check_layer_backward(moe, torch.randn(4, 8, cfg.dim, dtype=torch.float64))
     if cf is not None:
         assert (~c.r.keep).any(), "the capacity should drop some choices here"
 

@@ -81,6 +81,20 @@ def test_routing_table_and_app_render_by_hand():
     assert "L0   █ x x x" in str(render(lines[:1])) and "dead 1 2 3" in str(render(lines[:1]))
 
 
+def assert_same_routing(got: dict, want: dict):
+    """Counts exactly; the balance loss, max violation and bias to fp32 rounding (tp sums the
+    attention output in another order, so the router's inputs differ in the last bits)."""
+    assert got.keys() == want.keys()
+    for index, fig in want.items():
+        for key, value in fig.items():
+            if key in ("balance_loss", "max_violation"):
+                assert got[index][key] == pytest.approx(value, rel=1e-5, abs=1e-9), (index, key)
+            elif key == "bias" and value is not None:
+                assert got[index][key] == pytest.approx(value, abs=1e-7), (index, key)
+            else:
+                assert got[index][key] == value, (index, key)
+
+
 def _run_json(tmp_path, name, *args):
     trace = str(tmp_path / f"{name}.json")
     proc = run_cli("run", *args, "--steps", 2, "--json", "--trace", trace, timeout=400,
@@ -96,7 +110,7 @@ def test_json_report_and_app_agree_and_tp_changes_nothing(tmp_path):
     plain, trace, log = _run_json(tmp_path, "ds", *ds)
     with_tp, _, _ = _run_json(tmp_path, "ds-tp", *ds, "--tp", 2)
     for a, b in zip(plain, with_tp):
-        assert a["moe_layers"] == b["moe_layers"], "tp must not change a routing figure"
+        assert_same_routing(a["moe_layers"], b["moe_layers"])
         for key in ("moe_tokens_per_expert", "moe_dropped", "moe_max_violation"):
             assert a[key] == b[key]
         assert sum(a["moe_tokens_per_expert"]) == 4 * 8 * 32 * 2    # layers x tokens x top-k
@@ -126,7 +140,7 @@ def test_gshard_drops_are_no_longer_multiplied_by_tp():
              for tp in (1, 2)}
     assert lines[1]["moe_dropped"] > 0
     assert lines[2]["moe_dropped"] == lines[1]["moe_dropped"]
-    assert lines[2]["moe_layers"] == lines[1]["moe_layers"]
+    assert_same_routing(lines[2]["moe_layers"], lines[1]["moe_layers"])
     tokens = sum(lines[1]["moe_tokens_per_expert"]) + lines[1]["moe_dropped"]
     assert tokens == 4 * 8 * 32 * 2                                 # every choice, once
 
