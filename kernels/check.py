@@ -16,9 +16,11 @@ from __future__ import annotations
 import torch
 
 from kernels.config import model_config_for
+from kernels.ep.deepseek_layer import balance_biases
 from kernels.data import global_batch
 from kernels.model import build_model, reference_step
 from kernels.optim import make_optimizer
+from kernels.stats import StepStats
 
 
 class Reference:
@@ -28,7 +30,9 @@ class Reference:
                  backward="hand", dtype=torch.float32):
         self.cfg = model_config_for(plan, cfg)
         self.seed, self.backward = seed, backward
-        self.model = build_model(self.cfg, seed, dtype)
+        self.stats = StepStats()      # the MoE layers' routing figures, one step at a time
+        self.model = build_model(self.cfg, seed, dtype, stats=self.stats)
+        self.routing: dict = {}       # the last step's moe_layers figures (kernels/ep/load.py)
         self.params = self.model.params()
         self.optimizer = make_optimizer(optim, lr, weight_decay)
         self.step_count = 0
@@ -39,6 +43,7 @@ class Reference:
                                     self.step_count)
         self.model.zero_grad()
         loss = reference_step(self.model, ids, targets, 1, self.backward)
+        self.routing = self.stats.drain().get("moe_layers", {})
         return float(loss), {n: p.grad.clone() for n, p in self.params.items()}
 
     def update(self, grads: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -48,6 +53,7 @@ class Reference:
             for n, prm in self.params.items():
                 prm.grad = grads[n].to(prm.data.dtype).clone()
         self.optimizer.step(list(self.params.values()))
+        balance_biases(self.model.layers, self.routing)
         self.step_count += 1
         return {n: p.data for n, p in self.params.items()}
 

@@ -21,6 +21,7 @@ from kernels.context import RankContext, build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
+from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
 from kernels.intervals import intersect, length, merge, subtract
 from kernels.mesh import Plan, coords, validate
@@ -94,8 +95,9 @@ class Engine:
         res = StepResult(step, loss.item(), (t1 - t0) / 1e6)
         fill_overlap(res, compute_spans, comm.oplog.clear(), t0, t1)
         res.extra.update(self.sync.step_stats())
-        # attention time / FLOPs / K/V overlap (cp), expert load (MoE); dense, no cp: nothing
+        # attention time / FLOPs / K/V overlap (cp), routing figures (MoE); dense, no cp: nothing
         res.extra.update(self.ctx.stats.drain())
+        balance_biases(self.layers, res.extra.get("moe_layers", {}))   # DeepSeek: next step's bias
         return res
 
     # ---------------------------------------------------------------- views for snapshots / --check

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from kernels.ep.families import routing_problem
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
 FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
 CP_MODES = ("ring", "zigzag", "ulysses")
@@ -44,6 +46,16 @@ class Plan:
     capacity_factor: float | None = None  # None: no capacity limit
     overlap: bool = False     # EP: two microbatches interleaved so all-to-all hides behind compute
     ep_dispatch: str = "uneven"  # EP all-to-all: uneven splits (counts first) or even (capacity-padded)
+    # the MoE family and DeepSeek-V3 routing (kernels/ep/families.py); None: the model's own
+    moe: str | None = None
+    moe_hidden: int | None = None
+    shared_experts: int | None = None
+    route_scale: float | None = None
+    route_groups: int | None = None
+    route_topk_groups: int | None = None
+    seq_aux_alpha: float | None = None
+    balance: str | None = None
+    bias_gamma: float | None = None
     bucket_mb: float = 4.0    # DP / ZeRO gradient bucket size
     grad_sync: str = "bucketed"  # DP: naive (all-reduce after backward) or bucketed (overlapped)
     dtype: str = "fp32"
@@ -188,6 +200,8 @@ def validate(plan: Plan, cfg, world: int | None = None) -> Plan:
              f"top-k {plan.top_k} must be between 1 and the {experts} experts")
         need(plan.capacity_factor is None or plan.capacity_factor > 0,
              f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)")
+    problem = routing_problem(cfg)
+    need(problem is None, problem)
     need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts")
     need(not plan.fb_overlap or plan.pp > 1,
          "fb_overlap pairs a forward with a backward inside a pipeline: set pp=2 (or more); without a "

@@ -14,7 +14,7 @@ import torch
 from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
-from kernels.ep.layer import build_moe
+from kernels.ep.build import build_moe
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -139,7 +139,8 @@ def whole_param(tensors: dict, name: str) -> Param:
     return Param(name, tensors[name])
 
 
-def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, rank_ctx=None) -> Block:
+def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, rank_ctx=None,
+                stats=None) -> Block:
     """A dense (or MoE) block owning the whole of its tensors: the single-process layout."""
     pre = f"layers.{i}."
 
@@ -150,7 +151,7 @@ def build_block(cfg: ModelConfig, i: int, tensors: dict, cos, sin, positions, ra
                      linear("attn.wo.weight"), cfg.heads, cfg.kv_heads, cfg.head_dim, cos, sin,
                      LocalAttention(positions))
     if is_moe_layer(cfg, i):  # the MoE variant lives with expert parallelism
-        mlp = build_moe(cfg, pre + "moe.", tensors, rank_ctx)
+        mlp = build_moe(cfg, pre + "moe.", tensors, rank_ctx, stats=stats)
     else:
         mlp = SwiGLU(linear("mlp.w1.weight"), linear("mlp.w3.weight"), linear("mlp.w2.weight"))
     return Block(i, RMSNorm(whole_param(tensors, pre + "attn_norm.weight"), cfg.norm_eps), attn,
@@ -191,14 +192,17 @@ class LayerHooks:
     def after_backward(self, layer): ...
 
 
-def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, rank_ctx=None) -> Llama:
+def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, rank_ctx=None,
+                stats=None) -> Llama:
     """The whole model on one rank; `rank_ctx` (kernels.context.RankContext) lets MoE layers shard
-    their experts over the ep group and record their load into its stats."""
+    their experts over the ep group and record their routing into its stats; without one, MoE
+    layers record into `stats` (kernels.stats.StepStats) when given."""
     tensors = tensors if tensors is not None else init_params(cfg, seed, dtype)
     positions = torch.arange(cfg.seq)
     cos, sin = rope_tables(positions, cfg.head_dim, cfg.rope_theta, dtype)
     layers = [Embed(Embedding(whole_param(tensors, "embed.weight")))]
-    layers += [build_block(cfg, i, tensors, cos, sin, positions, rank_ctx) for i in range(cfg.layers)]
+    layers += [build_block(cfg, i, tensors, cos, sin, positions, rank_ctx, stats)
+               for i in range(cfg.layers)]
     layers.append(Head(RMSNorm(whole_param(tensors, "norm.weight"), cfg.norm_eps),
                        Linear(whole_param(tensors, "lm_head.weight")), CrossEntropy()))
     return Llama(cfg, layers)

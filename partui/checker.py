@@ -11,6 +11,7 @@ from kernels.check import Reference, assemble, compare_pieces
 LOSS_ATOL = {"fp32": 2e-5, "bf16": 3e-2}
 GRAD_ATOL = {"fp32": 2e-5, "bf16": 3e-2}
 PARAM_ATOL = {"fp32": 1e-6, "bf16": 3e-2}  # after the update, both sides stepping from the same grads
+ROUTING_ATOL = 1e-6   # bias (fp32 sums of +-gamma) and balance loss (summed in another order)
 
 
 class Checker:
@@ -48,6 +49,28 @@ def check_step(ref: Reference, items: list[dict], line: dict, dtype: str) -> boo
         if cmp["missing"]:
             line[f"missing_{what}s"] = cmp["missing"]
             bad.append(f"no rank reports all of the {what}s of {', '.join(cmp['missing'][:3])}")
+    bad += routing_mismatches(line.get("moe_layers", {}), ref.routing)
     if bad:
         line["check"] = "FAILED (" + "; ".join(bad) + ")"
     return bool(bad)
+
+
+def routing_mismatches(got: dict, want: dict) -> list[str]:
+    """The routing observatory against the reference's: the same layers, the same counts (exactly),
+    the same bias and balance loss (fp32 rounding); one message per difference."""
+    if set(got) != set(want):
+        return [f"routing figures for MoE layers {sorted(got)} but the reference has {sorted(want)}"]
+    bad = []
+    for index, ref in want.items():
+        fig = got[index]
+        for key in ("tokens_per_expert", "chosen_per_expert", "dropped"):
+            if fig[key] != ref[key]:
+                bad.append(f"layer {index} {key} {fig[key]} != reference {ref[key]}")
+        if abs(fig["balance_loss"] - ref["balance_loss"]) > ROUTING_ATOL:
+            bad.append(f"layer {index} balance_loss {fig['balance_loss']:.6g} != reference "
+                       f"{ref['balance_loss']:.6g}")
+        if (fig["bias"] is None) != (ref["bias"] is None) or (
+                ref["bias"] is not None
+                and max(abs(a - b) for a, b in zip(fig["bias"], ref["bias"])) > ROUTING_ATOL):
+            bad.append(f"layer {index} bias {fig['bias']} != reference {ref['bias']}")
+    return bad

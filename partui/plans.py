@@ -31,6 +31,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "zigzag": ("CP zigzag", {"cp": 2, "cp_mode": "zigzag"}),
     "ulysses": ("CP Ulysses", {"cp": 2, "cp_mode": "ulysses"}),
     "gshard": ("EP GShard", {"dp": 2, "ep": 2, "experts": 4}),
+    "deepseek": ("EP DeepSeek-V3", {"dp": 2, "ep": 2, "experts": 8, "moe": "deepseek",
+                                    "moe_hidden": 48, "shared_experts": 1, "route_groups": 2,
+                                    "seq_aux_alpha": 1e-4, "balance": "bias"}),
     "custom": ("custom", {}),
 }
 MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "moe_every")

@@ -2,16 +2,18 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_* (summed over
-ranks), with a check: ref_loss and max_abs_{loss,grad,param}_err, and check when it failed.
+step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
+routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
+the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err, and check when it failed.
 `ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
 """
 from __future__ import annotations
 
+from kernels.ep.figures import merge_layers, routing_totals
+
 RANK_KEYS = ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "wait_ms")
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
-SUMMED_KEYS = ("moe_dropped", "moe_tokens_per_expert", "moe_aux_loss")      # per-rank parts
 CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err")
 PRIVATE_KEYS = ("ledgers",)
 
@@ -29,11 +31,10 @@ def step_line(items: list[dict]) -> dict:
         vals = [s[key] for s in items if key in s]
         if vals:
             out[key] = vals
-    for key in SUMMED_KEYS:
-        vals = [s[key] for s in items if key in s]
-        if vals:
-            out[key] = (sum(vals) if not isinstance(vals[0], list)
-                        else [sum(col) for col in zip(*vals)])
+    layers = merge_layers([s.get("moe_layers") for s in items])
+    if layers:
+        out["moe_layers"] = layers
+        out.update(routing_totals(layers))
     out["ledgers"] = [s.get("ledger") for s in items]
     return out
 

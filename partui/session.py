@@ -255,6 +255,10 @@ class World:
                     "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),
                     "steps": [min(steps), max(steps)], "ranks": [i["label"] for i in self.infos],
                     "command": command, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            routing = {str(ln["step"]): ln["moe_layers"] for ln in self.history
+                       if ln["step"] in set(steps) and "moe_layers" in ln}
+            if routing:   # the routing observatory of the traced steps, for `partui report --routing`
+                meta["routing"] = routing
             self.trace_path = merge(stitch(self._traced), path, meta)
             self.trace_meta = meta
             self._traced, self._traced_steps = [], []

@@ -12,6 +12,9 @@ and the backward mirrors it (backward_combine / backward_experts / backward_disp
 backward of an all-to-all is the reverse all-to-all with the splits swapped.
 Dispatch "uneven" sends only kept rows (counts exchanged first by an all-to-all of counts);
 "even" is GShard's capacity-padded buffer of equal splits, no count exchange.
+The routing is the family's (`route` / `gate_backward`: GShard here, DeepSeek-V3 in
+kernels/ep/deepseek_layer.py); shared experts, when a family has them, run while the dispatch
+all-to-all is in flight (and their dX while the combine's grads fly), their sum added at combine.
 """
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ from kernels.ep.routing import (capacity, combine, combine_backward, even_rows,
                                 gate_backward, gather_rows, group_tokens, route, scatter_rows,
                                 uneven_rows)
 from kernels.layers.base import Ctx, Layer, Param
-from kernels.stats import StepStats
 
 DISPATCH_MODES = ("uneven", "even")
 
@@ -67,9 +69,23 @@ class MoE(Layer):
         self.gs = group_tokens(cfg)
         self.global_groups = cfg.batch * cfg.seq // self.gs
 
+    shared = None           # SwiGLU of the always-applied experts (DeepSeek); none in GShard
+    bias = None             # per-expert selection bias (DeepSeek's balancing); none in GShard
+
     def own_params(self):
         return {"router.weight": self.router, "experts.w1.weight": self.w1,
                 "experts.w3.weight": self.w3, "experts.w2.weight": self.w2}
+
+    def sublayers(self):
+        return {"shared": self.shared} if self.shared is not None else {}
+
+    def route(self, logits):
+        """The family's routing of this rank's tokens; logits [T, E]."""
+        return route(logits, self.cfg, self.gs, self.global_groups)
+
+    def gate_backward(self, r, dw):
+        """dlogits [T, E] from the gate values' grad dw [T, K] and the balance loss."""
+        return gate_backward(r, dw, self.cfg.top_k)
 
     # ---------------------------------------------------------------- forward phases
     def forward_dispatch(self, x):                              # x [B, S, dim]
@@ -80,13 +96,14 @@ class MoE(Layer):
                              f"groups of {self.gs}: context parallel cannot shard an MoE model")
         with events.span("router + dispatch rows", "F", layer=self.index):
             logits = xt @ self.router.data.t()                  # [T, E]
-            r = route(logits, self.cfg, self.gs, self.global_groups)
+            r = self.route(logits)
             rows = (even_rows(r, self.gs, capacity(self.cfg, self.gs), xt.dtype)
                     if self.dispatch == "even" else uneven_rows(r, xt.dtype))
             send = gather_rows(xt, rows)                        # [N, dim] grouped by expert
-        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)],  # kept choices [T*K] -> [E]
-                              minlength=self.cfg.experts)
-        self.load.record(self.index, kept, int((~r.keep).sum()), float(r.aux.detach()))
+        e = self.cfg.experts
+        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)], minlength=e)   # [T*K] -> [E]
+        chosen = torch.bincount(r.idx.reshape(-1), minlength=e)                     # [E]
+        self.load.record(self.index, kept, chosen, float(r.aux.detach()), self.bias)
         if self.dispatch == "even":                             # equal splits: nothing to tell
             recv_counts = rows.counts.view(self.ep, self.local)    # [ep, local]
         else:
@@ -96,6 +113,9 @@ class MoE(Layer):
         c = Ctx(shape=shape, xt=xt, r=r, rows=rows, in_splits=in_splits, out_splits=out_splits,
                 recv_counts=recv_counts, aux_loss=r.aux)
         c.pending = _exchange(send, self.group, sum(out_splits), out_splits, in_splits)
+        if self.shared is not None:   # computed while the dispatch is in flight
+            with events.span("shared experts", "expert", layer=self.index):
+                c.shared_y, c.shared_ctx = self.shared.forward(xt)  # [T, dim]
         return c
 
     def _exchange_counts(self, counts: torch.Tensor) -> torch.Tensor:
@@ -137,6 +157,9 @@ class MoE(Layer):
         with events.span("combine", "F", layer=self.index):
             c.ret = ret
             out = combine(ret, c.rows, c.r, c.xt.shape[0])
+            if self.shared is not None:
+                out = out + c.shared_y
+                c.shared_y = None
         return out.view(c.shape), c                             # [B, S, dim]
 
     def forward(self, x):
@@ -151,6 +174,9 @@ class MoE(Layer):
             drows, c.dw = combine_backward(dyt, c.ret, c.rows, c.r)
         c.ret = None
         c.pending = _exchange(drows, self.group, sum(c.out_splits), c.out_splits, c.in_splits)
+        if self.shared is not None:   # under the combine grads' all-to-all
+            with events.span("shared experts dX", "B", layer=self.index):
+                c.shared_dx = self.shared.backward_input(c.shared_ctx, dyt)   # [T, dim]
 
     def backward_experts(self, c) -> None:
         dy = self.wait(c)                                       # [M, dim] arrival order
@@ -165,8 +191,11 @@ class MoE(Layer):
         with events.span("router dX", "B", layer=self.index):
             t = c.xt.shape[0]
             dxt = scatter_rows(drows, c.rows, t)
-            c.dlogits = gate_backward(c.r, c.dw, self.cfg.top_k)   # [T, E]
+            c.dlogits = self.gate_backward(c.r, c.dw)          # [T, E]
             dxt = dxt + c.dlogits @ self.router.data
+            if self.shared is not None:
+                dxt = dxt + c.shared_dx
+                c.shared_dx = None
         return dxt.view(c.shape)                                # [B, S, dim]
 
     def backward_input(self, c, dy):
@@ -180,6 +209,10 @@ class MoE(Layer):
         self.w1.accumulate(d1)
         self.w3.accumulate(d3)
         self.w2.accumulate(d2)
+        if self.shared is not None:
+            with events.span("shared experts dW", "W", layer=self.index):
+                self.shared.backward_weight(c.shared_ctx)
+            c.shared_ctx = None
 
     def backward_router_weight(self, c) -> None:
         with events.span("router dW", "W", layer=self.index):
@@ -189,37 +222,3 @@ class MoE(Layer):
     def backward_weight(self, c) -> None:
         self.backward_expert_weights(c)
         self.backward_router_weight(c)
-
-
-def build_moe(cfg, prefix: str, tensors: dict, rank_ctx=None, dispatch: str | None = None,
-              stats: StepStats | None = None) -> MoE:
-    """The MoE layer of block `prefix`; with a rank context, this rank's experts of the ep group.
-    It records its expert load into `stats`: by default the rank context's, else (no context: one
-    process) a StepStats of its own."""
-    index = int(prefix.split(".")[1])
-    group, lo, local = None, 0, cfg.experts
-    if rank_ctx is not None:
-        plan = rank_ctx.plan
-        if plan.cp > 1:
-            raise ValueError("context parallel cannot shard an MoE model (a routing group is one "
-                             "whole sequence): drop cp or experts")
-        group = rank_ctx.group("ep")
-        local = cfg.experts // group.size
-        lo = group.rank * local
-        dispatch = dispatch or getattr(plan, "ep_dispatch", None)
-        stats = stats or rank_ctx.stats
-    load = (stats or StepStats()).collector("moe", ExpertLoad)
-    shard = (slice(lo, lo + local), slice(None), slice(None))
-
-    def expert(kind):
-        name = prefix + f"experts.{kind}.weight"
-        full = tensors[name]                                    # [E, ...]
-        prm = Param(name, full[lo:lo + local].clone(), full.shape,   # [local, ...]
-                    shard if local < cfg.experts else None)
-        if rank_ctx is not None:
-            prm.meta["dp_group"] = "ep_dp"   # summed only over ranks holding the same experts
-        return prm
-
-    router = Param(prefix + "router.weight", tensors[prefix + "router.weight"])
-    return MoE(cfg, index, router, expert("w1"), expert("w3"), expert("w2"), load, group,
-               dispatch or "uneven", lo)

@@ -1,39 +1,62 @@
-"""Expert load per step: tokens each expert kept, choices dropped for capacity, and the aux loss,
-per MoE layer and summed; a collector of the rank's StepStats (kernels/stats.py)."""
+"""The routing observatory's figures, per MoE layer per step, gathered once over the data-parallel
+group (EP is carved out of it, so this is every token of the global batch) and never over tp: tp
+ranks run the same MoE on the same tokens, so each already holds the whole figure.
+
+Per layer: tokens_per_expert (choices that reached their expert after the all-to-all),
+tokens_per_ep_rank (those summed over each EP rank's experts), chosen_per_expert (choices before
+capacity drops: the load bias balancing reads), dropped (choices over capacity), max_violation
+(max load / mean load - 1), balance_loss (GShard's aux loss or DeepSeek's sequence-wise loss),
+bias (the selection bias this step routed with, DeepSeek only) and dead_experts (no token);
+the arithmetic is kernels/ep/figures.py. A collector of the rank's StepStats (kernels/stats.py).
+"""
 from __future__ import annotations
 
 import torch
 
+from kernels import comm
 from kernels.comm import events
+from kernels.ep.figures import layer_figures, routing_totals
 
 
 class ExpertLoad:
-    """Load of this rank's tokens in every MoE layer since the last `take()`."""
+    """This rank's routing counts in every MoE layer since the last `take()`; `take()` sums them
+    over `group` (the rank's dp group: every token of the step) in one all-reduce."""
 
-    def __init__(self):
-        self.layers: dict[int, dict] = {}    # layer index -> {"tokens", "dropped", "aux"}
+    def __init__(self, group=None, ep: int = 1):
+        self.group, self.ep = group, ep
+        self.layers: dict[int, dict] = {}    # layer index -> counts of this rank's tokens
 
-    def record(self, layer: int, tokens: torch.Tensor, dropped: int, aux: float) -> None:
-        """One forward of `layer`: kept choices per expert [E], dropped choices, its partial
-        aux loss."""
-        s = self.layers.setdefault(layer, {"tokens": torch.zeros_like(tokens), "dropped": 0,
-                                           "aux": 0.0})
-        s["tokens"] += tokens
-        s["dropped"] += dropped
-        s["aux"] += aux
+    def record(self, layer: int, kept: torch.Tensor, chosen: torch.Tensor, balance_loss: float,
+               bias: torch.Tensor | None = None) -> None:
+        """One forward of `layer` on a microbatch: choices kept per expert [E], chosen per expert
+        [E], its partial balance loss, the bias it selected with."""
+        s = self.layers.setdefault(layer, {"kept": torch.zeros_like(kept),
+                                           "chosen": torch.zeros_like(chosen), "loss": 0.0,
+                                           "bias": None if bias is None else bias.clone()})
+        s["kept"] += kept
+        s["chosen"] += chosen
+        s["loss"] += balance_loss
         if events.recorder() is not None:
-            events.counter(f"moe layer {layer} load", dropped=dropped,
-                           **{f"expert {e}": int(n) for e, n in enumerate(tokens.tolist())})
+            events.counter(f"moe layer {layer} load", dropped=int((chosen - kept).sum()),
+                           **{f"expert {e}": int(n) for e, n in enumerate(kept.tolist())})
 
     def take(self) -> dict:
-        """The moe_* step figures (nothing when no MoE layer ran), then start over."""
+        """moe_layers (index -> figures, gathered) and their moe_* totals; {} when no MoE ran."""
         if not self.layers:
             return {}
-        per_layer = {str(i): {"tokens_per_expert": s["tokens"].tolist(), "dropped": s["dropped"],
-                              "aux_loss": s["aux"]} for i, s in sorted(self.layers.items())}
-        total = sum(s["tokens"] for s in self.layers.values())
-        out = {"moe_tokens_per_expert": total.tolist(),
-               "moe_dropped": sum(s["dropped"] for s in self.layers.values()),
-               "moe_aux_loss": sum(s["aux"] for s in self.layers.values()), "moe_layers": per_layer}
+        order = sorted(self.layers)
+        flat = torch.cat([torch.cat([self.layers[i]["kept"].double(),
+                                     self.layers[i]["chosen"].double(),
+                                     torch.tensor([self.layers[i]["loss"]], dtype=torch.float64)])
+                          for i in order])                           # [layers * (2E + 1)]
+        if self.group is not None:                                   # None: one process
+            comm.all_reduce(flat, self.group)
+        per = flat.view(len(order), -1)
+        e = (per.shape[1] - 1) // 2
+        biases = {i: (None if s["bias"] is None else s["bias"].tolist())
+                  for i, s in self.layers.items()}
+        out = {str(i): layer_figures(row[:e].tolist(), row[e:2 * e].tolist(), row[-1].item(),
+                                     biases[i], self.ep)
+               for i, row in zip(order, per)}
         self.layers.clear()
-        return out
+        return {"moe_layers": out, **routing_totals(out)}

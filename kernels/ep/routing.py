@@ -64,17 +64,25 @@ def route(logits: torch.Tensor, cfg, gs: int, global_groups: int) -> Routing:
     topv, idx = probs.topk(k, dim=-1)                                # [T, K], sorted best first
     w = topv / topv.sum(-1, keepdim=True) if k > 1 else topv
     onehot = torch.nn.functional.one_hot(idx, e)                     # [T, K, E] int64
-    # priority order inside a group: every token's 1st choice, then every token's 2nd ...
-    prio = onehot.view(g, gs, k, e).transpose(1, 2).reshape(g, k * gs, e)  # [G, K*gs, E]
-    slot = ((prio.cumsum(1) - 1) * prio).sum(-1)                     # [G, K*gs]
-    pos = slot.view(g, k, gs).transpose(1, 2).reshape(t, k)          # [T, K]
-    cap = capacity(cfg, gs)
-    keep = pos < cap if cap is not None else torch.ones_like(pos, dtype=torch.bool)
+    pos, keep = slots(onehot, gs, capacity(cfg, gs))
     f = onehot[:, 0].view(g, gs, e).to(probs.dtype).mean(1)          # [G, E]
     f_tok = f.repeat_interleave(gs, dim=0)                           # [T, E]
     aux_scale = cfg.aux_loss_coef * e / (global_groups * gs)
     aux = aux_scale * (f_tok * probs).sum()
     return Routing(probs, idx, topv, w, keep, pos, f_tok, aux_scale, aux)
+
+
+def slots(onehot: torch.Tensor, gs: int, cap: int | None):
+    """(pos, keep) [T, K]: each choice's slot inside (routing group, expert), and whether it is
+    under the capacity (None: every choice kept). onehot [T, K, E] of the chosen experts."""
+    t, k, e = onehot.shape
+    g = t // gs
+    # priority order inside a group: every token's 1st choice, then every token's 2nd ...
+    prio = onehot.view(g, gs, k, e).transpose(1, 2).reshape(g, k * gs, e)  # [G, K*gs, E]
+    slot = ((prio.cumsum(1) - 1) * prio).sum(-1)                     # [G, K*gs]
+    pos = slot.view(g, k, gs).transpose(1, 2).reshape(t, k)          # [T, K]
+    keep = pos < cap if cap is not None else torch.ones_like(pos, dtype=torch.bool)
+    return pos, keep
 
 
 def gate_backward(r: Routing, dw: torch.Tensor, top_k: int) -> torch.Tensor:

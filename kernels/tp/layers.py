@@ -34,7 +34,7 @@ import torch
 from kernels import comm
 from kernels.comm import events
 from kernels.config import is_moe_layer
-from kernels.ep.layer import build_moe
+from kernels.ep.build import build_moe
 from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
                             SwiGLU, rope_tables)
 from kernels.mesh import partition

@@ -10,12 +10,15 @@ import argparse
 import re
 
 from kernels.config import PRESETS as MODEL_PRESETS
+from kernels.ep.families import BALANCE_MODES, MOE_FAMILIES
 from kernels.mesh import COLLECTIVES, CP_MODES, DTYPES, SCHEDULES, Plan
 from partui.plans import DEFAULT_VIRTUAL_STAGES, MODEL_FIELDS
 
 PLAN_FLAGS = ("world", "dp", "zero", "grad_sync", "bucket_mb", "tp", "sp", "pp", "schedule",
               "microbatches", "virtual_stages", "fb_overlap", "cp", "cp_mode", "ep", "experts", "top_k",
-              "capacity_factor", "overlap", "ep_dispatch", "dtype", "collectives")
+              "capacity_factor", "overlap", "ep_dispatch", "moe", "moe_hidden", "shared_experts",
+              "route_scale", "route_groups", "route_topk_groups", "seq_aux_alpha", "balance",
+              "bias_gamma", "dtype", "collectives")
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
@@ -28,7 +31,9 @@ MODEL_HELP = {"layers": "transformer layers", "dim": "model width", "heads": "at
 SWITCHES = ("sp", "overlap", "fb_overlap")  # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
-        "ep_dispatch", "kv_heads", "weight_decay", "fb_overlap", "moe_every")
+        "ep_dispatch", "kv_heads", "weight_decay", "fb_overlap", "moe_every", "moe_hidden",
+        "shared_experts", "route_scale", "route_groups", "route_topk_groups", "seq_aux_alpha",
+        "bias_gamma")
 _ASSIGN = re.compile(r"(?<![\w-])(" + "|".join(sorted(FLAG_OF, key=len, reverse=True))
                      + r")=([\w+-]+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\w-])(" + "|".join(BARE) + r")(?![\w=])")
@@ -90,6 +95,29 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     plan("--overlap", action="store_true", default=None, help="EP: overlap all-to-all with compute")
     plan("--ep-dispatch", choices=("uneven", "even"),
          help="EP all-to-all: uneven splits (counts exchanged first) or capacity-padded")
+    # DeepSeek-V3's MoE (kernels/ep/deepseek.py); unset: the model's (--model deepseek-tiny sets them)
+    models = "the model's"
+    plan("--moe", choices=MOE_FAMILIES, help=f"MoE family: gshard (softmax, capacity, aux loss) or "
+                                             f"deepseek (sigmoid, bias, shared experts) (default "
+                                             f"{models})")
+    plan("--moe-hidden", type=int, metavar=">=0",
+         help=f"each routed expert's hidden size; fine-grained experts are narrow (default {models})")
+    plan("--shared-experts", type=int, metavar=">=0",
+         help=f"deepseek: always-applied experts beside the routed ones (default {models})")
+    plan("--route-scale", type=float, metavar=">0",
+         help=f"deepseek: gate values (normalised to sum 1) times this (default {models})")
+    plan("--route-groups", type=int, metavar="G",
+         help=f"deepseek: experts in G groups, G dividing --experts (default {models})")
+    plan("--route-topk-groups", type=int, metavar="M",
+         help=f"deepseek: each token routes inside its best M of the groups, 1 <= M <= G "
+              f"(default {models})")
+    plan("--seq-aux-alpha", type=float, metavar=">=0",
+         help=f"deepseek: sequence-wise balance loss weight alpha (default {models})")
+    plan("--balance", choices=BALANCE_MODES,
+         help=f"deepseek: bias = auxiliary-loss-free balancing of the selection bias "
+              f"(default {models})")
+    plan("--bias-gamma", type=float, metavar=">=0",
+         help=f"deepseek: bias update per step, +-gamma by load (default {models})")
     plan("--dtype", metavar="{" + ",".join(DTYPES) + "}",
          help="parameter and compute dtype")
     plan("--collectives", metavar="{" + ",".join(COLLECTIVES) + "}",

@@ -1,4 +1,5 @@
-"""`partui report TRACE`: overlap, exposed comm, idle and bubble tables; `--vs` two runs; `--plot`."""
+"""`partui report TRACE`: overlap, exposed comm, idle and bubble tables; `--vs` two runs; `--plot`;
+`--routing`: the MoE routing table of a trace or of `partui run --json` output."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,10 @@ import pandas as pd
 
 from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
+from partui.analysis.routing import routing_steps, routing_table
 
 FORMATS = ("table", "csv", "json", "markdown")
+ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,12 +25,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
+    p.add_argument("--routing", action="store_true",
+                   help="the MoE routing table per step and layer (TRACE may be `partui run "
+                        "--json` output)")
     p.set_defaults(func=run)
     return p
 
 
-def _render(df: pd.DataFrame, fmt: str) -> str:
-    df = df.round(3)
+def _render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
+    df = df.round({c: (digits or {}).get(c, 3) for c in df.columns})
     if fmt == "csv":
         return df.to_csv(index=False).rstrip("\n")
     if fmt == "json":
@@ -79,6 +85,17 @@ def _verdict(t: pd.DataFrame) -> str:
 
 
 def run(args) -> int:
+    if args.routing:
+        if args.vs or args.plot or args.by != "rank":
+            print("partui report: --routing is a table of its own: drop --vs, --plot and --by",
+                  file=sys.stderr)
+            return 2
+        try:
+            print(_render(routing_table(routing_steps(args.trace)), args.format, ROUTING_DIGITS))
+        except TraceError as exc:
+            print(f"partui report: {exc}", file=sys.stderr)
+            return 2
+        return 0
     try:
         df = load(args.trace)
         other = load(args.vs) if args.vs else None

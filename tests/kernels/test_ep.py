@@ -13,7 +13,7 @@ from conftest import check_plan, run_cli
 from kernels import comm
 from kernels.config import make_config
 from kernels.weights import init_params
-from kernels.ep.layer import build_moe
+from kernels.ep.build import build_moe
 from kernels.layers.base import Ctx
 from kernels.stats import StepStats
 

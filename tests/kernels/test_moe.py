@@ -8,7 +8,7 @@ from kernels.config import make_config
 
 from kernels.weights import init_params
 from kernels.engine import Engine
-from kernels.ep.layer import build_moe
+from kernels.ep.build import build_moe
 from kernels.ep.routing import capacity, route
 from kernels.layers.base import Ctx
 from kernels.mesh import Plan
@@ -107,11 +107,9 @@ def test_routing_does_not_depend_on_how_the_batch_is_cut():
     torch.testing.assert_close(whole.aux, halves[0].aux + halves[1].aux)   # partials sum
 
 
-@pytest.mark.parametrize("top_k,cf,dispatch", CASES)
-def test_hand_backward_matches_autograd_through_the_layer(top_k, cf, dispatch):
-    cfg = moe_cfg(top_k, cf)
-    moe = layer(cfg, dispatch)
-    x = torch.randn(4, 8, cfg.dim, dtype=torch.float64)
+def check_layer_backward(moe, x):
+    """The layer's hand forward and backward (dx, every param's grad) against autograd through the
+    same forward, float64; returns the forward's ctx."""
     dy = torch.randn_like(x)
     y, c = moe.forward(x)
     dx = moe.backward_input(c, dy)
@@ -133,6 +131,13 @@ def test_hand_backward_matches_autograd_through_the_layer(top_k, cf, dispatch):
     for q, g in zip(prms, grads[1:]):
         torch.testing.assert_close(q.grad, g, atol=1e-12, rtol=1e-9, msg=q.name)
     assert moe.router.grad.abs().max() > 0
+    return c
+
+
+@pytest.mark.parametrize("top_k,cf,dispatch", CASES)
+def test_hand_backward_matches_autograd_through_the_layer(top_k, cf, dispatch):
+    cfg = moe_cfg(top_k, cf)
+    check_layer_backward(layer(cfg, dispatch), torch.randn(4, 8, cfg.dim, dtype=torch.float64))
 
 
 def test_engine_step_reports_expert_load_and_overlap_matches_plain():

@@ -6,11 +6,12 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, TabbedContent, TabPane
 
+from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, piece_label
 from partui.app.widgets.trace_panel import TracePanel
 
 TABS = {"params": "tab-params", "grad": "tab-grads", "optim": "tab-optim", "shards": "tab-shards",
-        "trace": "tab-trace"}
+        "trace": "tab-trace", "routing": "tab-routing"}
 
 
 def num(x) -> str:
@@ -79,6 +80,8 @@ class Inspector(Vertical):
             yield ShardMap("highlight a parameter row to see how it is split", id="shard-map")
         with TabPane("Trace", id=TABS["trace"]):
             yield TracePanel(id="trace-panel")
+        with TabPane("Routing", id=TABS["routing"]):
+            yield RoutingMap("", id="routing-map")
 
     def on_mount(self) -> None:
         for what, cols in COLUMNS.items():
