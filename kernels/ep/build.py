@@ -2,9 +2,11 @@
 rank's experts of the ep group, shared experts, and the collector its routing figures go to."""
 from __future__ import annotations
 
+from functools import partial
+
 from kernels.ep.deepseek_layer import DeepSeekMoE
 from kernels.ep.layer import MoE
-from kernels.ep.load import ExpertLoad
+from kernels.ep.load import ExpertLoad, token_groups
 from kernels.layers import Linear, SwiGLU
 from kernels.layers.base import Param
 from kernels.stats import StepStats
@@ -17,20 +19,20 @@ def build_moe(cfg, prefix: str, tensors: dict, rank_ctx=None, dispatch: str | No
     It records its routing into `stats`: by default the rank context's (gathered over its dp
     group), else (no context: one process) a StepStats of its own."""
     index = int(prefix.split(".")[1])
-    group, lo, local, dp_group = None, 0, cfg.experts, None
+    group, lo, local, groups = None, 0, cfg.experts, None
     if rank_ctx is not None:
         plan = rank_ctx.plan
         if plan.cp > 1:
             raise ValueError("context parallel cannot shard an MoE model (a routing group is one "
                              "whole sequence): drop cp or experts")
         group = rank_ctx.group("ep")
-        dp_group = rank_ctx.group("dp")
+        groups = partial(token_groups, rank_ctx)
         local = cfg.experts // group.size
         lo = group.rank * local
         dispatch = dispatch or getattr(plan, "ep_dispatch", None)
         stats = stats or rank_ctx.stats
     ep = cfg.experts // local
-    load = (stats or StepStats()).collector("moe", lambda: ExpertLoad(dp_group, ep))
+    load = (stats or StepStats()).collector("moe", lambda: ExpertLoad(groups, ep))
     shard = (slice(lo, lo + local), slice(None), slice(None))
 
     def expert(kind):

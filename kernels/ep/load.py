@@ -18,12 +18,19 @@ from kernels.comm import events
 from kernels.ep.figures import layer_figures, routing_totals
 
 
+def token_groups(ctx) -> list:
+    """The groups whose ranks route other tokens of the step through the same layers: dp (EP is
+    carved out of it) and, under DualPipe, the mirror rank holding the same stages for the other
+    direction's microbatches (looked up at each take: the pipeline runner makes that group later)."""
+    return [g for g in (ctx.groups.get("dp"), ctx.groups.get("pp_mirror")) if g is not None]
+
+
 class ExpertLoad:
     """This rank's routing counts in every MoE layer since the last `take()`; `take()` sums them
-    over `group` (the rank's dp group: every token of the step) in one all-reduce."""
+    over the groups `groups()` returns (every token of the step), one all-reduce each."""
 
-    def __init__(self, group=None, ep: int = 1):
-        self.group, self.ep = group, ep
+    def __init__(self, groups=None, ep: int = 1):
+        self.groups, self.ep = groups or (lambda: []), ep
         self.layers: dict[int, dict] = {}    # layer index -> counts of this rank's tokens
 
     def record(self, layer: int, kept: torch.Tensor, chosen: torch.Tensor, balance_loss: float,
@@ -49,8 +56,8 @@ class ExpertLoad:
                                      self.layers[i]["chosen"].double(),
                                      torch.tensor([self.layers[i]["loss"]], dtype=torch.float64)])
                           for i in order])                           # [layers * (2E + 1)]
-        if self.group is not None:                                   # None: one process
-            comm.all_reduce(flat, self.group)
+        for group in self.groups():                                  # none: one process
+            comm.all_reduce(flat, group)
         per = flat.view(len(order), -1)
         e = (per.shape[1] - 1) // 2
         biases = {i: (None if s["bias"] is None else s["bias"].tolist())

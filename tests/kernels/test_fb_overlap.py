@@ -118,9 +118,12 @@ PLANS = {
 }
 
 
+@pytest.mark.parametrize("moe", ["gshard", "deepseek"])
 @pytest.mark.parametrize("name", PLANS)
-def test_fb_overlap_matches_reference_with_dense_layers_mixed_in(name):
-    summary = check_plan(*PLANS[name], "--dp", 2, "--ep", 2, "--experts", 4, "--moe-every", 2, "--fb-overlap",
+def test_fb_overlap_matches_reference_with_dense_layers_mixed_in(name, moe):
+    # deepseek: shared experts, 2 route groups, bias balancing and the sequence loss (deepseek-tiny)
+    model = ["--model", "deepseek-tiny", "--seq-aux-alpha", 0.1] if moe == "deepseek" else ["--experts", 4]
+    summary = check_plan(*PLANS[name], *model, "--dp", 2, "--ep", 2, "--moe-every", 2, "--fb-overlap",
                          steps=2, timeout=400)
     assert summary["max_abs_loss_err"] <= 2e-5
 

@@ -41,7 +41,8 @@ def test_totals_and_merge_take_each_layer_once():
 
 def _gather(rank, size):
     torch.set_num_threads(1)
-    load = ExpertLoad(comm.new_groups("dp", [list(range(size))]), ep=2)
+    dp = comm.new_groups("dp", [list(range(size))])
+    load = ExpertLoad(lambda: [dp], ep=2)
     # rank r's tokens: expert r took 3 + r choices in layer 5, over two microbatches
     for _ in range(2):
         kept = torch.zeros(4, dtype=torch.int64)
