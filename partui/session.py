@@ -215,7 +215,7 @@ class World:
         if not 0 <= rank < max(world, 1):
             raise ValueError(f"rank {rank} is outside the world of {world}: pick 0..{world - 1}")
         snap = self.snapshot()[rank]
-        rows = snap["optimizer"] if what == "optim" else snap["params"]
+        rows = {"optim": snap["optimizer"], "grad": snap["params"]}.get(what, snap["params"] + snap["state"])
         if name:
             rows = [r for r in rows if name in r["name"]]
             if not rows:

@@ -7,6 +7,8 @@ import dataclasses
 
 import torch
 
+from kernels.ep.deepseek_layer import selection_biases
+
 N_VALUES = 4
 
 
@@ -78,8 +80,12 @@ def take(eng, query: dict) -> dict:
         p["value"] = p.pop("tensor")
         if "tensor_full" in p:
             p["value_full"] = p.pop("tensor_full")
+    # state beside the params (DeepSeek's selection bias): no grad, no optimizer, whole on this rank
+    state = [{"name": b["name"], "global_shape": b["global_shape"], "kind": "slice", "index": None,
+              "local_shape": list(b["tensor"].shape), "value": summary(b["tensor"])}
+             for b in selection_biases(eng.layers)]
     info = rank_info(eng)
-    info.update({"step": eng.step_count, "params": params, "optimizer": optim,
+    info.update({"step": eng.step_count, "params": params, "state": state, "optimizer": optim,
                  "optimizer_step": getattr(eng.optimizer, "step_count", 0),
                  "shard_map": eng.sync.shard_map() if hasattr(eng.sync, "shard_map") else None})
     return info

@@ -49,3 +49,10 @@ def balance_biases(layers: list, moe_figures: dict) -> None:
         fig = moe_figures.get(str(moe.index))
         if isinstance(moe, DeepSeekMoE) and fig is not None:
             moe.balance(fig["chosen_per_expert"])
+
+
+def selection_biases(layers: list) -> list[dict]:
+    """Every DeepSeek layer's selection bias in `layers`, as state beside the params: whole on every
+    rank that holds the layer (routing any token needs every expert's bias)."""
+    return [{"name": f"layers.{moe.index}.moe.selection_bias", "global_shape": list(moe.bias.shape),
+             "tensor": moe.bias} for moe in moe_layers_of(layers) if isinstance(moe, DeepSeekMoE)]

@@ -151,3 +151,19 @@ def test_routing_report_refuses_a_file_without_routing(tmp_path):
     log.write_text('{"step": 0, "loss": 5.0}\n')
     proc = run_cli("report", str(log), "--routing", check_rc=2)
     assert "no routing figures" in proc.stderr and "--model deepseek-tiny" in proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_selection_bias_is_shown_as_state_beside_the_params():
+    """The bias a snapshot shows after step n is the one step n + 1 routes with (its figures say so)."""
+    from partui.session import World
+    with World(timeout_s=300) as w:
+        w.plan("deepseek", ep=2, dp=2)
+        w.step(2)
+        rows = w.show(1, "params", "selection_bias")
+        assert rows and all(r["local_shape"] == r["global_shape"] == [8] for r in rows)
+        shown = {r["name"]: r["value"]["values"] for r in rows}
+        nxt = w.step(1)[0]["moe_layers"]
+        for index, fig in nxt.items():
+            assert shown[f"layers.{index}.moe.selection_bias"] == [round(b, 6) for b in fig["bias"][:4]]
+        assert any(v != 0.0 for vals in shown.values() for v in vals)   # two updates moved it

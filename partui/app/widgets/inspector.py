@@ -23,9 +23,13 @@ def vals(s: dict | None) -> str:
 
 
 def param_rows(snap: dict, name: str = "") -> list[tuple]:
-    return [(p["name"], str(p["global_shape"]), str(p["local_shape"]),
+    """Params, then state beside them (DeepSeek's selection bias: no grad, no optimizer)."""
+    rows = [(p["name"], str(p["global_shape"]), str(p["local_shape"]),
              piece_label(p["kind"], p["index"], p["global_shape"]), num(p["value"]["norm"]),
              vals(p["value"])) for p in snap["params"] if name in p["name"]]
+    return rows + [(b["name"], str(b["global_shape"]), str(b["local_shape"]), "state (whole)",
+                    num(b["value"]["norm"]), vals(b["value"]))
+                   for b in snap.get("state", []) if name in b["name"]]
 
 
 def grad_piece(p: dict) -> str:
