@@ -3,7 +3,8 @@ max-violation sparkline from the same step lines `partui run --json` prints."""
 import pytest
 
 from partui.app.widgets.routing_map import render
-from test_app import SIZE, assert_no_process, command, engine_ready, idle, wait_for
+from app_helpers import command, engine_ready, idle, wait_for
+from test_app import SIZE, assert_no_process
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -20,6 +21,7 @@ async def test_deepseek_world_draws_its_routing():
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
         pids = app.world.pids()
         await idle(app, pilot)
+        await pilot.press("escape")              # leave the command line: `s` is a key, not text
         for _ in range(2):
             await pilot.press("s")
             await pilot.pause(0.05)
