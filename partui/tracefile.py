@@ -3,7 +3,9 @@ thread names, and one Chrome trace written atomically (opens in Perfetto; `partu
 Pure Python, light to import; the rank side is partui.trace.
 
 Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
-lane holds non-overlapping ones), 1000+ compute overflow, 2000+ viztracer threads.
+lane holds non-overlapping ones; assigned here, after sends are ended at their recv's completion),
+1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `end_sends_at_delivery`,
+`bind_flows` (the send -> recv arrows).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
 COMPUTE_OVERFLOW_TID = 1000
 PY_TID = 2000
 P2P_OPS = ("send", "recv")
+TIE_US = 0.001  # one nanosecond: Perfetto keeps time in ns
 FORMAT = "partui-trace/1"
 
 
@@ -33,8 +36,22 @@ def stitch(windows: list[list[dict]]) -> list[dict]:
     return per_rank
 
 
-def flow_events(per_rank: list[dict]) -> list[dict]:
-    """Pair the k-th send a->b with tag t to the k-th recv on b from a with tag t: s/f arrows."""
+def assign_comm_lanes(ops: list[dict]) -> int:
+    """Give one rank's comm slices their tids in place: greedy interval colouring in issue order,
+    the first lane free at issue time, so slices on one lane never overlap. Returns lanes used."""
+    lane_end: list[float] = []
+    for e in sorted(ops, key=lambda e: (e["ts"], e["ts"] + e["dur"])):
+        t0, t1 = e["ts"], e["ts"] + e["dur"]
+        lane = next((i for i, end in enumerate(lane_end) if end <= t0), len(lane_end))
+        if lane == len(lane_end):
+            lane_end.append(t1)
+        lane_end[lane] = t1
+        e["tid"] = COMM_TID + lane
+    return len(lane_end)
+
+
+def p2p_pairs(per_rank: list[dict]) -> list[tuple[dict, dict]]:
+    """(send, recv) slices: the k-th send a->b with tag t and the k-th recv on b from a with tag t."""
     sends: dict[tuple, list[dict]] = {}
     recvs: dict[tuple, list[dict]] = {}
     for r in per_rank:
@@ -46,21 +63,45 @@ def flow_events(per_rank: list[dict]) -> list[dict]:
                     sends.setdefault((me, peer, tag), []).append(e)
                 else:
                     recvs.setdefault((peer, me, tag), []).append(e)
-    out, flow_id = [], 0
+    pairs = []
     for key in sorted(sends):
         ss = sorted(sends[key], key=lambda e: e["ts"])
         rr = sorted(recvs.get(key, []), key=lambda e: e["ts"])
-        for s, r in zip(ss, rr):
-            flow_id += 1
-            # just inside each slice (binds to it), send near its start and recv near its end:
-            # Perfetto drops a flow whose end comes before its start
-            s_ts = s["ts"] + s["dur"] * 0.01
-            f_ts = max(r["ts"] + r["dur"] * 0.99, s_ts)
-            out.append({"ph": "s", "id": flow_id, "name": "p2p", "cat": "flow", "pid": s["pid"],
-                        "tid": s["tid"], "ts": s_ts})
-            out.append({"ph": "f", "bp": "e", "id": flow_id, "name": "p2p", "cat": "flow",
-                        "pid": r["pid"], "tid": r["tid"], "ts": f_ts})
-    return out
+        pairs += list(zip(ss, rr))
+    return pairs
+
+
+def end_sends_at_delivery(pairs: list[tuple[dict, dict]]) -> None:
+    """gloo's p2p sends have no future: a send is seen complete only when its rank next looks, often
+    at the end of the step. The bytes had arrived when the matching recv completed (one host, one
+    clock), so a send's in-flight slice ends there when that is earlier (args.end: "recv")."""
+    for s, r in pairs:
+        r_end = r["ts"] + r["dur"]
+        if r_end < s["ts"] + s["dur"]:
+            s["dur"] = max(0.0, r_end - s["ts"])
+            s["args"] = dict(s.get("args") or {}, end="recv")
+            s["args"].pop("unfinished", None)
+
+
+def bind_flows(pairs: list[tuple[dict, dict]]) -> list[dict]:
+    """One arrow per pair from the send slice to the recv side, bound to the slices themselves
+    (Chrome's bind_id with flow_out / flow_in). Perfetto runs an arrow from the slice that begins
+    first, so a recv posted before its send gets a child slice "recv: transfer" from the send's
+    start to the recv's end (the time the bytes could be moving) and the arrow lands there.
+    Returns those child slices (category "transfer": drawn, never counted)."""
+    children = []
+    for flow_id, (s, r) in enumerate(pairs, start=1):
+        s.update(bind_id=flow_id, flow_out=True)
+        r_end = r["ts"] + r["dur"]
+        if r["ts"] > s["ts"]:
+            r.update(bind_id=flow_id, flow_in=True)
+            continue
+        t0 = min(s["ts"] + TIE_US, r_end)  # strictly after the send begins, within the recv
+        children.append({"ph": "X", "name": "recv: transfer", "cat": "transfer", "pid": r["pid"],
+                         "tid": None, "ts": t0, "dur": r_end - t0, "bind_id": flow_id,
+                         "flow_in": True, "args": {"op": "recv", "peer": (r.get("args") or {}).get(
+                             "peer"), "posted_before_send_us": s["ts"] - r["ts"]}, "parent": r})
+    return children
 
 
 def process_metadata(r: dict) -> list[dict]:
@@ -88,21 +129,33 @@ def process_metadata(r: dict) -> list[dict]:
 
 def merge(per_rank: list[dict], path: str, metadata: dict | None = None) -> str:
     """Write one Chrome trace (JSON object format; gzip when path ends .gz) atomically; return path."""
+    write_atomic(path, build_doc(per_rank, metadata))
+    return path
+
+
+def build_doc(per_rank: list[dict], metadata: dict | None = None) -> dict:
+    """The Chrome trace document of RankTracer.stop() results (what `merge` writes)."""
     if not per_rank:
         raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
+    per_rank = [dict(r, events=[dict(e) for e in r["events"]]) for r in per_rank]  # callers' stay
+    pairs = p2p_pairs(per_rank)
+    end_sends_at_delivery(pairs)
+    children = bind_flows(pairs)
     evs: list[dict] = []
     for r in sorted(per_rank, key=lambda r: r["rank"]):
+        assign_comm_lanes([e for e in r["events"] if e.get("cat") == "comm" and e.get("ph") == "X"])
+        for c in children:  # on its recv's lane, nested inside it
+            if c["pid"] == r["rank"]:
+                c["tid"] = c.pop("parent")["tid"]
+                r["events"].append(c)
         evs += process_metadata(r)
         evs += r["events"]
-    evs += flow_events(per_rank)
     meta = dict(metadata or {})
     meta.setdefault("format", FORMAT)
     meta.setdefault("ranks", sorted(r["rank"] for r in per_rank))
     meta.setdefault("coords", {str(r["rank"]): r.get("coords", "") for r in per_rank})
     meta.setdefault("window_us", [min(r["t0_us"] for r in per_rank), max(r["t1_us"] for r in per_rank)])
-    doc = {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
-    write_atomic(path, doc)
-    return path
+    return {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
 
 
 def write_atomic(path: str, doc: dict) -> None:

@@ -6,6 +6,7 @@ Times are `time.perf_counter_ns()`, CLOCK_MONOTONIC on Linux, so ranks on one ho
 A recorder implements any of these methods (missing ones are skipped):
     compute(name, cat, t0_ns, t1_ns, args)            a finished compute span on the rank's compute track
     comm_issue(op_id, op, group, nbytes, peer, t_ns, args)
+    comm_posted(op_id, t0_ns, t1_ns)                   the caller spent [t0, t1] posting op_id (not compute)
     comm_complete(op_id, t_ns)                         may be called from a communication thread
     comm_wait(op_id, t0_ns, t1_ns)                     the rank blocked waiting for op_id
     counter(name, t_ns, values)                        a dict of numbers (expert load, memory ...)

@@ -7,7 +7,7 @@
 from partui.analysis.events import COLUMNS, TraceError
 from partui.analysis.metrics import (hta_overlap, overlap, oversubscription_note, step_times,
                                      theoretical_bubble)
-from partui.analysis.reader import detect, load, read_doc
+from partui.analysis.reader import detect, frame, load, read_doc
 
-__all__ = ["COLUMNS", "TraceError", "detect", "hta_overlap", "load", "overlap",
+__all__ = ["COLUMNS", "TraceError", "detect", "frame", "hta_overlap", "load", "overlap",
            "oversubscription_note", "read_doc", "step_times", "theoretical_bubble"]

@@ -51,19 +51,23 @@ def detect(doc) -> str:
                      "schemaVersion); record it with `partui run --trace` or torch.profiler")
 
 
+def frame(doc: dict, path: str = "") -> pd.DataFrame:
+    """The analysis table of an already decoded trace document (a bench's in-memory trace)."""
+    try:
+        fmt = detect(doc)
+    except TraceError as exc:
+        raise TraceError(f"{path}: {exc}" if path else str(exc)) from None
+    df = READERS[fmt](doc)
+    df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
+    return df
+
+
 def load(path: str) -> pd.DataFrame:
     """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata."""
     was_enabled = gc.isenabled()
     gc.disable()  # millions of new event dicts would trigger the cyclic GC over and over
     try:
-        doc = read_doc(path)
-        try:
-            fmt = detect(doc)
-        except TraceError as exc:
-            raise TraceError(f"{path}: {exc}") from None
-        df = READERS[fmt](doc)
-        df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
-        return df
+        return frame(read_doc(path), path)
     finally:
         if was_enabled:
             gc.enable()
