@@ -4,8 +4,8 @@ Pure Python, light to import; the rank side is partui.trace.
 
 Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
 lane holds non-overlapping ones; assigned here, after sends are ended at their recv's completion),
-1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `end_sends_at_delivery`,
-`bind_flows` (the send -> recv arrows).
+1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `in_flight_between` (a pair
+is in flight from the send's post to the recv's completion), `bind_flows` (send -> recv arrows).
 """
 from __future__ import annotations
 
@@ -71,37 +71,33 @@ def p2p_pairs(per_rank: list[dict]) -> list[tuple[dict, dict]]:
     return pairs
 
 
-def end_sends_at_delivery(pairs: list[tuple[dict, dict]]) -> None:
-    """gloo's p2p sends have no future: a send is seen complete only when its rank next looks, often
-    at the end of the step. The bytes had arrived when the matching recv completed (one host, one
-    clock), so a send's in-flight slice ends there when that is earlier (args.end: "recv")."""
+def in_flight_between(pairs: list[tuple[dict, dict]]) -> None:
+    """A p2p pair is in flight from the send's post to the recv's completion (one host, one clock).
+    gloo's sends have no future: a send is seen complete only when its rank next looks, often at
+    the end of the step, so a send's slice ends at its recv's completion when that is earlier
+    (args.end "recv"). A recv posted before its send moves nothing until the send is posted, so
+    its slice starts just after the send's (args.posted_early_us says by how much); the rank
+    blocked meanwhile shows as its wait. Both sides then begin send first, which is also what
+    Perfetto needs to draw the arrow send -> recv."""
     for s, r in pairs:
         r_end = r["ts"] + r["dur"]
         if r_end < s["ts"] + s["dur"]:
             s["dur"] = max(0.0, r_end - s["ts"])
             s["args"] = dict(s.get("args") or {}, end="recv")
             s["args"].pop("unfinished", None)
+        if r["ts"] <= s["ts"]:
+            t0 = min(s["ts"] + TIE_US, r_end)  # strictly after the send begins, within the recv
+            r["args"] = dict(r.get("args") or {}, posted_early_us=round(t0 - r["ts"], 3))
+            r["ts"], r["dur"] = t0, r_end - t0
 
 
-def bind_flows(pairs: list[tuple[dict, dict]]) -> list[dict]:
-    """One arrow per pair from the send slice to the recv side, bound to the slices themselves
-    (Chrome's bind_id with flow_out / flow_in). Perfetto runs an arrow from the slice that begins
-    first, so a recv posted before its send gets a child slice "recv: transfer" from the send's
-    start to the recv's end (the time the bytes could be moving) and the arrow lands there.
-    Returns those child slices (category "transfer": drawn, never counted)."""
-    children = []
+def bind_flows(pairs: list[tuple[dict, dict]]) -> None:
+    """One arrow per pair from the send slice to the recv slice, bound to the slices themselves
+    (Chrome's bind_id with flow_out / flow_in): the older s / f events bind to whatever slice is
+    open at their time, which put arrows on stale slices and drew some recv -> send."""
     for flow_id, (s, r) in enumerate(pairs, start=1):
         s.update(bind_id=flow_id, flow_out=True)
-        r_end = r["ts"] + r["dur"]
-        if r["ts"] > s["ts"]:
-            r.update(bind_id=flow_id, flow_in=True)
-            continue
-        t0 = min(s["ts"] + TIE_US, r_end)  # strictly after the send begins, within the recv
-        children.append({"ph": "X", "name": "recv: transfer", "cat": "transfer", "pid": r["pid"],
-                         "tid": None, "ts": t0, "dur": r_end - t0, "bind_id": flow_id,
-                         "flow_in": True, "args": {"op": "recv", "peer": (r.get("args") or {}).get(
-                             "peer"), "posted_before_send_us": s["ts"] - r["ts"]}, "parent": r})
-    return children
+        r.update(bind_id=flow_id, flow_in=True)
 
 
 def process_metadata(r: dict) -> list[dict]:
@@ -139,15 +135,11 @@ def build_doc(per_rank: list[dict], metadata: dict | None = None) -> dict:
         raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
     per_rank = [dict(r, events=[dict(e) for e in r["events"]]) for r in per_rank]  # callers' stay
     pairs = p2p_pairs(per_rank)
-    end_sends_at_delivery(pairs)
-    children = bind_flows(pairs)
+    in_flight_between(pairs)
+    bind_flows(pairs)
     evs: list[dict] = []
     for r in sorted(per_rank, key=lambda r: r["rank"]):
         assign_comm_lanes([e for e in r["events"] if e.get("cat") == "comm" and e.get("ph") == "X"])
-        for c in children:  # on its recv's lane, nested inside it
-            if c["pid"] == r["rank"]:
-                c["tid"] = c.pop("parent")["tid"]
-                r["events"].append(c)
         evs += process_metadata(r)
         evs += r["events"]
     meta = dict(metadata or {})

@@ -5,8 +5,8 @@
     overlap(df, by="rank")            # metrics: or "step", "op"
 """
 from partui.analysis.events import COLUMNS, TraceError
-from partui.analysis.metrics import (hta_overlap, overlap, oversubscription_note, step_times,
-                                     theoretical_bubble)
+from partui.analysis.metrics import hta_overlap, overlap, oversubscription_note, step_times
+from partui.analysis.pipeline import theoretical_bubble
 from partui.analysis.reader import detect, frame, load, read_doc
 
 __all__ = ["COLUMNS", "TraceError", "detect", "frame", "hta_overlap", "load", "overlap",

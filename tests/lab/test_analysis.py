@@ -101,7 +101,7 @@ def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
     ev = []
     for r in range(2):
         ev.append(X(r, "step", "step", 0, 2000, step=0))
-        ev += [X(r, f"{cat}{m}", cat, 100 * m + t0, dur, mb=m)
+        ev += [X(r, f"{cat}{m}", cat, 100 * m + t0, dur, mb=m, chunk=0)
                for m in range(4) for cat, (t0, dur) in spans.items()]
     path = write(tmp_path, ev, name, plan={"pp": 2, "schedule": schedule, "microbatches": 4},
                  coords={"0": "pp0", "1": "pp1"})
@@ -110,9 +110,15 @@ def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
 
 def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
     r = pp2_report(tmp_path, "1f1b", {"F": (0, 10), "B": (50, 20)})
-    # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%.
+    # In each rank's own window (first to last action, as measured): rank 0 runs F0 at 0 and
+    # B3 ends at 15, busy 12 -> 20%; rank 1 runs F0 at 1 to B3 ending at 13, busy 12 -> 0%
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
     assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    # measured: actions [0, 370] per rank, 4 x (10 + 20) computing -> 1 - 120 / 370
+    assert r["pipe_ms"].tolist() == pytest.approx([0.370, 0.370])
+    assert r["pipe_bubble_pct"].tolist() == pytest.approx([100 * (1 - 120 / 370)] * 2)
+    assert r["rest_ms"].tolist() == pytest.approx([2.0 - 0.370] * 2)
     assert "sim_bubble_pct" not in overlap(load(write(tmp_path, two_ranks(), "b.json")), "rank")
 
 
@@ -121,7 +127,28 @@ def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
     r = pp2_report(tmp_path, "zb1p", {"F": (0, 10), "B": (40, 20), "W": (70, 10)})
     # F=1, B(input)=2, W=1: formula (P-1)(F+B_full-2W) = 1 * (1 + 3 - 2) = 2 units of a 4 * 4 + 2 = 18 step
     assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)   # equal stages: they agree
+    # rank 0's window is the whole 18-unit step, so it agrees with the formula; rank 1 idles only
+    # before its first F and after its last W, outside its own window
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
+
+
+def test_rank_figures_sum_the_steps_and_skip_the_time_between_them(tmp_path):
+    # two steps [0, 100] and [1000, 1100] (the user took 900 us to press a key): each runs an F
+    # action [10, 90] (a layer nested in it) and then a loss all-reduce [90, 100]
+    ev = []
+    for k, t in enumerate((0, 1000)):
+        ev += [X(0, "step", "step", t, 100, step=k), X(0, "F", "F", t + 10, 80, chunk=0),
+               X(0, "W", "W", t + 40, 0, chunk=0), comm(0, "all_reduce", t + 90, 10),
+               X(0, "F block 0", "layer", t + 20, 50)]
+    df = load(write(tmp_path, ev, plan={"pp": 1}))
+    r = overlap(df, "rank").iloc[0]
+    assert r["window_ms"] == pytest.approx(0.200) and r["compute_ms"] == pytest.approx(0.160)
+    assert r["idle_ms"] == pytest.approx(0.020)   # [0, 10] of each step; nothing from the gap
+    assert r["pipe_ms"] == pytest.approx(0.160) and r["rest_ms"] == pytest.approx(0.040)
+    assert r["pipe_bubble_pct"] == pytest.approx(0.0)   # F itself computes all of [10, 90]
+    s = overlap(df, "step")
+    assert s["pipe_ms"].tolist() == pytest.approx([0.080, 0.080])
+    assert overlap(df, "op").iloc[0]["comm_ms"] == pytest.approx(0.020)
 
 
 def kineto(tmp_path, events, name, rank=0):
