@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.cpu import core_sharing
 from partui.analysis.events import TraceError
 from partui.analysis.pipeline import pipeline_windows, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
@@ -38,6 +39,9 @@ def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
                         "window": (windows["w1"] - windows["w0"]).to_numpy()})
     for col in z.columns:
         res[col] = z[col].to_numpy()
+    cores = core_sharing(df, windows)
+    if cores is not None:
+        res["cpu"], res["no_core"] = cores["cpu"].to_numpy(), cores["no_core"].to_numpy()
     pipe = pipeline_windows(df, windows)
     if pipe is not None:
         zp = sweep_windows(df, pipe)
@@ -59,6 +63,8 @@ def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
 def _figures(z: pd.DataFrame, by: str) -> pd.DataFrame:
     """Summed us per window or rank -> the report's ms and % columns."""
     res = z[["rank"] + (["step"] if by == "step" else [])].copy()
+    if by == "step":
+        res["step"] = res["step"].astype("Int64")  # step 1, not 1.0
     window = z["window"].to_numpy()
     res["window_ms"] = window * US_MS
     res["compute_ms"] = z["compute"].to_numpy() * US_MS
@@ -71,6 +77,9 @@ def _figures(z: pd.DataFrame, by: str) -> pd.DataFrame:
         comm = z["comm"].to_numpy()
         res["overlap_pct"] = np.where(comm > 0, 100 * z["overlapped"].to_numpy() / comm, np.nan)
         res["bubble_pct"] = np.where(window > 0, 100 * (1 - z["compute"].to_numpy() / window), np.nan)
+        if "cpu" in z:
+            res["cpu_ms"] = z["cpu"].to_numpy() * US_MS
+            res["no_core_ms"] = z["no_core"].to_numpy() * US_MS
         if "pipe" in z:
             pipe = z["pipe"].to_numpy(dtype=float)
             res["pipe_ms"] = pipe * US_MS

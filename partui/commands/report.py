@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import numpy as np
 import pandas as pd
 
 from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
+from partui.analysis.cpu import core_sharing_line
+from partui.analysis.definitions import definitions, help_text, legend
 
 FORMATS = ("table", "csv", "json", "markdown")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace")
+    p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace",
+                              epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a partui trace (.json or .json.gz) or a torch.profiler trace")
     p.add_argument("--by", default="rank", choices=("rank", "step", "op"))
     p.add_argument("--format", default="table", choices=FORMATS)
@@ -27,8 +31,9 @@ def _render(df: pd.DataFrame, fmt: str) -> str:
     df = df.round(3)
     if fmt == "csv":
         return df.to_csv(index=False).rstrip("\n")
-    if fmt == "json":
-        return df.to_json(orient="records")
+    if fmt == "json":  # the rows and what their columns count
+        rows = json.loads(df.to_json(orient="records"))
+        return json.dumps({"rows": rows, "definitions": definitions(df.columns)})
     if fmt == "markdown":  # written here: pandas' to_markdown needs the tabulate package
         cols = list(df.columns)
         rows = [" | ".join(_cell(v) for v in r) for r in df.itertuples(index=False)]
@@ -86,9 +91,13 @@ def run(args) -> int:
         out = _render(table, args.format)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
-        note = oversubscription_note(df) if other is None and args.by == "rank" else None
-        if note and args.format in ("table", "markdown"):
-            out += "\n" + note
+        notes = [oversubscription_note(df), core_sharing_line(table)] if (
+            other is None and args.by == "rank") else []
+        notes = [n for n in notes if n] + legend(table.columns)
+        if args.format in ("table", "markdown"):
+            out += "\n" + "\n".join(notes)
+        elif args.format == "csv":  # stdout stays plain CSV
+            print("\n".join(notes), file=sys.stderr)
         if args.plot:
             plot_timeline(df, args.plot)
     except TraceError as exc:
@@ -106,8 +115,10 @@ def run(args) -> int:
 
 # ---------------------------------------------------------------- the timeline PNG
 
-COLORS = {"F": "#9ecae1", "B": "#2171b5", "W": "#969696", "optimizer": "#fdae6b",
-          "wait": "#fcbba1", "comm": "#e6550d"}
+COLORS = {"F": "#9ecae1", "B": "#2171b5", "W": "#969696", "layer": "#6baed6", "expert": "#31a354",
+          "attention": "#756bb1", "loss": "#a1d99b", "optimizer": "#fdae6b", "wait": "#fcbba1",
+          "comm": "#e6550d"}
+OTHER_COMPUTE = "#74c476"
 
 
 def plot_timeline(df: pd.DataFrame, path: str) -> str:
@@ -127,7 +138,7 @@ def plot_timeline(df: pd.DataFrame, path: str) -> str:
         y = len(ranks) - 1 - i
         c = comp[comp["rank"] == r]
         cats = c["cat"].astype(str)
-        colors = [COLORS.get(k, "#74c476") for k in cats]
+        colors = [COLORS.get(k, OTHER_COMPUTE) for k in cats]
         ax.broken_barh(list(zip((c["ts"] - t0) / 1e3, c["dur"] / 1e3)), (y, 0.6), facecolors=colors)
         for kind, height in (("wait", 0.6), ("comm", 0.15)):
             s = df[(df["rank"] == r) & (df["kind"] == kind)]
@@ -137,8 +148,8 @@ def plot_timeline(df: pd.DataFrame, path: str) -> str:
     ax.set_yticks([len(ranks) - 1 - i + 0.3 for i in range(len(ranks))])
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{df.attrs.get('path', '')}: compute (F light, B dark, W grey), comm in flight "
-                 f"(thin bar), idle blank")
+    ax.set_title(f"{df.attrs.get('path', '')}: compute (leaf spans; containers such as F&B pairs "
+                 f"are not drawn), waits (pale red), comm in flight (thin bar), idle blank")
     ax.legend(handles=[Patch(color=v, label=k) for k, v in COLORS.items()], loc="upper center",
               bbox_to_anchor=(0.5, -0.35 if len(ranks) < 3 else -0.12), frameon=False,
               ncol=len(COLORS), fontsize=8)

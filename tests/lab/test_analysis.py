@@ -5,6 +5,7 @@ import math
 import pytest
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
+from partui.analysis.cpu import core_sharing_line
 from partui.bench.analysis import bench_analysis
 
 
@@ -246,3 +247,20 @@ def test_containers_never_count_and_posting_an_op_is_not_compute(tmp_path):
     assert r["wait_ms"] == pytest.approx(0.020)
     by_op = overlap(df, "op").iloc[0]
     assert by_op["overlap_pct"] == pytest.approx(100 * 10 / 45)
+
+
+def test_no_core_time_is_outer_compute_outside_waits_less_its_cpu_time(tmp_path):
+    # F [0, 60] got 30 us of CPU and slept in a wait [20, 30]: runnable without a core for
+    # 60 - 10 - 30 = 20; its nested layer is not counted again; the optimizer [70, 90] ran all along
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F", "F", 0, 60, chunk=0, cpu_us=30.0),
+          X(0, "F block 0", "layer", 10, 40, cpu_us=20.0),
+          X(0, "wait recv", "wait", 20, 10, op="recv"),
+          X(0, "adamw", "optimizer", 70, 20, cpu_us=20.0)]
+    r = overlap(load(write(tmp_path, ev)), "rank").iloc[0]
+    assert r["cpu_ms"] == pytest.approx(0.050) and r["no_core_ms"] == pytest.approx(0.020)
+    line = core_sharing_line(overlap(load(write(tmp_path, ev)), "rank"))
+    assert line.startswith("core sharing: rank 0 was runnable but not running for 0.0 ms")
+
+
+def test_traces_without_cpu_times_have_no_core_columns(tmp_path):
+    assert "no_core_ms" not in overlap(load(write(tmp_path, two_ranks())), "rank")

@@ -1,0 +1,66 @@
+"""What every figure of `partui report` counts: one table, printed as the legend of a table or
+markdown report, the `definitions` key of a json one, in `partui report --help` and in the docs.
+"""
+from __future__ import annotations
+
+TERMS = {
+    "compute": "leaf spans that do arithmetic (layers, attention, experts, router, loss, "
+               "optimizer, pipeline F / B / W actions), merged; container spans (a step, an F&B "
+               "pair, a microbatch) never count, and neither do waits or posting an op",
+    "wait": "the rank blocked on a comm op, or posting one (exposed: neither compute nor overlap)",
+    "comm in flight": "an op from its issue to its transfer's completion, merged; a p2p pair "
+                      "from the send's post to the recv's completion (gloo's p2p has no future: "
+                      "the recv's wait tells when the bytes arrived)",
+    "window": "a rank's step spans, summed; time between steps (the controller, a user deciding) "
+              "enters no figure; without step spans, the rank's first to last event",
+}
+
+COLUMNS = {
+    "rank": "global rank",
+    "step": "step number",
+    "window_ms": "the measured window (step spans, summed)",
+    "compute_ms": "compute in the window",
+    "comm_ms": "comm in flight in the window",
+    "overlapped_ms": "comm in flight while the rank computed",
+    "exposed_comm_ms": "comm_ms - overlapped_ms: comm in flight while the rank did not compute",
+    "wait_ms": "time blocked on or posting comm ops",
+    "idle_ms": "window covered by neither compute nor comm in flight",
+    "overlap_pct": "overlapped_ms / comm_ms (HTA's comm-comp overlap)",
+    "bubble_pct": "100 - compute / window: every reason not to compute (idle, waiting, exposed "
+                  "comm, the loss / grad / mirror syncs and the optimizer's gaps)",
+    "cpu_ms": "thread CPU time the outermost compute spans got",
+    "no_core_ms": "those spans' wall time outside waits less their CPU time: runnable, no core",
+    "pipe_ms": "pipeline window: each step, the rank's first to last F / B / W action",
+    "pipe_bubble_pct": "100 - compute in the pipeline window / pipe_ms: the measured pipeline bubble",
+    "rest_ms": "window_ms - pipe_ms: loss all-reduce, mirror and grad sync, optimizer",
+    "sim_bubble_pct": "the simulator's bubble for this rank's stage in its own pipeline window, "
+                      "under the trace's mean F / B / W compute (kernels.pp.simulate)",
+    "formula_bubble_pct": "the published formula's bubble, as a % of the simulated step",
+    "op": "comm op",
+    "group": "process group",
+    "ops": "number of ops",
+    "bytes": "bytes moved by this rank, summed over ranks",
+    "run": "this trace, the --vs one, and their difference",
+    "trace": "trace file",
+    "step_ms": "mean step time, first rank's start to last rank's end",
+    "comm_comp_overlap_pct": "HTA's per-rank overlap: GPU kernels only, NCCL against the rest",
+}
+
+
+def legend(columns) -> list[str]:
+    """Lines defining the terms and every column present."""
+    out = ["definitions:"] + [f"  {k}: {v}" for k, v in TERMS.items()]
+    out += [f"  {c}: {COLUMNS[c]}" for c in columns if c in COLUMNS]
+    return out
+
+
+def definitions(columns) -> dict:
+    """The json form: the terms and the present columns."""
+    return {**TERMS, **{c: COLUMNS[c] for c in columns if c in COLUMNS}}
+
+
+def help_text() -> str:
+    """`partui report --help`'s epilog: every column."""
+    width = max(len(c) for c in COLUMNS)
+    return "\n".join(["definitions:"] + [f"  {k}: {v}" for k, v in TERMS.items()] + ["columns:"]
+                     + [f"  {c:<{width}}  {v}" for c, v in COLUMNS.items()])
