@@ -43,7 +43,9 @@ COLUMNS = {
     "run": "this trace, the --vs one, and their difference",
     "trace": "trace file",
     "step_ms": "mean step time, first rank's start to last rank's end",
-    "comm_comp_overlap_pct": "HTA's per-rank overlap: GPU kernels only, NCCL against the rest",
+    "comm_comp_overlap_pct": "HTA's per-rank overlap (torch.profiler GPU traces): NCCL kernels "
+                             "against the other kernels, after HTA's filter: kernels launched before "
+                             "the last ProfilerStep (--include-last-step: up to its end)",
 }
 
 

@@ -152,11 +152,15 @@ def step_times(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"step": g.index.astype(int), "step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()})
 
 
-def hta_overlap(df: pd.DataFrame) -> pd.DataFrame:
-    """HTA's comm-comp overlap % per rank: GPU kernels only, NCCL against the rest, each merged.
-    On CPU traces there are no kernels and, as with HTA, the figure is NaN."""
+def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
+    """HTA's comm-comp overlap % per rank: GPU kernels only, NCCL against the other kernels
+    (memcpy / memset are neither), each merged. HTA's filter first (Trace.load_traces): with two
+    or more ProfilerStep#N, only kernels launched (by correlation id) from CPU events that start
+    before the last step begins count; include_last_profiler_step=True keeps those starting up to
+    the last step's end. On CPU traces there are no kernels and, as with HTA, the figure is NaN."""
     ranks = sorted(df["rank"].unique())
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
+    gpu = hta_kernels(df, include_last_profiler_step)
+    gpu = gpu[gpu["kind"].isin(["compute", "comm"])]
     out = pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": np.nan})
     if len(gpu):
         cls = (gpu["kind"] == "comm").to_numpy().astype(np.int64)
@@ -168,3 +172,18 @@ def hta_overlap(df: pd.DataFrame) -> pd.DataFrame:
         out.loc[keys, "comm_comp_overlap_pct"] = pct
         out = out.reset_index()
     return out
+
+
+def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
+    """The GPU kernels HTA keeps (see hta_overlap)."""
+    gpu = df[df["device"] == "gpu"]
+    steps = df[(df["device"] == "cpu") & df["name"].str.startswith("ProfilerStep#").fillna(False)]
+    if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
+        return gpu
+    cpu = df[df["device"] == "cpu"]
+    last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
+    bound = cpu["rank"].map(last["end" if include_last_profiler_step else "start"])
+    kept = cpu[(cpu["ts"] <= bound) if include_last_profiler_step else (cpu["ts"] < bound)]
+    launched = pd.MultiIndex.from_frame(kept[["rank", "correlation"]].dropna())
+    mine = pd.MultiIndex.from_frame(gpu[["rank", "correlation"]])
+    return gpu[mine.isin(launched)]

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
+from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscription_note,
+                             step_times)
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, help_text, legend
 
@@ -18,11 +19,15 @@ FORMATS = ("table", "csv", "json", "markdown")
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace",
                               epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("trace", help="a partui trace (.json or .json.gz) or a torch.profiler trace")
+    p.add_argument("trace", help="a partui trace (.json or .json.gz), a torch.profiler trace, or a "
+                   "directory of per-rank torch.profiler traces (HTA's input)")
     p.add_argument("--by", default="rank", choices=("rank", "step", "op"))
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
+    p.add_argument("--include-last-step", action="store_true",
+                   help="torch.profiler GPU traces: HTA's include_last_profiler_step (HTA's default, "
+                        "and ours, drops kernels launched in the last ProfilerStep)")
     p.set_defaults(func=run)
     return p
 
@@ -88,6 +93,8 @@ def run(args) -> int:
             table = compare(df, other)
         else:
             table = overlap(df, args.by)
+            if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
+                table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
         out = _render(table, args.format)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
