@@ -11,7 +11,7 @@ import pandas as pd
 
 from kernels.pp.schedules import build_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
-from partui.analysis.sweep import clip, sweep_windows
+from partui.analysis.sweep import clip
 
 ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
 
@@ -37,15 +37,20 @@ def pipeline_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | 
 
 
 def action_costs(df: pd.DataFrame) -> dict:
-    """Mean compute time (us) inside each action kind: the leaf compute in its span, so a recv
-    waited inside an F is not counted as F's cost."""
-    acts = actions(df).sort_values(["rank", "ts"]).reset_index(drop=True)
+    """Mean compute time (us) inside each action kind: its span less the waits inside it, so a
+    recv waited inside an F is not counted as F's cost. Actions of a rank never overlap, so each
+    wait belongs to the last action that began before it (an as-of join, not a sweep)."""
+    acts = actions(df)
     if not len(acts):
         return {}
-    wins = pd.DataFrame({"wid": np.arange(len(acts)), "rank": acts["rank"].to_numpy(),
-                         "step": np.nan, "w0": acts["ts"].to_numpy(), "w1": acts["end"].to_numpy()})
-    z = sweep_windows(df, wins)
-    busy = pd.Series(z["compute"].to_numpy(), index=acts.index)
+    acts = acts.assign(aid=np.arange(len(acts)))[["rank", "ts", "end", "dur", "cat", "aid"]]
+    waits = df[df["kind"] == "wait"][["rank", "ts", "end"]]
+    left = waits.sort_values("ts", kind="stable")
+    joined = pd.merge_asof(left, acts.sort_values("ts", kind="stable")[["rank", "ts", "end", "aid"]]
+                           .rename(columns={"end": "a_end"}), on="ts", by="rank")
+    inside = (np.minimum(joined["end"], joined["a_end"]) - joined["ts"]).clip(lower=0).fillna(0.0)
+    waited = inside.groupby(joined["aid"]).sum()
+    busy = acts["dur"] - acts["aid"].map(waited).fillna(0.0)
     return busy.groupby(acts["cat"].astype(str)).mean().to_dict()
 
 

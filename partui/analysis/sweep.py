@@ -68,10 +68,12 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
     if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span
         on[:, 0] &= ~on[:, 2]
     keys, idx = np.unique(k, return_inverse=True)
-    lengths = np.zeros((len(keys), n_cls))
-    inter0 = np.zeros((len(keys), n_cls))
-    np.add.at(lengths, idx, on * seg[:, None])
-    np.add.at(inter0, idx, (on & on[:, :1]) * seg[:, None])
+    both = on & on[:, :1]
+    # bincount per class: np.add.at is ~10x slower on a million boundaries
+    lengths = np.stack([np.bincount(idx, weights=on[:, c] * seg, minlength=len(keys))
+                        for c in range(n_cls)], axis=1)
+    inter0 = np.stack([np.bincount(idx, weights=both[:, c] * seg, minlength=len(keys))
+                       for c in range(n_cls)], axis=1)
     union = np.bincount(idx, weights=on[:, :2].any(axis=1) * seg, minlength=len(keys))
     return keys, lengths, inter0, union
 
@@ -82,10 +84,14 @@ _CLASSES = {"compute": 0, "comm": 1, "wait": 2}
 def sweep_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Per window (index wid): merged compute, comm in flight, wait, compute-and-comm and their
     union, in us, with compute counted only outside waits."""
-    iv = clip(df[df["kind"].isin(list(_CLASSES))], windows)
-    cls = iv["kind"].map(_CLASSES).to_numpy()
+    kind = df["kind"].to_numpy(dtype=object)
+    cls = np.select([kind == k for k in _CLASSES], list(_CLASSES.values()), -1)
+    keep = cls >= 0
+    narrow = pd.DataFrame({"rank": df["rank"].to_numpy()[keep], "ts": df["ts"].to_numpy()[keep],
+                           "end": df["end"].to_numpy()[keep], "cls": cls[keep]})  # clip copies rows
+    iv = clip(narrow, windows)
     keys, lengths, inter0, union = sweep(iv["wid"].to_numpy(), iv["ts"].to_numpy(),
-                                          iv["end"].to_numpy(), cls, len(_CLASSES))
+                                          iv["end"].to_numpy(), iv["cls"].to_numpy(), len(_CLASSES))
     z = pd.DataFrame(0.0, index=windows["wid"].to_numpy(),
                      columns=["compute", "comm", "wait", "overlapped", "union"])
     z.loc[keys, ["compute", "comm", "wait"]] = lengths
