@@ -43,6 +43,16 @@ COLUMNS = {
     "run": "this trace, the --vs one, and their difference",
     "trace": "trace file",
     "step_ms": "mean step time, first rank's start to last rank's end",
+    "k": "--by schedule: the action's place in its rank's list",
+    "action": "the executor's action span (F, B, BW, W, FB pair)",
+    "start_ms": "recorded start, from the step's first action on any rank",
+    "dur_ms": "recorded wall time of the action",
+    "sim_start_ms": "the simulator's start for the same action under the trace's costs",
+    "sim_dur_ms": "the simulator's duration (the trace's mean compute for its kind)",
+    "late_ms": "start_ms - sim_start_ms",
+    "waited_ms": "waits inside the action: its input had not arrived (a peer's send)",
+    "why": "a peer's send, a core (whichever took over 5% of the action and more of it), or "
+           "nothing: the action ran its cost and inherited its lateness",
     "comm_comp_overlap_pct": "HTA's per-rank overlap (torch.profiler GPU traces): NCCL kernels "
                              "against the other kernels, after HTA's filter: kernels launched before "
                              "the last ProfilerStep (--include-last-step: up to its end)",

@@ -54,11 +54,9 @@ def action_costs(df: pd.DataFrame) -> dict:
     return busy.groupby(acts["cat"].astype(str)).mean().to_dict()
 
 
-def theoretical_bubble(df: pd.DataFrame, ranks=None):
-    """For pipeline runs (metadata plan.pp > 1), under the trace's own mean F, B, W compute: the
-    simulator's bubble % per rank in that rank's own pipeline window (first to last action, as
-    pipe_bubble_pct is measured), and the published formula's bubble as a % of the simulated
-    step (one figure: the formulas assume equal stages); None when it does not apply."""
+def simulated(df: pd.DataFrame):
+    """(SimResult, Cost, plan) of the trace's schedule (metadata plan.pp > 1) under the trace's own
+    mean F, B, W compute; None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
     plan = meta.get("plan") or {}
     pp = int(plan.get("pp") or 1)
@@ -76,8 +74,23 @@ def theoretical_bubble(df: pd.DataFrame, ranks=None):
         cost = Cost(F=f, B=b + w, W=w)  # Cost.B is the full backward
         if np.isfinite(fb):
             cost = Cost(F=f, B=b + w, W=w, FB=fb)
-        res = simulate(sched, cost)
-        formula = formula_bubble(name, pp, cost, int(plan.get("virtual_stages") or 1))[0]
+        return simulate(sched, cost), cost, plan
+    except (ValueError, TypeError):
+        return None
+
+
+def theoretical_bubble(df: pd.DataFrame, ranks=None):
+    """For pipeline runs, under the trace's own mean F, B, W compute: the simulator's bubble % per
+    rank in that rank's own pipeline window (first to last action, as pipe_bubble_pct is
+    measured), and the published formula's bubble as a % of the simulated step (one figure: the
+    formulas assume equal stages); None when it does not apply."""
+    sim = simulated(df)
+    if sim is None:
+        return None
+    res, cost, plan = sim
+    try:
+        formula = formula_bubble(plan.get("schedule", "1f1b"), int(plan["pp"]), cost,
+                                 int(plan.get("virtual_stages") or 1))[0]
     except (ValueError, TypeError):
         return None
     per_stage = []
@@ -85,11 +98,11 @@ def theoretical_bubble(df: pd.DataFrame, ranks=None):
         first, last = min(s[0] for s in spans), max(s[1] for s in spans)
         busy = sum(s[1] - s[0] for s in spans)
         per_stage.append(100 * (1 - busy / (last - first)) if last > first else np.nan)
-    coords = meta.get("coords") or {}
+    coords = (df.attrs.get("metadata") or {}).get("coords") or {}
     ranks = sorted(df["rank"].unique()) if ranks is None else list(ranks)
     stage = [pp_coord(coords.get(str(r), ""), r) for r in ranks]
-    sim = np.array([per_stage[s] if s < len(per_stage) else np.nan for s in stage])
-    return sim, np.full(len(ranks), 100 * formula / res.makespan)
+    out = np.array([per_stage[s] if s < len(per_stage) else np.nan for s in stage])
+    return out, np.full(len(ranks), 100 * formula / res.makespan)
 
 
 def pp_coord(coords: str, rank: int) -> int:

@@ -12,6 +12,7 @@ from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscri
                              step_times)
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.schedule_view import schedule_view
 
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -21,7 +22,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a partui trace (.json or .json.gz), a torch.profiler trace, or a "
                    "directory of per-rank torch.profiler traces (HTA's input)")
-    p.add_argument("--by", default="rank", choices=("rank", "step", "op"))
+    p.add_argument("--by", default="rank", choices=("rank", "step", "op", "schedule"),
+                   help="schedule: a pipeline step's actions beside the simulator's, with lateness")
+    p.add_argument("--step", type=int, default=None,
+                   help="--by schedule: which traced step (default: the last)")
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
@@ -91,6 +95,8 @@ def run(args) -> int:
         other = load(args.vs) if args.vs else None
         if other is not None:
             table = compare(df, other)
+        elif args.by == "schedule":
+            table = schedule_view(df, args.step)
         else:
             table = overlap(df, args.by)
             if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
