@@ -156,7 +156,7 @@ async def test_zero2_step_inspect_trace_quit(tmp_path):
         assert os.path.isfile(path) and app.world.trace_path == path
         by_rank = panel.report_rows("rank")
         assert [r[0] for r in by_rank] == ["0", "1"]
-        assert [r[:2] for r in panel.report_rows("step")] == [["0", "2.0"], ["1", "2.0"]]
+        assert [r[:2] for r in panel.report_rows("step")] == [["0", "2"], ["1", "2"]]
         assert "r0" in str(panel.query_one("#timeline").render())
         assert insp.active == TABS["trace"]
         await pilot.press("escape", "q")                     # q in the command line is a letter
