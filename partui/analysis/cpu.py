@@ -23,14 +23,14 @@ def outermost(spans: pd.DataFrame) -> pd.DataFrame:
 def core_sharing(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:
     """Per window (index wid): cpu (thread CPU time of the outermost compute spans) and no_core
     (their wall time outside waits, less that CPU time), in us; None without CPU times."""
-    comp = df[(df["kind"] == "compute")]
+    comp = df.loc[df["kind"] == "compute", ["rank", "ts", "end", "dur", "cpu_us"]]  # clip copies rows
     if not len(comp) or comp["cpu_us"].isna().all():
         return None
     outer = clip(outermost(comp[comp["cpu_us"].notna()]), windows)
     # a piece of a span cut by a window boundary keeps its share of the span's CPU time
     share = (outer["end"] - outer["ts"]) / outer["dur"].where(outer["dur"] > 0)
     outer = outer.assign(cpu=(outer["cpu_us"] * share.fillna(0.0)))
-    waits = clip(df[df["cat"] == "wait"], windows)       # sleeping, not runnable (posting is CPU)
+    waits = clip(df.loc[df["cat"] == "wait", ["rank", "ts", "end"]], windows)       # sleeping, not runnable (posting is CPU)
     key = np.concatenate([outer["wid"].to_numpy(), waits["wid"].to_numpy()])
     ts = np.concatenate([outer["ts"].to_numpy(), waits["ts"].to_numpy()])
     end = np.concatenate([outer["end"].to_numpy(), waits["end"].to_numpy()])

@@ -93,7 +93,8 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     """Exposed comm per (op, group), summed over ranks. Ops of one class are merged; different
     ops in flight at once each count their own time, so rows can add up to more than the total."""
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))  # nothing between steps
-    comm = clip(df[df["kind"] == "comm"], windows)
+    comm = clip(df.loc[df["kind"] == "comm", ["rank", "ts", "end", "op", "group", "name", "bytes"]],
+                windows)  # narrow: clip copies rows
     cols = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_comm_ms",
             "overlap_pct"]
     if not len(comm):
@@ -102,7 +103,7 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     classes = comm[["rank", "op", "group"]].drop_duplicates().reset_index(drop=True)
     classes["cid"] = np.arange(len(classes))
     comm = comm.merge(classes, on=["rank", "op", "group"])
-    busy = clip(df[df["kind"].isin(["compute", "wait"])], windows)
+    busy = clip(df.loc[df["kind"].isin(["compute", "wait"]), ["rank", "ts", "end", "kind"]], windows)
     # each (rank, op, group) class is swept against its rank's compute (and waits, which are not
     # compute), so those are repeated once per class of its rank (a handful), never per event pair
     rep = busy[["rank", "ts", "end", "kind"]].merge(classes[["rank", "cid"]], on="rank")

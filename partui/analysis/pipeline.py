@@ -28,7 +28,7 @@ def pipeline_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | 
     acts = actions(df)
     if not len(acts):
         return None
-    pieces = clip(acts, windows)
+    pieces = clip(acts[["rank", "ts", "end"]], windows)
     if not len(pieces):
         return None
     w = pieces.groupby("wid").agg(w0=("ts", "min"), w1=("end", "max"))
