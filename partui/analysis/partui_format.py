@@ -23,7 +23,8 @@ def partui_frame(doc: dict) -> pd.DataFrame:
     df = slices(events)
     df["track"] = track_names(df, events)
     df["rank"] = df["pid"]
-    on_compute = df["track"].str.startswith("compute")
+    names = pd.unique(df["track"].to_numpy(dtype=object))  # a few names: test those, not each row
+    on_compute = df["track"].isin([n for n in names if str(n).startswith("compute")])
     cat = df["cat"].astype(str)
     # a comm-category span on a compute track is the rank blocked on comm (older traces' ZeRO-3 wait)
     df["kind"] = np.select([(cat == "comm") & ~on_compute, cat.isin(WAIT_CATS) | (cat == "comm"),

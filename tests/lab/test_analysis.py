@@ -264,3 +264,13 @@ def test_no_core_time_is_outer_compute_outside_waits_less_its_cpu_time(tmp_path)
 
 def test_traces_without_cpu_times_have_no_core_columns(tmp_path):
     assert "no_core_ms" not in overlap(load(write(tmp_path, two_ranks())), "rank")
+
+
+def test_an_older_traces_comm_span_on_the_compute_track_is_a_wait_not_an_op(tmp_path):
+    # ZeRO-3's "param all-gather wait" was recorded with category comm on the compute track
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F block 0", "layer", 0, 100),
+          X(0, "param all-gather wait", "comm", 40, 20)]
+    df = load(write(tmp_path, ev))
+    assert df.loc[df["name"] == "param all-gather wait", "kind"].tolist() == ["wait"]
+    assert len(overlap(df, "op")) == 0 and overlap(df, "rank").iloc[0]["compute_ms"] == \
+        pytest.approx(0.080)
