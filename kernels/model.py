@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kernels.comm import events
 from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
@@ -210,6 +211,11 @@ def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, 
 
 # ---------------------------------------------------------------- forward / backward over a layer list
 
+def layer_label(layer) -> str:
+    """A layer's name in trace spans: embed, block 3, head."""
+    return {Embed: "embed", Head: "head"}.get(type(layer)) or f"block {getattr(layer, 'index', '?')}"
+
+
 def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None):
     """Run the layers on one microbatch and accumulate grads; returns the (partial) loss.
 
@@ -223,20 +229,23 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
     x = ids
     for layer in layers[:-1]:
         hooks and hooks.before_forward(layer)
-        x, c = layer.forward(x)
+        with events.span(f"F {layer_label(layer)}", "layer"):  # leaf compute; the F+B around is not
+            x, c = layer.forward(x)
         hooks and hooks.after_forward(layer)
         ctxs.append(c)
     head = layers[-1]
     hooks and hooks.before_forward(head)
-    loss, c_head = head.forward(x, targets, denom)
+    with events.span("F+B head (loss)", "layer"):
+        loss, c_head = head.forward(x, targets, denom)
+        dx = head.backward_input(c_head)
+        head.backward_weight(c_head)
     aux = sum((getattr(c, "aux_loss", 0.0) for c in ctxs), 0.0)
-    dx = head.backward_input(c_head)
-    head.backward_weight(c_head)
     hooks and hooks.after_backward(head)
     for layer, c in zip(reversed(layers[:-1]), reversed(ctxs)):
         hooks and hooks.before_backward(layer)
-        dx = layer.backward_input(c, dx)
-        layer.backward_weight(c)
+        with events.span(f"B+W {layer_label(layer)}", "layer"):
+            dx = layer.backward_input(c, dx)
+            layer.backward_weight(c)
         hooks and hooks.after_backward(layer)
     return loss + aux
 
@@ -250,7 +259,7 @@ def _forward_backward_autograd(layers, ids, targets, denom, hooks=None):
     for q, leaf in zip(prms, leaves):
         q.data = leaf
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), events.span("F+B autograd", "layer"):
             x = ids
             aux = 0.0
             for layer in layers[:-1]:

@@ -35,7 +35,7 @@ class MicrobatchRunner:
         loss, spans = 0.0, []
         for mb, (x, t) in enumerate(zip(ids.chunk(m), targets.chunk(m))):
             t0 = events.now_ns()
-            with events.span("F+B", "FB", mb=mb):
+            with events.span("F+B", "microbatch", mb=mb):  # a container: its layers are the compute
                 loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks)
             spans.append((t0, events.now_ns()))
         return loss, spans

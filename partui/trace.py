@@ -14,7 +14,7 @@ import threading
 import time
 
 from kernels.comm import events
-from partui.tracefile import COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID
+from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, assign_comm_lanes
 
 
 def _us(t_ns: int) -> float:
@@ -24,13 +24,15 @@ def _us(t_ns: int) -> float:
 class RankTracer:
     """The recorder of one rank. `start()`, run steps, `stop() -> dict` of this rank's events."""
 
-    def __init__(self, rank: int, coords: str = "", sparse: bool = True):
-        self.rank, self.coords, self.sparse = int(rank), coords, sparse
+    def __init__(self, rank: int, coords: str = "", sparse: bool = True, python: bool = True):
+        """python=False: no viztracer beside the recorder (a bench's own spans only)."""
+        self.rank, self.coords, self.sparse, self.python = int(rank), coords, sparse, python
         self._lock = threading.Lock()  # comm_complete arrives on gloo's thread
         self._compute: list[tuple] = []  # (name, cat, t0, t1, args)
         self._issues: dict[int, tuple] = {}  # op_id -> (op, group, nbytes, peer, t_ns, args)
         self._complete: dict[int, int] = {}  # op_id -> t_ns
         self._waits: list[tuple] = []  # (op_id, t0, t1)
+        self._posts: list[tuple] = []  # (op_id, t0, t1): the caller posting an op
         self._counters: list[tuple] = []  # (name, t_ns, values)
         self._viz = None
         self._t_start = self._t_stop = None
@@ -47,6 +49,10 @@ class RankTracer:
         with self._lock:
             self._complete.setdefault(op_id, t_ns)
 
+    def comm_posted(self, op_id, t0_ns, t1_ns):
+        with self._lock:
+            self._posts.append((op_id, t0_ns, t1_ns))
+
     def comm_wait(self, op_id, t0_ns, t1_ns):
         with self._lock:
             self._waits.append((op_id, t0_ns, t1_ns))
@@ -56,7 +62,7 @@ class RankTracer:
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "RankTracer":
-        self._viz = _start_viztracer(self.sparse)
+        self._viz = _start_viztracer(self.sparse) if self.python else None
         self._t_start = events.now_ns()
         events.set_recorder(self)
         return self
@@ -70,7 +76,8 @@ class RankTracer:
         self._viz = None
         with self._lock:
             issues, complete, waits = dict(self._issues), dict(self._complete), list(self._waits)
-        evs = self._compute_track(issues, waits) + self._comm_tracks(issues, complete, waits)
+            posts = list(self._posts)
+        evs = self._compute_track(issues, waits, posts) + self._comm_tracks(issues, complete, waits)
         evs += [{"ph": "C", "name": n, "pid": self.rank, "tid": COMPUTE_TID, "ts": _us(t),
                  "args": v} for n, t, v in self._counters]
         return {"rank": self.rank, "coords": self.coords, "events": evs + viz_events,
@@ -78,11 +85,12 @@ class RankTracer:
                 "viztracer": viz_info}
 
     # ------------------------------------------------------------ building tracks
-    def _compute_track(self, issues, waits) -> list[dict]:
+    def _compute_track(self, issues, waits, posts=()) -> list[dict]:
         spans = [(t0, t1, name, cat, args) for name, cat, t0, t1, args in self._compute]
-        for op_id, t0, t1 in waits:
-            op, group = issues.get(op_id, ("?", "?"))[:2]
-            spans.append((t0, t1, f"wait {op}", "wait", {"op_id": op_id, "op": op, "group": group}))
+        for verb, cat, found in (("wait", "wait", waits), ("post", "post", posts)):
+            for op_id, t0, t1 in found:
+                op, group = issues.get(op_id, ("?", "?"))[:2]
+                spans.append((t0, t1, f"{verb} {op}", cat, {"op_id": op_id, "op": op, "group": group}))
         # parents first at equal start, so the stack check below sees true nesting
         spans.sort(key=lambda s: (s[0], -(s[1] - s[0])))
         out, stack = [], []
@@ -115,18 +123,10 @@ class RankTracer:
             a = {"op": op, "group": group, "bytes": nbytes, "peer": peer, "op_id": op_id, **args}
             if unfinished:
                 a["unfinished"] = True
-            ops.append((t_issue, t_end, op_id, op, a))
-        ops.sort()
-        lane_end: list[int] = []  # greedy interval colouring: first lane free at issue time
-        out = []
-        for t0, t1, _op_id, op, a in ops:
-            lane = next((i for i, e in enumerate(lane_end) if e <= t0), len(lane_end))
-            if lane == len(lane_end):
-                lane_end.append(t1)
-            lane_end[lane] = t1
-            out.append({"ph": "X", "name": op, "cat": "comm", "pid": self.rank,
-                        "tid": COMM_TID + lane, "ts": _us(t0), "dur": _us(t1 - t0), "args": a})
-        return out
+            ops.append({"ph": "X", "name": op, "cat": "comm", "pid": self.rank, "tid": None,
+                        "ts": _us(t_issue), "dur": _us(t_end - t_issue), "args": a})
+        assign_comm_lanes(ops)
+        return ops
 
 
 # ---------------------------------------------------------------- viztracer, cheaply

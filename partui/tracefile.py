@@ -3,7 +3,9 @@ thread names, and one Chrome trace written atomically (opens in Perfetto; `partu
 Pure Python, light to import; the rank side is partui.trace.
 
 Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
-lane holds non-overlapping ones), 1000+ compute overflow, 2000+ viztracer threads.
+lane holds non-overlapping ones; assigned here, after sends are ended at their recv's completion),
+1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `in_flight_between` (a pair
+is in flight from the send's post to the recv's completion), `bind_flows` (send -> recv arrows).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
 COMPUTE_OVERFLOW_TID = 1000
 PY_TID = 2000
 P2P_OPS = ("send", "recv")
+TIE_US = 0.001  # one nanosecond: Perfetto keeps time in ns
 FORMAT = "partui-trace/1"
 
 
@@ -33,8 +36,22 @@ def stitch(windows: list[list[dict]]) -> list[dict]:
     return per_rank
 
 
-def flow_events(per_rank: list[dict]) -> list[dict]:
-    """Pair the k-th send a->b with tag t to the k-th recv on b from a with tag t: s/f arrows."""
+def assign_comm_lanes(ops: list[dict]) -> int:
+    """Give one rank's comm slices their tids in place: greedy interval colouring in issue order,
+    the first lane free at issue time, so slices on one lane never overlap. Returns lanes used."""
+    lane_end: list[float] = []
+    for e in sorted(ops, key=lambda e: (e["ts"], e["ts"] + e["dur"])):
+        t0, t1 = e["ts"], e["ts"] + e["dur"]
+        lane = next((i for i, end in enumerate(lane_end) if end <= t0), len(lane_end))
+        if lane == len(lane_end):
+            lane_end.append(t1)
+        lane_end[lane] = t1
+        e["tid"] = COMM_TID + lane
+    return len(lane_end)
+
+
+def p2p_pairs(per_rank: list[dict]) -> list[tuple[dict, dict]]:
+    """(send, recv) slices: the k-th send a->b with tag t and the k-th recv on b from a with tag t."""
     sends: dict[tuple, list[dict]] = {}
     recvs: dict[tuple, list[dict]] = {}
     for r in per_rank:
@@ -46,21 +63,41 @@ def flow_events(per_rank: list[dict]) -> list[dict]:
                     sends.setdefault((me, peer, tag), []).append(e)
                 else:
                     recvs.setdefault((peer, me, tag), []).append(e)
-    out, flow_id = [], 0
+    pairs = []
     for key in sorted(sends):
         ss = sorted(sends[key], key=lambda e: e["ts"])
         rr = sorted(recvs.get(key, []), key=lambda e: e["ts"])
-        for s, r in zip(ss, rr):
-            flow_id += 1
-            # just inside each slice (binds to it), send near its start and recv near its end:
-            # Perfetto drops a flow whose end comes before its start
-            s_ts = s["ts"] + s["dur"] * 0.01
-            f_ts = max(r["ts"] + r["dur"] * 0.99, s_ts)
-            out.append({"ph": "s", "id": flow_id, "name": "p2p", "cat": "flow", "pid": s["pid"],
-                        "tid": s["tid"], "ts": s_ts})
-            out.append({"ph": "f", "bp": "e", "id": flow_id, "name": "p2p", "cat": "flow",
-                        "pid": r["pid"], "tid": r["tid"], "ts": f_ts})
-    return out
+        pairs += list(zip(ss, rr))
+    return pairs
+
+
+def in_flight_between(pairs: list[tuple[dict, dict]]) -> None:
+    """A p2p pair is in flight from the send's post to the recv's completion (one host, one clock).
+    gloo's sends have no future: a send is seen complete only when its rank next looks, often at
+    the end of the step, so a send's slice ends at its recv's completion when that is earlier
+    (args.end "recv"). A recv posted before its send moves nothing until the send is posted, so
+    its slice starts just after the send's (args.posted_early_us says by how much); the rank
+    blocked meanwhile shows as its wait. Both sides then begin send first, which is also what
+    Perfetto needs to draw the arrow send -> recv."""
+    for s, r in pairs:
+        r_end = r["ts"] + r["dur"]
+        if r_end < s["ts"] + s["dur"]:
+            s["dur"] = max(0.0, r_end - s["ts"])
+            s["args"] = dict(s.get("args") or {}, end="recv")
+            s["args"].pop("unfinished", None)
+        if r["ts"] <= s["ts"]:
+            t0 = min(s["ts"] + TIE_US, r_end)  # strictly after the send begins, within the recv
+            r["args"] = dict(r.get("args") or {}, posted_early_us=round(t0 - r["ts"], 3))
+            r["ts"], r["dur"] = t0, r_end - t0
+
+
+def bind_flows(pairs: list[tuple[dict, dict]]) -> None:
+    """One arrow per pair from the send slice to the recv slice, bound to the slices themselves
+    (Chrome's bind_id with flow_out / flow_in): the older s / f events bind to whatever slice is
+    open at their time, which put arrows on stale slices and drew some recv -> send."""
+    for flow_id, (s, r) in enumerate(pairs, start=1):
+        s.update(bind_id=flow_id, flow_out=True)
+        r.update(bind_id=flow_id, flow_in=True)
 
 
 def process_metadata(r: dict) -> list[dict]:
@@ -88,21 +125,29 @@ def process_metadata(r: dict) -> list[dict]:
 
 def merge(per_rank: list[dict], path: str, metadata: dict | None = None) -> str:
     """Write one Chrome trace (JSON object format; gzip when path ends .gz) atomically; return path."""
+    write_atomic(path, build_doc(per_rank, metadata))
+    return path
+
+
+def build_doc(per_rank: list[dict], metadata: dict | None = None) -> dict:
+    """The Chrome trace document of RankTracer.stop() results (what `merge` writes)."""
     if not per_rank:
         raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
+    per_rank = [dict(r, events=[dict(e) for e in r["events"]]) for r in per_rank]  # callers' stay
+    pairs = p2p_pairs(per_rank)
+    in_flight_between(pairs)
+    bind_flows(pairs)
     evs: list[dict] = []
     for r in sorted(per_rank, key=lambda r: r["rank"]):
+        assign_comm_lanes([e for e in r["events"] if e.get("cat") == "comm" and e.get("ph") == "X"])
         evs += process_metadata(r)
         evs += r["events"]
-    evs += flow_events(per_rank)
     meta = dict(metadata or {})
     meta.setdefault("format", FORMAT)
     meta.setdefault("ranks", sorted(r["rank"] for r in per_rank))
     meta.setdefault("coords", {str(r["rank"]): r.get("coords", "") for r in per_rank})
     meta.setdefault("window_us", [min(r["t0_us"] for r in per_rank), max(r["t1_us"] for r in per_rank)])
-    doc = {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
-    write_atomic(path, doc)
-    return path
+    return {"traceEvents": evs, "displayTimeUnit": "ms", "metadata": meta}
 
 
 def write_atomic(path: str, doc: dict) -> None:

@@ -5,7 +5,9 @@ Times are `time.perf_counter_ns()`, CLOCK_MONOTONIC on Linux, so ranks on one ho
 
 A recorder implements any of these methods (missing ones are skipped):
     compute(name, cat, t0_ns, t1_ns, args)            a finished compute span on the rank's compute track
+                                                      (args["cpu_us"]: the thread CPU time it used)
     comm_issue(op_id, op, group, nbytes, peer, t_ns, args)
+    comm_posted(op_id, t0_ns, t1_ns)                   the caller spent [t0, t1] posting op_id (not compute)
     comm_complete(op_id, t_ns)                         may be called from a communication thread
     comm_wait(op_id, t0_ns, t1_ns)                     the rank blocked waiting for op_id
     counter(name, t_ns, values)                        a dict of numbers (expert load, memory ...)
@@ -16,6 +18,7 @@ import time
 from contextlib import contextmanager
 
 now_ns = time.perf_counter_ns
+thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it is time without a core
 
 _recorder = None
 
@@ -37,11 +40,12 @@ def span(name: str, cat: str = "compute", **args):
     if rec is None:
         yield
         return
-    t0 = now_ns()
+    t0, c0 = now_ns(), thread_cpu_ns()
     try:
         yield
     finally:
-        rec.compute(name, cat, t0, now_ns(), args)
+        t1, c1 = now_ns(), thread_cpu_ns()
+        rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
 
 
 def counter(name: str, **values) -> None:

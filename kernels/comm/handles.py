@@ -60,6 +60,9 @@ class Handle:
                 fut = None
             if fut is not None:
                 fut.add_done_callback(self.mark_complete)
+        r = events.recorder()
+        if work is not None and r is not None and hasattr(r, "comm_posted"):
+            r.comm_posted(rec.op_id, rec.t_issue, events.now_ns())  # the caller's time posting it
 
     def mark_complete(self, _fut=None) -> None:
         """The data is in place: take the completion time (a future's callback, or whoever ran

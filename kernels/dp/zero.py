@@ -174,7 +174,7 @@ class ZeroSync(GradSync):
             return
         hs = [comm.all_gather(u.full_param, u.shard.data.clone(), u.group, async_op=True)
               for u in self.units]
-        with events.span("param all-gather wait", "comm"):
+        with events.span("param all-gather wait", "wait"):
             comm.wait_all(hs)
 
     # ---------------------------------------------------------------- layers (ZeRO-3's units)

@@ -99,7 +99,7 @@ class OverlapRunner(MicrobatchRunner):
         loss, dxs = 0.0, [None, None]
         hooks and hooks.before_forward(head)
         for i in (0, 1):
-            with self._compute(f"head mb{mbs[i]}", "FB", mb=mbs[i]):
+            with self._compute(f"head mb{mbs[i]}", "loss", mb=mbs[i]):
                 part, c_head = head.forward(xs[i], targets[i], denom)
                 dxs[i] = head.backward_input(c_head)
                 head.backward_weight(c_head)

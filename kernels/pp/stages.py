@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.model import Block, Embed, Head, named_params
+from kernels.comm import events
+from kernels.model import Block, Embed, Head, layer_label, named_params
 
 
 @dataclass
@@ -65,11 +66,12 @@ def forward_steps(chunk: Chunk, x, targets, denom, hooks):
     ctxs, aux = [], 0.0
     for layer in chunk.layers:
         hooks.before_forward(layer)
-        if isinstance(layer, Head):
-            x, c = layer.forward(x, targets, denom)   # x becomes the partial loss of this microbatch
-        else:
-            x, c = layer.forward(x)                   # [b, s, dim]
-            aux = aux + getattr(c, "aux_loss", 0.0)   # MoE aux loss; its gradient comes from the MoE backward
+        with events.span(f"F {layer_label(layer)}", "layer"):  # leaf compute inside an F&B pair too
+            if isinstance(layer, Head):
+                x, c = layer.forward(x, targets, denom)   # x becomes the partial loss of this microbatch
+            else:
+                x, c = layer.forward(x)                   # [b, s, dim]
+                aux = aux + getattr(c, "aux_loss", 0.0)   # MoE aux loss; its gradient comes from the MoE backward
         hooks.after_forward(layer)
         ctxs.append(c)
         yield
@@ -81,9 +83,10 @@ def backward_steps(chunk: Chunk, ctxs: list, dy, weights: bool, hooks):
     On the last stage dy is None: the head starts from d(loss) = 1. On the first stage dx is None (ids)."""
     for layer, c in zip(reversed(chunk.layers), reversed(ctxs)):
         hooks.before_backward(layer)
-        dy = layer.backward_input(c) if isinstance(layer, Head) else layer.backward_input(c, dy)
-        if weights:
-            layer.backward_weight(c)
+        with events.span(f"B {layer_label(layer)}", "layer"):
+            dy = layer.backward_input(c) if isinstance(layer, Head) else layer.backward_input(c, dy)
+            if weights:
+                layer.backward_weight(c)
         hooks.after_backward(layer)
         yield
     return dy

@@ -6,10 +6,10 @@
     fb_pair_a2a(df)                   # pairs: each all-to-all inside an F&B pair (fb_overlap)
 """
 from partui.analysis.events import COLUMNS, TraceError
-from partui.analysis.metrics import (hta_overlap, overlap, oversubscription_note, step_times,
-                                     theoretical_bubble)
+from partui.analysis.metrics import hta_overlap, overlap, oversubscription_note, step_times
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
-from partui.analysis.reader import detect, load, read_doc
+from partui.analysis.pipeline import theoretical_bubble
+from partui.analysis.reader import detect, frame, load, read_doc
 
-__all__ = ["COLUMNS", "TraceError", "detect", "fb_pair_a2a", "hta_overlap", "load", "overlap",
+__all__ = ["COLUMNS", "TraceError", "detect", "fb_pair_a2a", "frame", "hta_overlap", "load", "overlap",
            "oversubscription_note", "pair_summary", "read_doc", "step_times", "theoretical_bubble"]

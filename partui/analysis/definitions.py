@@ -1,22 +1,98 @@
-"""What each column of the overlap tables counts (docs/architecture.md, "Definitions"): carried in
-`df.attrs["definitions"]` by partui.analysis.overlap, so a DataFrame explains itself."""
+"""What every figure of `partui report` counts: one table, printed as the legend of a table or
+markdown report, the `definitions` key of a json one, in `partui report --help` and in the docs.
+"""
+from __future__ import annotations
 
-DEFINITIONS = {
-    "rank": "global rank",
-    "step": "training step (since launch)",
-    "op": "collective or point-to-point op name",
-    "group": "process group the op ran in (dp, tp, pp, cp, ep, world)",
-    "ops": "number of ops",
-    "bytes": "bytes the ops moved",
-    "window_ms": "the window: a rank's step span (by step) or its whole recorded run (by rank), ms",
-    "compute_ms": "compute slices merged, minus blocked waits, ms",
-    "comm_ms": "comm in flight, issue to completion, merged, ms",
-    "overlapped_ms": "comm in flight while the rank computed (compute ∩ in flight), ms",
-    "exposed_comm_ms": "comm in flight while the rank did not compute (in flight - overlapped), ms",
-    "wait_ms": "time blocked waiting on ops, ms",
-    "idle_ms": "window minus the union of compute and comm in flight, ms",
-    "overlap_pct": "overlapped / comm in flight, % (HTA's definition)",
-    "bubble_pct": "idle / window, %",
-    "sim_bubble_pct": "the schedule's own bubble, simulated under the measured F / B / W times, %",
-    "formula_bubble_pct": "the published formula's bubble for this schedule, %",
+import re
+
+TERMS = {
+    "compute": "leaf spans that do arithmetic (layers, attention, experts, router, loss, "
+               "optimizer, pipeline F / B / W actions), merged; container spans (a step, an F&B "
+               "pair, a microbatch) never count, and neither do waits or posting an op",
+    "wait": "the rank blocked on a comm op, or posting one (exposed: neither compute nor overlap)",
+    "comm in flight": "an op from its issue to its transfer's completion, merged; a p2p pair "
+                      "from the send's post to the recv's completion (gloo's p2p has no future: "
+                      "the recv's wait tells when the bytes arrived)",
+    "window": "a rank's step spans, summed; time between steps (the controller, a user deciding) "
+              "enters no figure; without step spans, the rank's first to last event",
 }
+
+COLUMNS = {
+    "rank": "global rank",
+    "step": "step number",
+    "window_ms": "the measured window (step spans, summed)",
+    "compute_ms": "compute in the window",
+    "comm_ms": "comm in flight in the window",
+    "overlapped_ms": "comm in flight while the rank computed",
+    "exposed_comm_ms": "comm_ms - overlapped_ms: comm in flight while the rank did not compute",
+    "wait_ms": "time blocked on or posting comm ops",
+    "idle_ms": "window covered by neither compute nor comm in flight",
+    "overlap_pct": "overlapped_ms / comm_ms (HTA's comm-comp overlap)",
+    "bubble_pct": "100 - compute / window: every reason not to compute (idle, waiting, exposed "
+                  "comm, the loss / grad / mirror syncs and the optimizer's gaps)",
+    "cpu_ms": "thread CPU time the outermost compute spans got",
+    "no_core_ms": "those spans' wall time outside waits less their CPU time: runnable, no core",
+    "pipe_ms": "pipeline window: each step, the rank's first to last F / B / W action",
+    "pipe_bubble_pct": "100 - compute in the pipeline window / pipe_ms: the measured pipeline bubble",
+    "rest_ms": "window_ms - pipe_ms: loss all-reduce, mirror and grad sync, optimizer",
+    "sim_bubble_pct": "the simulator's bubble for this rank's stage in its own pipeline window, "
+                      "under the trace's mean F / B / W compute (kernels.pp.simulate)",
+    "formula_bubble_pct": "the published formula's bubble, as a % of the simulated step",
+    "op": "comm op",
+    "group": "process group",
+    "ops": "number of ops",
+    "bytes": "bytes moved by this rank, summed over ranks",
+    "run": "this trace, the --vs one, and their difference",
+    "trace": "trace file",
+    "step_ms": "mean step time, first rank's start to last rank's end",
+    "k": "--by schedule: the action's place in its rank's list",
+    "action": "the executor's action span (F, B, BW, W, FB pair)",
+    "start_ms": "recorded start, from the step's first action on any rank",
+    "dur_ms": "recorded wall time of the action",
+    "sim_start_ms": "the simulator's start for the same action under the trace's costs",
+    "sim_dur_ms": "the simulator's duration (the trace's mean compute for its kind)",
+    "late_ms": "start_ms - sim_start_ms",
+    "waited_ms": "waits inside the action: its input had not arrived (a peer's send)",
+    "why": "a peer's send, a core (whichever took over 5% of the action and more of it), or "
+           "nothing: the action ran its cost and inherited its lateness",
+    "layer": "--routing: MoE layer index",
+    "tokens": "--routing: choices that reached an expert (after the all-to-all), all ranks",
+    "min": "--routing: fewest tokens any expert got",
+    "max": "--routing: most tokens any expert got",
+    "std": "--routing: standard deviation of tokens per expert",
+    "max_violation": "--routing: max tokens per expert / mean - 1 (0: perfectly balanced)",
+    "dropped": "--routing: choices over an expert's capacity, not computed",
+    "dead": "--routing: experts that got no token",
+    "balance_loss": "--routing: GShard's aux loss or DeepSeek's sequence-wise loss (alpha included)",
+    "bias_min": "--routing: smallest DeepSeek selection bias this step routed with",
+    "bias_max": "--routing: largest DeepSeek selection bias this step routed with",
+    "eN": "--routing: tokens expert N got",
+    "comm_comp_overlap_pct": "HTA's per-rank overlap (torch.profiler GPU traces): NCCL kernels "
+                             "against the other kernels, after HTA's filter: kernels launched before "
+                             "the last ProfilerStep (--include-last-step: up to its end)",
+}
+
+
+def legend(columns) -> list[str]:
+    """Lines defining the terms and every column present."""
+    out = ["definitions:"] + [f"  {k}: {v}" for k, v in TERMS.items()]
+    out += [f"  {c}: {COLUMNS[c]}" for c in columns if c in COLUMNS]
+    if any(re.fullmatch(r"e\d+", c) for c in columns):
+        out.append(f"  eN: {COLUMNS['eN']}")
+    return out
+
+
+def _doc(column: str) -> str | None:
+    return COLUMNS.get(column) or (COLUMNS["eN"] if re.fullmatch(r"e\d+", column) else None)
+
+
+def definitions(columns) -> dict:
+    """The json form: the terms and the present columns."""
+    return {**TERMS, **{c: _doc(c) for c in columns if _doc(c)}}
+
+
+def help_text() -> str:
+    """`partui report --help`'s epilog: every column."""
+    width = max(len(c) for c in COLUMNS)
+    return "\n".join(["definitions:"] + [f"  {k}: {v}" for k, v in TERMS.items()] + ["columns:"]
+                     + [f"  {c:<{width}}  {v}" for c, v in COLUMNS.items()])

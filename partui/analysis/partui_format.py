@@ -1,5 +1,6 @@
 """partui's own trace format (partui.tracefile: metadata.format "partui-trace/1") into the analysis
-table: pid is the rank, the recorder's categories say comm / wait / step, compute tracks compute."""
+table: pid is the rank, the recorder's categories say comm / wait / step / container, and the rest
+of a compute track is compute (definitions: partui.analysis.definitions)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,9 @@ import pandas as pd
 
 from partui.analysis.events import finish, slices, track_names
 from partui.tracefile import FORMAT
+
+CONTAINER_CATS = ("FB", "microbatch")  # an F&B pair, a microbatch: structure, never compute
+WAIT_CATS = ("wait", "post")           # blocked on an op, or posting it: exposed, not compute
 
 
 def is_partui(doc: dict) -> bool:
@@ -19,9 +23,12 @@ def partui_frame(doc: dict) -> pd.DataFrame:
     df = slices(events)
     df["track"] = track_names(df, events)
     df["rank"] = df["pid"]
-    on_compute = df["track"].str.startswith("compute")
+    names = pd.unique(df["track"].to_numpy(dtype=object))  # a few names: test those, not each row
+    on_compute = df["track"].isin([n for n in names if str(n).startswith("compute")])
     cat = df["cat"].astype(str)
-    df["kind"] = np.select([cat == "comm", cat == "wait", cat == "step", on_compute],
-                           ["comm", "wait", "step", "compute"], "other")
+    # a comm-category span on a compute track is the rank blocked on comm (older traces' ZeRO-3 wait)
+    df["kind"] = np.select([(cat == "comm") & ~on_compute, cat.isin(WAIT_CATS) | (cat == "comm"),
+                            cat == "step", cat.isin(CONTAINER_CATS), on_compute],
+                           ["comm", "wait", "step", "container", "compute"], "other")
     df["device"] = "cpu"
     return finish(df)

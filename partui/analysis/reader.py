@@ -27,7 +27,7 @@ def decode(raw: bytes):
 
 def read_doc(path: str) -> dict:
     if not os.path.isfile(path):
-        raise TraceError(f"{path}: no such file")
+        raise TraceError(f"{path}: no such file or directory")
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
@@ -37,6 +37,34 @@ def read_doc(path: str) -> dict:
         return decode(raw)
     except (ValueError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:  # JSON errors too
         raise TraceError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
+
+
+def load_rank_files(folder: str) -> pd.DataFrame:
+    """Every *.json / *.json.gz in `folder`, each one rank's torch.profiler trace (its rank from
+    distributedInfo.rank, else its place in name order), as one table."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(TRACE_SUFFIXES))
+    if not names:
+        raise TraceError(f"{folder}: no .json or .json.gz traces in this directory; pass a trace "
+                         f"file or a directory of per-rank torch.profiler traces")
+    frames, seen = [], {}
+    for i, name in enumerate(names):
+        path = os.path.join(folder, name)
+        doc = read_doc(path)
+        if not isinstance(doc, dict) or not is_kineto(doc):
+            raise TraceError(f"{path}: not a torch.profiler trace; a directory holds one "
+                             f"torch.profiler trace per rank (partui traces are single files)")
+        info = doc.get("distributedInfo") or {}
+        doc["distributedInfo"] = dict(info, rank=int(info.get("rank", i)))
+        rank = doc["distributedInfo"]["rank"]
+        if rank in seen:
+            raise TraceError(f"{path}: rank {rank} again (also {seen[rank]}); keep one trace per "
+                             f"rank in the directory")
+        seen[rank] = name
+        frames.append(READERS["kineto"](doc))
+    df = pd.concat(frames, ignore_index=True).sort_values(["rank", "ts"], kind="stable")
+    df = df.reset_index(drop=True)
+    df.attrs.update(format="kineto", path=folder, metadata={"ranks": sorted(seen)})
+    return df
 
 
 def detect(doc) -> str:
@@ -51,19 +79,29 @@ def detect(doc) -> str:
                      "schemaVersion); record it with `partui run --trace` or torch.profiler")
 
 
+def frame(doc: dict, path: str = "") -> pd.DataFrame:
+    """The analysis table of an already decoded trace document (a bench's in-memory trace)."""
+    try:
+        fmt = detect(doc)
+    except TraceError as exc:
+        raise TraceError(f"{path}: {exc}" if path else str(exc)) from None
+    df = READERS[fmt](doc)
+    df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
+    return df
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
 def load(path: str) -> pd.DataFrame:
-    """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata."""
+    """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata. A
+    directory of per-rank torch.profiler traces (HTA's input) is read as one multi-rank trace."""
     was_enabled = gc.isenabled()
     gc.disable()  # millions of new event dicts would trigger the cyclic GC over and over
     try:
-        doc = read_doc(path)
-        try:
-            fmt = detect(doc)
-        except TraceError as exc:
-            raise TraceError(f"{path}: {exc}") from None
-        df = READERS[fmt](doc)
-        df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
-        return df
+        if os.path.isdir(path):
+            return load_rank_files(path)
+        return frame(read_doc(path), path)
     finally:
         if was_enabled:
             gc.enable()

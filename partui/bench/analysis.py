@@ -17,7 +17,9 @@ from partui.tracefile import FORMAT, write_atomic
 
 
 def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
-    """A partui-format trace of about n_events slices: steps of F/B spans with async comm."""
+    """A partui-format trace of about n_events slices: an 8-stage pipeline's steps of F / B action
+    spans (thread CPU time recorded, every tenth a wait nested inside) with async comm, so every
+    figure of the report is computed: overlap, waits, pipeline window, theory, core sharing."""
     rng = np.random.default_rng(seed)
     per_rank = max(n_events // ranks, 4)
     n_comm = per_rank // 4
@@ -30,8 +32,14 @@ def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
         cd = rng.uniform(1, 30, n_comm)
         steps = np.minimum((np.arange(n_comp) * 10) // n_comp, 9)
         cats = np.where(np.arange(n_comp) % 2 == 0, "F", "B")
+        evs += [{"ph": "M", "name": "thread_name", "pid": r, "tid": tid, "args": {"name": name}}
+                for tid, name in ((1, "compute"), (2, "comm"))]
         evs += [{"ph": "X", "name": c, "cat": c, "pid": r, "tid": 1, "ts": float(a), "dur": float(b),
-                 "args": {"step": int(s), "mb": 0}} for a, b, c, s in zip(t, d, cats, steps)]
+                 "args": {"step": int(s), "mb": 0, "chunk": 0, "cpu_us": float(b) * 0.8}}
+                for a, b, c, s in zip(t, d, cats, steps)]
+        evs += [{"ph": "X", "name": "wait all_reduce", "cat": "wait", "pid": r, "tid": 1,
+                 "ts": float(a) + 0.5, "dur": 1.0, "args": {"op": "all_reduce"}}
+                for a in t[::10]]
         evs += [{"ph": "X", "name": "all_reduce", "cat": "comm", "pid": r, "tid": 2, "ts": float(a),
                  "dur": float(b), "args": {"op": "all_reduce", "group": "dp", "bytes": 4096}}
                 for a, b in zip(ct, cd)]
@@ -42,7 +50,9 @@ def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
                 evs.append({"ph": "X", "name": "step", "cat": "step", "pid": r, "tid": 1,
                             "ts": float(t0) - 1, "dur": float(t1 - t0) + 2, "args": {"step": s}})
     return {"traceEvents": evs, "displayTimeUnit": "ms",
-            "metadata": {"format": FORMAT, "synthetic": True}}
+            "metadata": {"format": FORMAT, "synthetic": True,
+                         "plan": {"pp": ranks, "schedule": "1f1b", "microbatches": 2 * ranks},
+                         "coords": {str(r): f"pp{r}" for r in range(ranks)}}}
 
 
 def bench_analysis(n_events: int = 1_000_000, path: str | None = None) -> dict:

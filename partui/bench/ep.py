@@ -1,10 +1,12 @@
 """`partui bench ep`: our expert parallel step against the same MoE with every expert on every
 rank (no EP, no all-to-all) and against the all-to-all without overlap, in one gloo world.
 
-For every variant each rank records its compute spans and its all-to-all in-flight intervals
-(issue to completion, from the comm layer's own timestamps) and reports, per step:
-    a2a in flight      merged all-to-all time
-    overlapped         the part of it during which this rank was computing (HTA's definition)
+For every variant each rank records each step as a trace (partui.trace.RankTracer, the recorder
+`partui run --trace` uses) and reads it with the analysis `partui report --by op` uses
+(partui.analysis.overlap), so the figures and their definitions are the report's:
+    a2a in flight      merged all-to-all time (ep group), issue to completion
+    overlapped         the part of it during which this rank ran leaf compute (HTA's definition;
+                       waits and posting an op are not compute, containers never count)
 and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
 time minus the overlap step time, as a share of the no-overlap all-to-all time.
 Variants run round-robin, so machine noise hits them alike.
@@ -20,11 +22,12 @@ import traceback
 import torch
 
 from kernels import comm
-from kernels.comm import events
 from kernels.engine import Engine
-from kernels.intervals import intersect, length, merge
+from partui.analysis import frame, overlap
 from partui.bench.harness import table
 from partui.plans import build_plan
+from partui.trace import RankTracer
+from partui.tracefile import build_doc
 
 VARIANTS = [  # name, ep (0: world), dispatch, overlap
     ("no EP: all experts on every rank", 1, "uneven", False),
@@ -35,29 +38,12 @@ VARIANTS = [  # name, ep (0: world), dispatch, overlap
 ]
 
 
-class _A2ARecorder:
-    """Compute spans (leaf kinds, not the step / F+B envelopes) and all-to-all intervals."""
-
-    def __init__(self):
-        self.spans, self.issue, self.done = [], {}, {}
-
-    def compute(self, name, cat, t0, t1, args):
-        if cat not in ("step", "FB"):
-            self.spans.append((t0, t1))
-
-    def comm_issue(self, op_id, op, group, nbytes, peer, t_ns, args):
-        if op == "all_to_all" and nbytes:
-            self.issue[op_id] = t_ns
-
-    def comm_complete(self, op_id, t_ns):
-        self.done.setdefault(op_id, t_ns)
-
-    def comm_wait(self, op_id, t0, t1):
-        self.done.setdefault(op_id, t1)
-
-    def figures(self) -> tuple[float, float]:
-        a2a = merge([(t, self.done.get(i, t)) for i, t in self.issue.items()])
-        return length(a2a) / 1e6, intersect(a2a, merge(self.spans)) / 1e6
+def a2a_figures(per_rank: dict) -> tuple[float, float]:
+    """(all-to-all in flight, the part of it overlapped by compute) in ms for one rank's recorded
+    step: the trace `partui report --by op` reads, through the same analysis code."""
+    df = frame(build_doc([per_rank]))
+    row = overlap(df, by="op").query("op == 'all_to_all' and group == 'ep'")
+    return (float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum())) if len(row) else (0.0, 0.0)
 
 
 def _rank(rank, world, port, opts, q):
@@ -78,13 +64,13 @@ def _rank(rank, world, port, opts, q):
         out = [[] for _ in VARIANTS]
         for rnd in range(opts["warmup"] + opts["steps"]):
             for v, eng in enumerate(engines):
-                rec = _A2ARecorder()
+                rec = RankTracer(rank, python=False)
                 comm.barrier(comm.world_group())
-                events.set_recorder(rec)
+                rec.start()
                 res = eng.step()
-                events.set_recorder(None)
+                recorded = rec.stop()
                 if rnd >= opts["warmup"]:
-                    out[v].append((res.step_ms, *rec.figures(), res.loss))
+                    out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))
         q.put((rank, out))
         comm.destroy()
     except BaseException:  # noqa: BLE001 - the parent prints it

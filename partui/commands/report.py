@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import numpy as np
 import pandas as pd
 
-from partui.analysis import TraceError, load, overlap, oversubscription_note, step_times
+from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscription_note,
+                             step_times)
+from partui.analysis.cpu import core_sharing_line
+from partui.analysis.definitions import definitions, help_text, legend
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
+from partui.analysis.schedule_view import schedule_view
 
 FORMATS = ("table", "csv", "json", "markdown")
 ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace")
-    p.add_argument("trace", help="a partui trace (.json or .json.gz) or a torch.profiler trace")
-    p.add_argument("--by", default="rank", choices=("rank", "step", "op", "pair"),
-                   help="rank, step, op, or pair: each all-to-all inside an F&B pair (--fb-overlap) and what "
-                        "it flew under")
+    p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace",
+                              epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", help="a partui trace (.json or .json.gz), a torch.profiler trace, or a "
+                   "directory of per-rank torch.profiler traces (HTA's input)")
+    p.add_argument("--by", default="rank", choices=("rank", "step", "op", "pair", "schedule"),
+                   help="pair: each all-to-all inside an F&B pair (--fb-overlap) and what it flew under; "
+                        "schedule: a pipeline step's actions beside the simulator's, with lateness")
+    p.add_argument("--step", type=int, default=None,
+                   help="--by schedule: which traced step (default: the last)")
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
+    p.add_argument("--include-last-step", action="store_true",
+                   help="torch.profiler GPU traces: HTA's include_last_profiler_step (HTA's default, "
+                        "and ours, drops kernels launched in the last ProfilerStep)")
     p.add_argument("--routing", action="store_true",
                    help="the MoE routing table per step and layer (TRACE may be `partui run "
                         "--json` output)")
@@ -36,8 +48,9 @@ def _render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
     df = df.round({c: (digits or {}).get(c, 3) for c in df.columns})
     if fmt == "csv":
         return df.to_csv(index=False).rstrip("\n")
-    if fmt == "json":
-        return df.to_json(orient="records")
+    if fmt == "json":  # the rows and what their columns count
+        rows = json.loads(df.to_json(orient="records"))
+        return json.dumps({"rows": rows, "definitions": definitions(df.columns)})
     if fmt == "markdown":  # written here: pandas' to_markdown needs the tabulate package
         cols = list(df.columns)
         rows = [" | ".join(_cell(v) for v in r) for r in df.itertuples(index=False)]
@@ -103,16 +116,24 @@ def run(args) -> int:
             table = compare(df, other)
         elif args.by == "pair":
             table = fb_pair_a2a(df)
+        elif args.by == "schedule":
+            table = schedule_view(df, args.step)
         else:
             table = overlap(df, args.by)
+            if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
+                table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
         out = _render(table, args.format)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
             out += "\n" + pair_summary(table)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
-        note = oversubscription_note(df) if other is None and args.by == "rank" else None
-        if note and args.format in ("table", "markdown"):
-            out += "\n" + note
+        notes = [oversubscription_note(df), core_sharing_line(table)] if (
+            other is None and args.by == "rank") else []
+        notes = [n for n in notes if n] + legend(table.columns)
+        if args.format in ("table", "markdown"):
+            out += "\n" + "\n".join(notes)
+        elif args.format == "csv":  # stdout stays plain CSV
+            print("\n".join(notes), file=sys.stderr)
         if args.plot:
             plot_timeline(df, args.plot)
     except TraceError as exc:
@@ -130,8 +151,10 @@ def run(args) -> int:
 
 # ---------------------------------------------------------------- the timeline PNG
 
-COLORS = {"F": "#9ecae1", "B": "#2171b5", "W": "#969696", "optimizer": "#fdae6b",
-          "wait": "#fcbba1", "comm": "#e6550d"}
+COLORS = {"F": "#9ecae1", "B": "#2171b5", "W": "#969696", "layer": "#6baed6", "expert": "#31a354",
+          "attention": "#756bb1", "loss": "#a1d99b", "optimizer": "#fdae6b", "wait": "#fcbba1",
+          "comm": "#e6550d"}
+OTHER_COMPUTE = "#74c476"
 
 
 def plot_timeline(df: pd.DataFrame, path: str) -> str:
@@ -151,7 +174,7 @@ def plot_timeline(df: pd.DataFrame, path: str) -> str:
         y = len(ranks) - 1 - i
         c = comp[comp["rank"] == r]
         cats = c["cat"].astype(str)
-        colors = [COLORS.get(k, "#74c476") for k in cats]
+        colors = [COLORS.get(k, OTHER_COMPUTE) for k in cats]
         ax.broken_barh(list(zip((c["ts"] - t0) / 1e3, c["dur"] / 1e3)), (y, 0.6), facecolors=colors)
         for kind, height in (("wait", 0.6), ("comm", 0.15)):
             s = df[(df["rank"] == r) & (df["kind"] == kind)]
@@ -161,8 +184,8 @@ def plot_timeline(df: pd.DataFrame, path: str) -> str:
     ax.set_yticks([len(ranks) - 1 - i + 0.3 for i in range(len(ranks))])
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{df.attrs.get('path', '')}: compute (F light, B dark, W grey), comm in flight "
-                 f"(thin bar), idle blank")
+    ax.set_title(f"{df.attrs.get('path', '')}: compute (leaf spans; containers such as F&B pairs "
+                 f"are not drawn), waits (pale red), comm in flight (thin bar), idle blank")
     ax.legend(handles=[Patch(color=v, label=k) for k, v in COLORS.items()], loc="upper center",
               bbox_to_anchor=(0.5, -0.35 if len(ranks) < 3 else -0.12), frameon=False,
               ncol=len(COLORS), fontsize=8)

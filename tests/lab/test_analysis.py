@@ -5,6 +5,7 @@ import math
 import pytest
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
+from partui.analysis.cpu import core_sharing_line
 from partui.bench.analysis import bench_analysis
 
 
@@ -101,7 +102,7 @@ def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
     ev = []
     for r in range(2):
         ev.append(X(r, "step", "step", 0, 2000, step=0))
-        ev += [X(r, f"{cat}{m}", cat, 100 * m + t0, dur, mb=m)
+        ev += [X(r, f"{cat}{m}", cat, 100 * m + t0, dur, mb=m, chunk=0)
                for m in range(4) for cat, (t0, dur) in spans.items()]
     path = write(tmp_path, ev, name, plan={"pp": 2, "schedule": schedule, "microbatches": 4},
                  coords={"0": "pp0", "1": "pp1"})
@@ -110,9 +111,15 @@ def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
 
 def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
     r = pp2_report(tmp_path, "1f1b", {"F": (0, 10), "B": (50, 20)})
-    # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%.
+    # In each rank's own window (first to last action, as measured): rank 0 runs F0 at 0 and
+    # B3 ends at 15, busy 12 -> 20%; rank 1 runs F0 at 1 to B3 ending at 13, busy 12 -> 0%
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
     assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
+    # measured: actions [0, 370] per rank, 4 x (10 + 20) computing -> 1 - 120 / 370
+    assert r["pipe_ms"].tolist() == pytest.approx([0.370, 0.370])
+    assert r["pipe_bubble_pct"].tolist() == pytest.approx([100 * (1 - 120 / 370)] * 2)
+    assert r["rest_ms"].tolist() == pytest.approx([2.0 - 0.370] * 2)
     assert "sim_bubble_pct" not in overlap(load(write(tmp_path, two_ranks(), "b.json")), "rank")
 
 
@@ -121,7 +128,28 @@ def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
     r = pp2_report(tmp_path, "zb1p", {"F": (0, 10), "B": (40, 20), "W": (70, 10)})
     # F=1, B(input)=2, W=1: formula (P-1)(F+B_full-2W) = 1 * (1 + 3 - 2) = 2 units of a 4 * 4 + 2 = 18 step
     assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)   # equal stages: they agree
+    # rank 0's window is the whole 18-unit step, so it agrees with the formula; rank 1 idles only
+    # before its first F and after its last W, outside its own window
+    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
+
+
+def test_rank_figures_sum_the_steps_and_skip_the_time_between_them(tmp_path):
+    # two steps [0, 100] and [1000, 1100] (the user took 900 us to press a key): each runs an F
+    # action [10, 90] (a layer nested in it) and then a loss all-reduce [90, 100]
+    ev = []
+    for k, t in enumerate((0, 1000)):
+        ev += [X(0, "step", "step", t, 100, step=k), X(0, "F", "F", t + 10, 80, chunk=0),
+               X(0, "W", "W", t + 40, 0, chunk=0), comm(0, "all_reduce", t + 90, 10),
+               X(0, "F block 0", "layer", t + 20, 50)]
+    df = load(write(tmp_path, ev, plan={"pp": 1}))
+    r = overlap(df, "rank").iloc[0]
+    assert r["window_ms"] == pytest.approx(0.200) and r["compute_ms"] == pytest.approx(0.160)
+    assert r["idle_ms"] == pytest.approx(0.020)   # [0, 10] of each step; nothing from the gap
+    assert r["pipe_ms"] == pytest.approx(0.160) and r["rest_ms"] == pytest.approx(0.040)
+    assert r["pipe_bubble_pct"] == pytest.approx(0.0)   # F itself computes all of [10, 90]
+    s = overlap(df, "step")
+    assert s["pipe_ms"].tolist() == pytest.approx([0.080, 0.080])
+    assert overlap(df, "op").iloc[0]["comm_ms"] == pytest.approx(0.020)
 
 
 def kineto(tmp_path, events, name, rank=0):
@@ -180,13 +208,13 @@ def test_bad_input_names_file_and_problem(tmp_path, content, problem):
 
 def test_bench_analysis_reports_phases_and_memory():
     res = bench_analysis(20_000)
-    assert 19_000 <= res["events"] <= 21_000 and res["rows"][0] == 8 and res["rows"][1] == 80
+    assert 19_000 <= res["events"] <= 23_000 and res["rows"][0] == 8 and res["rows"][1] == 80
     assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0
 
 
 def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
-    # one "F+B" span [0, 100] wraps a blocking all-to-all [20, 60] whose wait is [20, 60]
-    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F+B", "FB", 0, 100, step=0, mb=0),
+    # a leaf layer span [0, 100] wraps a blocking all-to-all [20, 60] whose wait is [20, 60]
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F block 0", "layer", 0, 100, step=0, mb=0),
           comm(0, "all_to_all", 20, 40, group="ep"),
           X(0, "wait all_to_all", "wait", 20, 40, op="all_to_all")]
     df = load(write(tmp_path, ev))
@@ -198,9 +226,51 @@ def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
     assert by_op["op"] == "all_to_all" and by_op["overlap_pct"] == pytest.approx(0.0)
 
 
-def test_report_notes_ranks_outnumbering_cores(tmp_path):
-    ev = two_ranks()
-    assert oversubscription_note(load(write(tmp_path, ev, "a.json"))) is None          # no cpus recorded
-    df = load(write(tmp_path, ev, "b.json", cpus=1, plan={"pp": 2}))
-    assert "2 ranks shared 1 CPU cores" in oversubscription_note(df)
-    assert oversubscription_note(load(write(tmp_path, ev, "c.json", cpus=2))) is None
+def test_containers_never_count_and_posting_an_op_is_not_compute(tmp_path):
+    # an F+B microbatch [0, 100] and an F&B pair [100, 200] hold leaves [10, 30], [50, 90] and
+    # [120, 180]; an all-to-all is in flight [25, 70]: posted [25, 35] inside the first leaf
+    # (the rank busy posting, not computing), waited [60, 70] outside any leaf
+    ev = [X(0, "step", "step", 0, 200, step=0),
+          X(0, "F+B", "microbatch", 0, 100, mb=0), X(0, "FB mb1 / mb0", "FB", 100, 100, mb=1),
+          X(0, "F block 0", "layer", 10, 20), X(0, "experts", "expert", 50, 40),
+          X(0, "B block 0", "layer", 120, 60),
+          comm(0, "all_to_all", 25, 45, group="ep"),
+          X(0, "post all_to_all", "post", 25, 10, op="all_to_all"),
+          X(0, "wait all_to_all", "wait", 60, 10, op="all_to_all")]
+    df = load(write(tmp_path, ev))
+    assert set(df["kind"]) == {"step", "container", "compute", "comm", "wait"}
+    r = overlap(df, "rank").iloc[0]
+    # compute: leaves less posting and waiting: [10, 25] + [50, 60] + [70, 90] + [120, 180]
+    assert r["compute_ms"] == pytest.approx(0.105)
+    # in flight [25, 70] meets compute on [50, 60] only: posting and waiting are exposed
+    assert r["comm_ms"] == pytest.approx(0.045) and r["overlapped_ms"] == pytest.approx(0.010)
+    assert r["wait_ms"] == pytest.approx(0.020)
+    by_op = overlap(df, "op").iloc[0]
+    assert by_op["overlap_pct"] == pytest.approx(100 * 10 / 45)
+
+
+def test_no_core_time_is_outer_compute_outside_waits_less_its_cpu_time(tmp_path):
+    # F [0, 60] got 30 us of CPU and slept in a wait [20, 30]: runnable without a core for
+    # 60 - 10 - 30 = 20; its nested layer is not counted again; the optimizer [70, 90] ran all along
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F", "F", 0, 60, chunk=0, cpu_us=30.0),
+          X(0, "F block 0", "layer", 10, 40, cpu_us=20.0),
+          X(0, "wait recv", "wait", 20, 10, op="recv"),
+          X(0, "adamw", "optimizer", 70, 20, cpu_us=20.0)]
+    r = overlap(load(write(tmp_path, ev)), "rank").iloc[0]
+    assert r["cpu_ms"] == pytest.approx(0.050) and r["no_core_ms"] == pytest.approx(0.020)
+    line = core_sharing_line(overlap(load(write(tmp_path, ev)), "rank"))
+    assert line.startswith("core sharing: rank 0 was runnable but not running for 0.0 ms")
+
+
+def test_traces_without_cpu_times_have_no_core_columns(tmp_path):
+    assert "no_core_ms" not in overlap(load(write(tmp_path, two_ranks())), "rank")
+
+
+def test_an_older_traces_comm_span_on_the_compute_track_is_a_wait_not_an_op(tmp_path):
+    # ZeRO-3's "param all-gather wait" was recorded with category comm on the compute track
+    ev = [X(0, "step", "step", 0, 100, step=0), X(0, "F block 0", "layer", 0, 100),
+          X(0, "param all-gather wait", "comm", 40, 20)]
+    df = load(write(tmp_path, ev))
+    assert df.loc[df["name"] == "param all-gather wait", "kind"].tolist() == ["wait"]
+    assert len(overlap(df, "op")) == 0 and overlap(df, "rank").iloc[0]["compute_ms"] == \
+        pytest.approx(0.080)

@@ -17,14 +17,19 @@ def test_table_csv_json_markdown(trace, capsys):
     assert main(["report", trace]) == 0
     table = capsys.readouterr().out
     assert "exposed_comm_ms" in table and "66.667" in table
+    assert "definitions:" in table and "  overlap_pct: overlapped_ms / comm_ms" in table
     assert main(["report", trace, "--format", "csv"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
     assert lines[0].startswith("rank,window_ms") and len(lines) == 3
+    assert "  idle_ms: window covered by neither compute nor comm in flight" in out.err
     assert main(["report", trace, "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["bubble_pct"] for r in rows] == [40.0, 50.0]
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["bubble_pct"] for r in doc["rows"]] == [40.0, 50.0]
+    assert set(doc["rows"][0]) <= set(doc["definitions"]) and "compute" in doc["definitions"]
     assert main(["report", trace, "--format", "markdown", "--by", "op"]) == 0
     md = capsys.readouterr().out.splitlines()
+    assert "  exposed_comm_ms: comm_ms - overlapped_ms: comm in flight while the rank did not compute" in md
     assert md[0].startswith("| op | group") and md[1].startswith("|---|")
     assert any(line.startswith("| all_reduce | dp | 1 |") for line in md)
 
@@ -42,9 +47,17 @@ def test_vs_shows_step_time_saved_and_overlap(tmp_path, trace, capsys):
     assert "this run saves 0.100 ms a step (50.0% of the other's)" in out
     assert "overlap in flight is not time saved" in out
     assert main(["report", trace, "--vs", other, "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["run"] for r in rows] == ["this", "other", "other - this"]
     assert rows[2]["step_ms"] == pytest.approx(0.1)
+
+
+def test_help_documents_every_column(capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = capsys.readouterr().out
+    for col in ("pipe_bubble_pct", "no_core_ms", "exposed_comm_ms", "sim_bubble_pct"):
+        assert f"  {col} " in out
 
 
 def test_plot_writes_a_png(tmp_path, trace, capsys):

@@ -120,7 +120,9 @@ def test_json_report_and_app_agree_and_tp_changes_nothing(tmp_path):
     assert routing_steps(trace) == routing_steps(log) == {ln["step"]: ln["moe_layers"]
                                                           for ln in plain}
     proc = run_cli("report", trace, "--routing", "--format", "json", check_rc=0)
-    rows = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    rows = doc["rows"]
+    assert doc["definitions"]["max_violation"].startswith("--routing")
     assert len(rows) == 2 * 4
     for r in rows:
         fig = plain[r["step"]]["moe_layers"][str(r["layer"])]

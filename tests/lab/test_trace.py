@@ -110,9 +110,37 @@ def test_merge_names_processes_pairs_kth_send_with_kth_recv(tmp_path):
     assert doc["metadata"]["plan"] == {"pp": 2} and doc["displayTimeUnit"] == "ms"
     names = {e["pid"]: e["args"]["name"] for e in _spans(doc, name="process_name")}
     assert names == {0: "rank 0 · pp0", 1: "rank 1 · pp1"}
-    starts, ends = _spans(doc, ph="s"), _spans(doc, ph="f")
-    assert [(s["ts"], f["ts"]) for s, f in zip(starts, ends)] == [(1.02, 3.98), (5.02, 7.98)]
-    assert {s["id"] for s in starts} == {f["id"] for f in ends}
+    outs = sorted(_spans(doc, flow_out=True), key=lambda e: e["ts"])
+    ins = sorted(_spans(doc, flow_in=True), key=lambda e: e["ts"])
+    assert [(o["name"], o["ts"], i["name"], i["ts"]) for o, i in zip(outs, ins)] == [
+        ("send", 1.0, "recv", 2.0), ("send", 5.0, "recv", 6.0)]
+    assert [o["bind_id"] for o in outs] == [i["bind_id"] for i in ins] and len(set(
+        o["bind_id"] for o in outs)) == 2
+    assert not _spans(doc, ph="s") and not _spans(doc, ph="f")
+
+
+def test_send_ends_at_its_recv_completion_and_arrow_binds_recv_posted_first(tmp_path):
+    # the recv (rank 1) is posted at 1, before the send at 3; the send is seen done only at 50
+    r0 = _fake_rank(0, sends=[(3.0, 1)])
+    r1 = _fake_rank(1, recvs=[(1.0, 0)])
+    r0["events"][-1]["dur"] = 47.0
+    r1["events"][-1]["dur"] = 4.0                      # the bytes arrived at 5
+    doc = tracefile.build_doc([r0, r1])
+    send = _spans(doc, name="send")[0]
+    recv = _spans(doc, name="recv")[0]
+    assert (send["ts"], send["dur"], send["args"]["end"]) == (3.0, 2.0, "recv")
+    # the recv moved nothing before the send was posted: in flight from just after 3 to 5, so
+    # it begins after the send, as Perfetto needs to draw the arrow send -> recv
+    assert recv["ts"] == pytest.approx(3.001) and recv["ts"] + recv["dur"] == pytest.approx(5.0)
+    assert recv["args"]["posted_early_us"] == pytest.approx(2.001)
+    assert send["flow_out"] and recv["flow_in"] and send["bind_id"] == recv["bind_id"]
+    assert r0["events"][-1]["dur"] == 47.0             # the caller's events are left as they were
+
+
+def test_comm_lanes_never_overlap_and_are_reassigned_after_trimming():
+    ops = [{"ts": t0, "dur": d, "tid": None} for t0, d in [(0, 10), (1, 2), (2, 1), (4, 1), (11, 1)]]
+    assert tracefile.assign_comm_lanes(ops) == 3
+    assert [e["tid"] - COMM_TID for e in ops] == [0, 1, 2, 1, 0]
 
 
 def test_failed_merge_leaves_old_file_untouched(tmp_path, monkeypatch):
@@ -211,7 +239,7 @@ def test_real_gloo_trace_has_both_ranks_flows_and_metadata(gloo_trace):
     assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
     ops = {e["args"]["op"] for e in _spans(doc, cat="comm")}
     assert ops == {"all_reduce", "send", "recv"}
-    assert len(_spans(doc, ph="s")) == 2 == len(_spans(doc, ph="f"))
+    assert len(_spans(doc, flow_out=True)) == 2 == len(_spans(doc, flow_in=True))
     assert len(_spans(doc, cat="step")) == 4
     assert any(e["name"] == "wait all_reduce" for e in doc["traceEvents"])
 
@@ -226,7 +254,8 @@ def test_real_gloo_trace_loads_in_perfetto_with_zero_problems(gloo_trace):
         report = json.loads(res.stdout.strip().splitlines()[-1])
         assert res.returncode == 0, report
         assert report["problems"] == [] and report["counters"] == 4
-        assert report["flows"] == 2
+        assert report["flows"] == 2 and report["flows_backward"] == 0
+        assert report["flow_ends"] == {"send->recv": 2} and report["sends_ending_after_recv"] == 0
         assert "rank 0 · dp0 pp0" in report["processes"] and "comm" in report["threads"]
 
 

@@ -56,5 +56,5 @@ def test_zero2_trace_loads_in_perfetto_with_zero_problems(zero2_trace):
 
 def test_report_cli_reads_the_real_trace(zero2_trace):
     proc = run_cli("report", zero2_trace, "--by", "op", "--format", "json", check_rc=0)
-    rows = json.loads(proc.stdout)
+    rows = json.loads(proc.stdout)["rows"]
     assert {r["op"] for r in rows} >= {"reduce_scatter", "all_gather"}

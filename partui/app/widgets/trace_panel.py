@@ -9,8 +9,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Static
 
 REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped_ms",
-               "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct",
-               "sim_bubble_pct", "formula_bubble_pct")   # the last two: pipeline runs only
+               "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct", "no_core_ms",
+               "pipe_bubble_pct", "sim_bubble_pct", "formula_bubble_pct")   # pipe_..: pipeline runs only
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
 
 
