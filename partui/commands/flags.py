@@ -18,11 +18,12 @@ PLAN_FLAGS = ("world", "dp", "zero", "grad_sync", "bucket_mb", "tp", "sp", "pp",
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
-           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps")}
+           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps", "link",
+                     "ranks_per_node")}
 SWITCHES = ("sp", "overlap")           # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
-        "ep_dispatch", "kv_heads", "weight_decay")
+        "ep_dispatch", "kv_heads", "weight_decay", "ranks_per_node")
 _ASSIGN = re.compile(r"(?<![\w-])(" + "|".join(sorted(FLAG_OF, key=len, reverse=True))
                      + r")=([\w+-]+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\w-])(" + "|".join(BARE) + r")(?![\w=])")
@@ -90,6 +91,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-steps", default=None, help="steps to trace, e.g. 2:4 (default all)")
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any command may take")
+    add_link_arguments(p)
+
+
+def add_link_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("emulated interconnect (kernels/comm/link.py)")
+    g.add_argument("--link", default=None,
+                   help="h800, h100 or a100 (scaled to this CPU by a calibration), or "
+                        "alpha_us=A,gbps=B (latency us, gigabytes/s, this machine's time)")
+    g.add_argument("--ranks-per-node", type=int, default=None,
+                   help="ranks on one node (NVLink-class inside, IB-class between); default all")
 
 
 def plan_fields(args) -> dict:
@@ -100,4 +111,5 @@ def plan_fields(args) -> dict:
 def world_options(args) -> dict:
     """World's training options from the command line."""
     return {"seed": args.seed, "optim": args.optim, "lr": args.lr, "weight_decay": args.weight_decay,
-            "backward": args.backward, "check": args.check, "timeout_s": args.timeout}
+            "backward": args.backward, "check": args.check, "timeout_s": args.timeout,
+            "link": args.link, "ranks_per_node": args.ranks_per_node}
