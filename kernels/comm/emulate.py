@@ -3,11 +3,13 @@ exact), but its completion is held until the time the link model (kernels/comm/l
 
 When is an op done on the emulated link?
     collective   start = the last member's issue (members publish their issue times), then the
-                 op's latency, then its transfer once this rank's port on that link is free
+                 op's latency, then its transfer on this rank's port of that link
     send         start = its own issue (eager), same port rule; the end is published for the peer
     recv         the matching send's published end, or its own issue if that is later
-Ops on one rank that use the same link class (intra- or inter-node) queue on one port, so ops in
-flight together share its bandwidth. Waiting for a held op sleeps (time.sleep), never spins.
+Ops on one rank that use the same link class (intra- or inter-node) share one port's bandwidth:
+an op that starts while k others are still moving there transfers at 1/(k+1) of it (earlier ops
+keep their times: a one-pass approximation of fair sharing, so a small op is never stuck behind a
+big one). Waiting for a held op sleeps (time.sleep), never spins.
 
 Ranks publish through a small shared-memory table (one file mapped by every rank of the world, on
 one host; CLOCK_MONOTONIC is shared there): slot = hash(op key, writer, sequence number) holds
@@ -30,7 +32,7 @@ from kernels.comm.link import LinkModel
 
 SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
 _lock = threading.Lock()
-_state: dict = {}                  # model, table, seq {key: n}, busy {port: ns}, rank
+_state: dict = {}                  # model, table, seq {key: n}, busy {port: [end ns]}, rank
 
 
 class Hold:
@@ -121,11 +123,12 @@ def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int 
 
 
 def _queue(hold: Hold, start: int) -> int:
-    """Latency, then the transfer once this rank's port is free (caller holds _lock)."""
-    busy = _state["busy"]
-    t0 = max(start + hold.latency_ns, busy.get(hold.port, 0))
-    hold.end = t0 + hold.transfer_ns
-    busy[hold.port] = hold.end
+    """Latency, then the transfer at this port's bandwidth shared with the ops still moving
+    there (caller holds _lock)."""
+    t0 = start + hold.latency_ns
+    moving = [e for e in _state["busy"].get(hold.port, []) if e > t0]
+    hold.end = t0 + hold.transfer_ns * (len(moving) + 1)
+    _state["busy"][hold.port] = moving + [hold.end]
     return hold.end
 
 

@@ -7,7 +7,9 @@ For every variant each rank records its compute spans and its all-to-all in-flig
     overlapped         the part of it during which this rank was computing (HTA's definition)
 and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
 time minus the overlap step time, as a share of the no-overlap all-to-all time.
-Variants run round-robin, so machine noise hits them alike.
+Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
+(spans of kind "expert") per rank per step. With --link every variant runs under the same
+emulated interconnect (kernels/comm/link.py), which is where overlap can pay.
 """
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ import traceback
 import torch
 
 from kernels import comm
+from kernels.calibrate import install_link
 from kernels.comm import events
+from kernels.comm.link import LinkModel, check_link
 from kernels.engine import Engine
 from kernels.intervals import intersect, length, merge
 from partui.bench.harness import table
+from partui.commands.flags import add_link_arguments, flagify
 from partui.plans import build_plan
 
 VARIANTS = [  # name, ep (0: world), dispatch, overlap
@@ -39,11 +44,13 @@ class _A2ARecorder:
     """Compute spans (leaf kinds, not the step / F+B envelopes) and all-to-all intervals."""
 
     def __init__(self):
-        self.spans, self.issue, self.done = [], {}, {}
+        self.spans, self.issue, self.done, self.expert = [], {}, {}, []
 
     def compute(self, name, cat, t0, t1, args):
         if cat not in ("step", "FB"):
             self.spans.append((t0, t1))
+        if cat == "expert":                  # merged below: runners' spans wrap the layer's
+            self.expert.append((t0, t1))
 
     def comm_issue(self, op_id, op, group, nbytes, peer, t_ns, args):
         if op == "all_to_all" and nbytes:
@@ -55,9 +62,10 @@ class _A2ARecorder:
     def comm_wait(self, op_id, t0, t1):
         self.done.setdefault(op_id, t1)
 
-    def figures(self) -> tuple[float, float]:
+    def figures(self) -> tuple[float, float, float]:
         a2a = merge([(t, self.done.get(i, t)) for i, t in self.issue.items()])
-        return length(a2a) / 1e6, intersect(a2a, merge(self.spans)) / 1e6
+        return (length(a2a) / 1e6, intersect(a2a, merge(self.spans)) / 1e6,
+                length(merge(self.expert)) / 1e6)
 
 
 def _rank(rank, world, port, opts, q):
@@ -75,6 +83,9 @@ def _rank(rank, world, port, opts, q):
                 if getattr(getattr(layer, "mlp", None), "is_moe", False):
                     layer.mlp.dispatch = dispatch
             engines.append(eng)
+        link = install_link(opts["link"], opts["ranks_per_node"], engines[0].cfg, world)
+        if rank == 0 and link is not None:
+            q.put(("link", link.to_dict()))
         out = [[] for _ in VARIANTS]
         for rnd in range(opts["warmup"] + opts["steps"]):
             for v, eng in enumerate(engines):
@@ -99,7 +110,9 @@ def measure(world: int, opts: dict) -> list[dict]:
     for p in procs:
         p.start()
     try:
-        results = dict(q.get(timeout=opts["timeout"]) for _ in procs)
+        got = [q.get(timeout=opts["timeout"]) for _ in range(len(procs) + bool(opts["link"]))]
+        results = {r: res for r, res in got if r != "link"}
+        opts["installed"] = next((res for r, res in got if r == "link"), None)
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -115,9 +128,11 @@ def measure(world: int, opts: dict) -> list[dict]:
         steps = [max(pr[s][0] for pr in per_rank) for s in range(opts["steps"])]
         a2a = sum(s[1] for pr in per_rank for s in pr) / (world * opts["steps"])
         ovl = sum(s[2] for pr in per_rank for s in pr) / (world * opts["steps"])
+        expert = sum(s[3] for pr in per_rank for s in pr) / (world * opts["steps"])
         rows.append({"variant": name, "step_ms": statistics.median(steps), "a2a_ms": a2a,
+                     "expert_ms": expert,
                      "a2a_overlap_pct": 100 * ovl / a2a if a2a else None,
-                     "loss": per_rank[0][-1][3]})
+                     "loss": per_rank[0][-1][4]})
     base = rows[0]["step_ms"]
     for row, (_n, _ep, dispatch, overlap) in zip(rows, VARIANTS):
         row["vs_no_ep"] = row["step_ms"] / base
@@ -142,7 +157,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--timeout", type=float, default=900.0)
     for name in ("layers", "dim", "seq", "batch"):
         ap.add_argument(f"--{name}", type=int, default=None)
+    add_link_arguments(ap)
     a = ap.parse_args(argv)
+    try:
+        check_link(a.link, a.ranks_per_node, a.world)
+    except ValueError as e:
+        print(f"partui bench ep: {flagify(str(e))}", file=sys.stderr)
+        return 2
     if a.world < 2 or a.experts % a.world:
         print(f"partui bench ep: --world {a.world} must be >= 2 and divide --experts {a.experts}",
               file=sys.stderr)
@@ -151,15 +172,18 @@ def main(argv: list[str]) -> int:
         print(f"partui bench ep: capacity factor {a.capacity_factor} must be > 0", file=sys.stderr)
         return 2
     opts = {"model": a.model, "experts": a.experts, "top_k": a.top_k, "cf": a.capacity_factor,
-            "steps": a.steps, "warmup": a.warmup, "timeout": a.timeout,
+            "steps": a.steps, "warmup": a.warmup, "timeout": a.timeout, "link": a.link,
+            "ranks_per_node": a.ranks_per_node,
             "overrides": {k: getattr(a, k) for k in ("layers", "dim", "seq", "batch")}}
     try:
         rows = measure(a.world, opts)
     except (RuntimeError, ValueError) as e:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
-    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms",
+    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms", "expert_ms",
                        "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
+    if opts.get("installed"):
+        print(f"\nlink: {LinkModel.from_dict(opts['installed']).describe()}")
     print(f"\na2a_ms: all-to-all in flight per rank per step; a2a_overlap_pct: share of it during "
           f"compute (in flight); saved: the step time overlap really took off.\ncommand: partui "
           f"bench ep {' '.join(argv)}")
