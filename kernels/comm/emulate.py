@@ -28,7 +28,7 @@ import time
 import torch.distributed as dist
 
 from kernels.comm import events
-from kernels.comm.link import LinkModel
+from kernels.comm.link import LinkModel, share_port
 
 SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
 _lock = threading.Lock()
@@ -125,10 +125,8 @@ def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int 
 def _queue(hold: Hold, start: int) -> int:
     """Latency, then the transfer at this port's bandwidth shared with the ops still moving
     there (caller holds _lock)."""
-    t0 = start + hold.latency_ns
-    moving = [e for e in _state["busy"].get(hold.port, []) if e > t0]
-    hold.end = t0 + hold.transfer_ns * (len(moving) + 1)
-    _state["busy"][hold.port] = moving + [hold.end]
+    hold.end, _state["busy"][hold.port] = share_port(_state["busy"].get(hold.port, []),
+                                                     start + hold.latency_ns, hold.transfer_ns)
     return hold.end
 
 

@@ -81,6 +81,15 @@ class LinkModel:
         return cls(**d)
 
 
+def share_port(moving: list, t0: float, transfer: float) -> tuple[float, list]:
+    """An op whose transfer starts at t0 on a port where ops end at `moving`: it runs at 1/(k+1)
+    of the bandwidth with k still moving (earlier ops keep their ends; a one-pass approximation of
+    fair sharing). Returns (its end, the port's new list of ends)."""
+    still = [e for e in moving if e > t0]
+    end = t0 + transfer * (len(still) + 1)
+    return end, still + [end]
+
+
 def op_cost(op: str, n: int, nbytes: float, spec: LinkSpec) -> tuple[float, float]:
     """(latency seconds, transfer seconds) of `op` over n ranks; nbytes as the comm layer records."""
     if n <= 1:
