@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _render(df: pd.DataFrame, fmt: str) -> str:
+def render(df: pd.DataFrame, fmt: str) -> str:
     df = df.round(3)
     if fmt == "csv":
         return df.to_csv(index=False).rstrip("\n")
@@ -83,7 +83,7 @@ def run(args) -> int:
             table = compare(df, other)
         else:
             table = overlap(df, args.by)
-        out = _render(table, args.format)
+        out = render(table, args.format)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
         note = oversubscription_note(df) if other is None and args.by == "rank" else None

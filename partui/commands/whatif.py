@@ -17,7 +17,7 @@ from kernels.config import ModelConfig
 from partui.analysis import TraceError, read_doc
 from partui.analysis.whatif import replay
 from partui.commands.flags import add_link_arguments, flagify
-from partui.commands.report import FORMATS, _render
+from partui.commands.report import FORMATS, render
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -95,8 +95,8 @@ def run(args) -> int:
         print(json.dumps({"link": link.describe(), "ranks": table.round(3).to_dict("records"),
                           "step": {k: round(v, 3) for k, v in step.items()}}))
         return 0
-    print(_render(table, args.format))
-    print(_render(pd.DataFrame([dict(rank="step", **step)]), args.format))
+    print(render(table, args.format))
+    print(render(pd.DataFrame([dict(rank="step", **step)]), args.format))
     if args.format == "table":
         print(f"\nlink: {link.describe()}\nrecorded: the trace's own step (slowest rank for the "
               f"step row); predicted: replayed under the link, busy stretches x"
