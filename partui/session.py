@@ -116,8 +116,7 @@ class World:
         check_link(link, ranks_per_node, world)
         with self._lock:
             self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
-            if self.launched:
-                self.link = self._guard(lambda c: c.link(self.link_spec))
+            self.link = self._guard(lambda c: c.link(self.link_spec)) if self.launched else None
             return self.link
 
     def link_text(self) -> str:

@@ -69,6 +69,9 @@ class RunScreen(Screen):
         t = Text()
         t.append(f"{plan.describe()} · world {plan.world}", style="bold")
         t.append(f" · step {len(losses)}")
+        if w.link:
+            t.append(f" · link {w.link['name']}" + (f" x{w.link['factor']:.3g}"
+                                                     if w.link["factor"] != 1 else ""), style="cyan")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
         if w.recording:

@@ -8,11 +8,12 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "help",
-         "quit")
+VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
+         "help", "quit")
 EXAMPLES = ("plan zero2 dp=2", "launch", "step 1", "step 3", "run 20", "pause", "reset",
             "show rank 1 optim", "show rank 0 grad layers.1.attn.wq", "trace on", "trace off",
-            "trace save demo", "report", "help", "quit")
+            "trace save demo", "report", "link h800", "link alpha_us=2000,gbps=0.02", "link off",
+            "help", "quit")
 SHOW_KINDS = ("params", "grad", "optim")
 INT_FIELDS = ("world", "dp", "zero", "tp", "pp", "microbatches", "virtual_stages", "cp", "ep",
               "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
@@ -94,6 +95,18 @@ def parse(text: str) -> Command:
         if sub == "save":
             return Command("trace", {"action": "save", "name": rest[1] if len(rest) > 1 else ""})
         raise CommandError("trace needs on, off or save NAME: e.g. `trace on`")
+    if verb == "link":
+        if not rest:
+            raise CommandError("link needs a preset, a spec or off: `link h800 ranks_per_node=2`, "
+                               "`link alpha_us=2000,gbps=0.02`, `link off`")
+        rpn = None
+        for w in rest[1:]:
+            key, eq, val = w.partition("=")
+            if key.replace("-", "_") != "ranks_per_node" or not eq:
+                raise CommandError(f"link takes ranks_per_node=N after the link, not {w!r}")
+            rpn = _int(val, "ranks_per_node")
+        return Command("link", {"text": None if rest[0] == "off" else rest[0],
+                                "ranks_per_node": rpn})
     return Command(verb)
 
 
