@@ -11,6 +11,10 @@ Collectives are matched by (group, n-th op on it); members come from the trace's
 (kernels.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
+With floor=True a wait also lasts at least its recorded length: on this machine the live
+emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
+to get a core), so this predicts a `--link` run here; without it, the link model alone.
+
 Predicted per rank: step time, exposed comm (time blocked in waits), comm in flight and its
 overlap with busy time (HTA's definition, as in partui.analysis.metrics).
 """
@@ -28,7 +32,7 @@ GROUP_DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_dp", "cp_dp")
 
 def programs(doc: dict, step: int | None = None) -> dict:
     """{rank: {"start", "end", "items"}} of one recorded step (default: the last) per rank; items
-    are ("busy", ns) | ("issue", op) | ("wait", op_id) with op a dict of the comm event's args."""
+    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs) with op the comm event's args."""
     ev = doc["traceEvents"]
     steps = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "step"]
     if not steps:
@@ -49,7 +53,7 @@ def programs(doc: dict, step: int | None = None) -> dict:
         items, cursor = [], t0
         for ts, _o, m in sorted(marks, key=lambda x: (x[0], x[1])):
             items.append(("busy", max(0.0, ts - cursor) * 1e3))
-            items.append(m[:2])
+            items.append(m if m[0] == "wait" else m[:2])
             cursor = max(cursor, ts + (m[2] if m[0] == "wait" else 0.0))
         items.append(("busy", max(0.0, t1 - cursor) * 1e3))
         out[r] = {"start": t0, "end": t1, "items": items}
@@ -64,9 +68,11 @@ def _members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
     return tuple(next(g for g in partition(plan, group) if rank in g))
 
 
-def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None
-           ) -> pd.DataFrame:
-    """Predicted figures per rank (and recorded step time) of one step under `link`."""
+def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
+           floor: bool = False) -> pd.DataFrame:
+    """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
+    wait lasts at least as long as it did in the recording (what this machine's gloo took: the
+    live emulation cannot hand bytes over before gloo does), else the link model alone."""
     progs = programs(doc, step)
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
@@ -140,9 +146,10 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
                         st[4] = end_of(r, st[0], st[1], st[2], st[3])
                         if st[4] is None:
                             break                    # blocked on a peer: try the others
-                    if st[4] > clock[r]:
-                        waited[r] += st[4] - clock[r]
-                        clock[r] = st[4]
+                    until = max(st[4], clock[r] + it[2] * 1e3) if floor else st[4]
+                    if until > clock[r]:
+                        waited[r] += until - clock[r]
+                        clock[r] = until
                 pc[r] += 1
                 progress = True
     stuck = [r for r in progs if pc[r] < len(progs[r]["items"])]

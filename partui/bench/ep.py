@@ -8,7 +8,7 @@ For every variant each rank records its compute spans and its all-to-all in-flig
 and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
 time minus the overlap step time, as a share of the no-overlap all-to-all time.
 Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
-(spans of kind "expert") per rank per step. With --link every variant runs under the same
+(forward, dX and dW of the experts, merged) per rank per step. With --link every variant runs under the same
 emulated interconnect (kernels/comm/link.py), which is where overlap can pay.
 """
 from __future__ import annotations
@@ -49,8 +49,8 @@ class _A2ARecorder:
     def compute(self, name, cat, t0, t1, args):
         if cat not in ("step", "FB"):
             self.spans.append((t0, t1))
-        if cat == "expert":                  # merged below: runners' spans wrap the layer's
-            self.expert.append((t0, t1))
+        if cat == "expert" or name.startswith("experts"):   # forward, dX, dW; merged below:
+            self.expert.append((t0, t1))                      # runners' spans wrap the layer's
 
     def comm_issue(self, op_id, op, group, nbytes, peer, t_ns, args):
         if op == "all_to_all" and nbytes:

@@ -27,6 +27,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="multiply every busy stretch (compute and host work) by this")
     p.add_argument("--measured", metavar="OTHER", help="a trace of the same plan run under --link")
     p.add_argument("--format", default="table", choices=FORMATS)
+    p.add_argument("--floor", action="store_true",
+                   help="a wait lasts at least its recorded length (predicts a --link run on this "
+                        "machine, whose gloo still moves the bytes); default: the link model alone")
     add_link_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -63,9 +66,9 @@ def link_for(args, doc: dict) -> LinkModel:
     return build_link(args.link, args.ranks_per_node, flops)
 
 
-def predict(doc: dict, link: LinkModel, scale: float) -> pd.DataFrame:
+def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False) -> pd.DataFrame:
     """Per rank, the mean over the recorded steps (warm-up out) of the replay's figures."""
-    frames = [replay(doc, link, scale, s) for s in steps_of(doc)]
+    frames = [replay(doc, link, scale, s, floor) for s in steps_of(doc)]
     return pd.concat(frames).groupby("rank", as_index=False).mean()
 
 
@@ -81,7 +84,7 @@ def run(args) -> int:
         if args.compute_scale <= 0:
             raise ValueError(f"--compute-scale {args.compute_scale} must be > 0, e.g. 0.5")
         link = link_for(args, doc)
-        table = predict(doc, link, args.compute_scale)
+        table = predict(doc, link, args.compute_scale, args.floor)
         measured = measured_step_ms(read_doc(args.measured)) if args.measured else None
     except (TraceError, ValueError, OSError) as e:
         print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
