@@ -40,6 +40,9 @@ VARIANTS = [  # name, ep (0: world), dispatch, overlap
 ]
 
 
+EXPERT_SPANS = ("experts", "experts dX", "experts dW")   # kernels/ep/layer.py's spans
+
+
 class _A2ARecorder:
     """Compute spans (leaf kinds, not the step / F+B envelopes) and all-to-all intervals."""
 
@@ -49,8 +52,8 @@ class _A2ARecorder:
     def compute(self, name, cat, t0, t1, args):
         if cat not in ("step", "FB"):
             self.spans.append((t0, t1))
-        if cat == "expert" or name.startswith("experts"):   # forward, dX, dW; merged below:
-            self.expert.append((t0, t1))                      # runners' spans wrap the layer's
+        if name in EXPERT_SPANS:   # the layer's own (the overlap runner's wrappers also hold
+            self.expert.append((t0, t1))   # the all-to-all's issue)
 
     def comm_issue(self, op_id, op, group, nbytes, peer, t_ns, args):
         if op == "all_to_all" and nbytes:

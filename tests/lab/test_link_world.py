@@ -40,3 +40,8 @@ def test_app_link_command_parses():
         parse("link")
     with pytest.raises(CommandError, match="ranks_per_node=N"):
         parse("link h800 nodes=2")
+
+
+def test_bench_ep_rejects_a_bad_link_before_launching(cli):
+    p = cli("bench", "ep", "--link", "h800", "--ranks-per-node", "3", timeout=60)
+    assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
