@@ -12,7 +12,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import emulate
-from kernels.comm.link import LinkModel, build_link, parse_link
+from kernels.link import LinkModel, build_link, parse_link
 from kernels.config import ModelConfig
 
 

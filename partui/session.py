@@ -8,7 +8,7 @@ notebooks all drive it.
     w.step(2); w.show(1, "optim")  # per-step lines (partui.results); one rank's optimizer state rows
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
     w.summary(); w.close()
-    World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.comm.link); or
+    World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.link); or
     w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
 
 Every method is safe to call from a worker thread: one lock serialises talk to the ranks.
@@ -23,7 +23,7 @@ import os
 import threading
 import time
 
-from kernels.comm.link import LinkModel, check_link
+from kernels.link import LinkModel, check_link
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward

@@ -1,5 +1,5 @@
 """Holding ops to an emulated link: every op still moves its bytes through gloo (results stay
-exact), but its completion is held until the time the link model (kernels/comm/link.py) gives.
+exact), but its completion is held until the time the link model (kernels/link.py) gives.
 
 When is an op done on the emulated link?
     collective   start = the last member's issue (members publish their issue times), then the
@@ -28,7 +28,7 @@ import time
 import torch.distributed as dist
 
 from kernels.comm import events
-from kernels.comm.link import LinkModel, share_port
+from kernels.link import LinkModel, share_port
 
 SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
 _lock = threading.Lock()

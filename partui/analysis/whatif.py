@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.comm.link import LinkModel, share_port
+from kernels.link import LinkModel, share_port
 from kernels.intervals import intersect, length, merge
 from kernels.mesh import Plan, partition
 from partui.analysis.events import TraceError

@@ -9,7 +9,7 @@ and the step time (slowest rank). "Saved" is what overlap really bought: the no-
 time minus the overlap step time, as a share of the no-overlap all-to-all time.
 Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
 (forward, dX and dW of the experts, merged) per rank per step. With --link every variant runs under the same
-emulated interconnect (kernels/comm/link.py), which is where overlap can pay.
+emulated interconnect (kernels/link.py), which is where overlap can pay.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 from kernels import comm
 from kernels.calibrate import install_link
 from kernels.comm import events
-from kernels.comm.link import LinkModel, check_link
+from kernels.link import LinkModel, check_link
 from kernels.engine import Engine
 from kernels.intervals import intersect, length, merge
 from partui.bench.harness import table

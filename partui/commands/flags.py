@@ -95,7 +95,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_link_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("emulated interconnect (kernels/comm/link.py)")
+    g = p.add_argument_group("emulated interconnect (kernels/link.py)")
     g.add_argument("--link", default=None,
                    help="h800, h100 or a100 (scaled to this CPU by a calibration), or "
                         "alpha_us=A,gbps=B (latency us, gigabytes/s, this machine's time)")

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from kernels.calibrate import matmul_flops
-from kernels.comm.link import LinkModel, build_link, check_link, parse_link
+from kernels.link import LinkModel, build_link, check_link, parse_link
 from kernels.config import ModelConfig
 from partui.analysis import TraceError, read_doc
 from partui.analysis.whatif import replay

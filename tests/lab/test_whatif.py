@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kernels.comm.link import build_link
+from kernels.link import build_link
 from partui.analysis.whatif import replay
 
 
