@@ -12,6 +12,7 @@ import traceback
 import torch
 
 from kernels import comm
+from kernels.calibrate import install_link
 from kernels.config import ModelConfig
 from kernels.engine import Engine
 from kernels.mesh import Plan
@@ -51,6 +52,13 @@ def serve(rank: int, world: int, conn, opts: dict) -> None:
     comm.destroy()
 
 
+def _link(eng, spec: dict | None) -> dict | None:
+    """Install the emulated link spec names ({"text", "ranks_per_node"}; None: none)."""
+    spec = spec or {}
+    link = install_link(spec.get("text"), spec.get("ranks_per_node"), eng.cfg, eng.plan.world)
+    return link.to_dict() if link is not None else None
+
+
 def handle(state: dict, cmd: str, payload: dict):
     if cmd == "setup":
         eng = Engine(Plan.from_dict(payload["plan"]), ModelConfig(**payload["cfg"]),
@@ -59,7 +67,9 @@ def handle(state: dict, cmd: str, payload: dict):
                      backward=payload.get("backward", "hand"),
                      weight_decay=payload.get("weight_decay"))
         state["engine"] = eng
-        return snapshot.rank_info(eng)
+        info = snapshot.rank_info(eng)
+        info["link"] = _link(eng, payload.get("link"))
+        return info
     eng = state["engine"]
     if eng is None:
         raise RuntimeError(f"command {cmd!r} before setup: launch a plan first")
@@ -71,6 +81,8 @@ def handle(state: dict, cmd: str, payload: dict):
                 raise InjectedFault(f"injected fault at step {eng.step_count}")
             out.append(snapshot.step_item(eng, check=payload.get("check", False)))
         return out
+    if cmd == "link":                 # between steps: every rank at once (it is collective)
+        return _link(eng, payload)
     if cmd == "snapshot":
         return snapshot.take(eng, payload)
     if cmd == "fault":

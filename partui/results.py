@@ -82,7 +82,8 @@ def summary_text(summary: dict, describe: str) -> str:
             f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
             + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
                if "check" in summary else "")
-            + (f" · trace {summary['trace']}" if summary.get("trace") else ""))
+            + (f" · trace {summary['trace']}" if summary.get("trace") else "")
+            + (f"\nlink: {summary['link']['describe']}" if summary.get("link") else ""))
 
 
 def line_text(line: dict) -> str:

@@ -9,6 +9,8 @@ notebooks all drive it.
                                    # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
     w.summary(); w.close()
+    World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.link); or
+    w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
 
 Every method is safe to call from a worker thread: one lock serialises talk to the ranks.
 A rank failure closes the world (its peers may be stuck in a collective) and raises RankError;
@@ -22,6 +24,7 @@ import os
 import threading
 import time
 
+from kernels.link import LinkModel, check_link
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward
@@ -37,8 +40,11 @@ TRACE_DIR = "traces"
 class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
-                 check: bool = False):
+                 check: bool = False, link: str | None = None, ranks_per_node: int | None = None):
         self.timeout_s, self.seed, self.optim, self.lr = timeout_s, seed, optim, lr
+        check_link(link, ranks_per_node, ranks_per_node or 1)
+        self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
+        self.link: dict | None = None      # the installed LinkModel (as a dict), from rank 0
         self.backward, self.weight_decay, self.check = backward, weight_decay, check
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
@@ -61,6 +67,8 @@ class World:
         model_kw = {k: fields.pop(k) for k in MODEL_FIELDS if k in fields}
         plan, cfg = build_plan(preset, model, model_kw, **fields)
         check_backward(plan, self.backward)
+        if self.link_spec:
+            check_link(self.link_spec["text"], self.link_spec["ranks_per_node"], plan.world)
         with self._lock:
             self.close()
             self.preset, self.current_plan, self.cfg, self.model = preset, plan, cfg, model
@@ -89,7 +97,8 @@ class World:
             try:
                 self.infos = ctl.setup(self.current_plan, self.cfg, seed=self.seed, optim=self.optim,
                                        lr=self.lr, backward=self.backward,
-                                       weight_decay=self.weight_decay)
+                                       weight_decay=self.weight_decay, link=self.link_spec)
+                self.link = self.infos[0].get("link")
                 self.checker = self._checker() if self.check else None
             except BaseException:
                 ctl.close()
@@ -103,6 +112,20 @@ class World:
         from partui.checker import Checker
         return Checker(self.current_plan, self.cfg, self.seed, self.optim, self.lr,
                        self.weight_decay)
+
+    def set_link(self, link: str | None, ranks_per_node: int | None = None) -> dict | None:
+        """Switch the emulated link (a preset, `alpha_us=A,gbps=B`, or None for none) between
+        steps; a preset is calibrated again. Returns the installed model as a dict."""
+        world = self.current_plan.world if self.current_plan else (ranks_per_node or 1)
+        check_link(link, ranks_per_node, world)
+        with self._lock:
+            self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
+            self.link = self._guard(lambda c: c.link(self.link_spec)) if self.launched else None
+            return self.link
+
+    def link_text(self) -> str:
+        """The installed link in words ("no emulated link" without one)."""
+        return LinkModel.from_dict(self.link).describe() if self.link else "no emulated link"
 
     def reset(self, on_progress=None) -> list[dict]:
         """The same plan from step 0 (a fresh world)."""
@@ -197,8 +220,11 @@ class World:
         """The run so far (partui.results.summarize): what `partui run` prints last."""
         if self.current_plan is None:
             raise RuntimeError("no plan yet: nothing to summarise")
-        return summarize(self.current_plan, self.cfg, self.infos, self.history, self.launch_s,
-                         checked=self.check, trace_path=self.trace_path)
+        out = summarize(self.current_plan, self.cfg, self.infos, self.history, self.launch_s,
+                        checked=self.check, trace_path=self.trace_path)
+        if self.link:
+            out["link"] = dict(self.link, describe=self.link_text())
+        return out
 
     # ---------------------------------------------------------------- inspection
     def snapshot(self, full: list[str] | None = None) -> list[dict]:
@@ -259,6 +285,8 @@ class World:
                        if ln["step"] in set(steps) and "moe_layers" in ln}
             if routing:   # the routing observatory of the traced steps, for `partui report --routing`
                 meta["routing"] = routing
+            if self.link:
+                meta["link"] = dict(self.link, describe=self.link_text())
             self.trace_path = merge(stitch(self._traced), path, meta)
             self.trace_meta = meta
             self._traced, self._traced_steps = [], []

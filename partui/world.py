@@ -200,10 +200,10 @@ class Controller:
 
     # ---------------------------------------------------------------- verbs
     def setup(self, plan, cfg, seed: int = 0, optim: str = "adamw", lr=None,
-              backward: str = "hand", weight_decay=None) -> list[dict]:
+              backward: str = "hand", weight_decay=None, link: dict | None = None) -> list[dict]:
         self.setup_payload = {"plan": plan.to_dict(), "cfg": cfg.to_dict(), "seed": seed,
                               "optim": optim, "lr": lr, "backward": backward,
-                              "weight_decay": weight_decay}
+                              "weight_decay": weight_decay, "link": link}
         self.infos = self.call("setup", self.setup_payload)
         return self.infos
 
@@ -213,6 +213,10 @@ class Controller:
 
     def snapshot(self, full: list[str] | None = None) -> list[dict]:
         return self.call("snapshot", {"full": full or []})
+
+    def link(self, link: dict | None) -> dict | None:
+        """Install an emulated link on every rank ({"text", "ranks_per_node"}; None: none)."""
+        return self.call("link", link)[0]
 
     def inject_fault(self, rank: int, step: int) -> None:
         """Make `rank` raise when it reaches `step` (for testing failure handling)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from kernels.comm import events
+from kernels.comm import emulate, events
 from kernels.comm.dry import ON_PAPER
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
 
@@ -174,6 +174,10 @@ def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args
     """Record an op as issued now: one OpLog record, and comm_issue to the recorder."""
     rec = OpRecord(next_op_id(), op, group.name if group else "world", int(nbytes), peer,
                    events.now_ns())
+    if emulate.model() is not None:
+        ranks = group.ranks if group is not None else list(range(world_size()))
+        rec.hold = emulate.on_issue(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),
+                                    rec.t_issue)
     oplog.add(rec)
     r = events.recorder()
     if r is not None and hasattr(r, "comm_issue"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from kernels.comm import events
+from kernels.comm import emulate, events
 
 
 @dataclass
@@ -23,6 +23,7 @@ class OpRecord:
     t_complete: int | None = None
     wait_ns: int = 0
     waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
+    hold: object = None        # its place on an emulated link (kernels.comm.emulate.Hold)
 
 
 class OpLog:
@@ -67,7 +68,7 @@ class Handle:
     def mark_complete(self, _fut=None) -> None:
         """The data is in place: take the completion time (a future's callback, or whoever ran
         the op, e.g. a hand collective's lane, before any waiter wakes)."""
-        t = events.now_ns()
+        t = emulate.completion(self.rec.hold, self.rec.t_issue, events.now_ns())
         if self.rec.t_complete is not None:  # wait() saw it first
             return
         self.rec.t_complete = t
@@ -76,18 +77,27 @@ class Handle:
             rec.comm_complete(self.rec.op_id, t)
 
     def is_completed(self) -> bool:
-        return self._done or self._work.is_completed()
+        if self._done:
+            return True
+        if not self._work.is_completed():
+            return False
+        held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
+        return held is None or held <= events.now_ns()
 
     def wait(self):
         if not self._done:
             t0 = events.now_ns()
             self._work.wait()
+            # an emulated link holds the op to its modelled end (gloo's own end, if known, too)
+            held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
+            if held is not None:
+                emulate.sleep_until(held)
             t1 = events.now_ns()
             rec = events.recorder()
             if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
-                self.rec.t_complete = t1
+                self.rec.t_complete = t1 if held is None else held
                 if rec is not None and hasattr(rec, "comm_complete"):
-                    rec.comm_complete(self.rec.op_id, t1)
+                    rec.comm_complete(self.rec.op_id, self.rec.t_complete)
             self.rec.wait_ns += t1 - t0
             self.rec.waits = (self.rec.waits or []) + [(t0, t1)]
             if rec is not None and hasattr(rec, "comm_wait"):

@@ -9,7 +9,9 @@ For every variant each rank records each step as a trace (partui.trace.RankTrace
                        waits and posting an op are not compute, containers never count)
 and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
 time minus the overlap step time, as a share of the no-overlap all-to-all time.
-Variants run round-robin, so machine noise hits them alike.
+Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
+(forward, dX and dW of the experts, merged) per rank per step. With --link every variant runs under the same
+emulated interconnect (kernels/link.py), which is where overlap can pay.
 """
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ import traceback
 import torch
 
 from kernels import comm
+from kernels.calibrate import install_link
+from kernels.link import LinkModel, check_link
 from kernels.engine import Engine
+from kernels.intervals import length, merge
 from partui.analysis import frame, overlap
 from partui.bench.harness import table
+from partui.commands.flags import add_link_arguments, flagify
 from partui.plans import build_plan
 from partui.trace import RankTracer
 from partui.tracefile import build_doc
@@ -38,12 +44,19 @@ VARIANTS = [  # name, ep (0: world), dispatch, overlap
 ]
 
 
-def a2a_figures(per_rank: dict) -> tuple[float, float]:
-    """(all-to-all in flight, the part of it overlapped by compute) in ms for one rank's recorded
-    step: the trace `partui report --by op` reads, through the same analysis code."""
+EXPERT_SPANS = ("experts", "experts dX", "experts dW")   # kernels/ep/layer.py's spans
+
+
+def a2a_figures(per_rank: dict) -> tuple[float, float, float]:
+    """(all-to-all in flight, the part of it overlapped by compute, expert compute) in ms for one
+    rank's recorded step: the trace `partui report --by op` reads, through the same analysis code."""
     df = frame(build_doc([per_rank]))
     row = overlap(df, by="op").query("op == 'all_to_all' and group == 'ep'")
-    return (float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum())) if len(row) else (0.0, 0.0)
+    experts = df[df["name"].isin(EXPERT_SPANS)]
+    expert_ms = length(merge(list(zip(experts["ts"], experts["end"])))) / 1e3   # us -> ms
+    if not len(row):
+        return 0.0, 0.0, expert_ms
+    return float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum()), expert_ms
 
 
 def _rank(rank, world, port, opts, q):
@@ -61,6 +74,9 @@ def _rank(rank, world, port, opts, q):
                 if getattr(getattr(layer, "mlp", None), "is_moe", False):
                     layer.mlp.dispatch = dispatch
             engines.append(eng)
+        link = install_link(opts["link"], opts["ranks_per_node"], engines[0].cfg, world)
+        if rank == 0 and link is not None:
+            q.put(("link", link.to_dict()))
         out = [[] for _ in VARIANTS]
         for rnd in range(opts["warmup"] + opts["steps"]):
             for v, eng in enumerate(engines):
@@ -85,7 +101,9 @@ def measure(world: int, opts: dict) -> list[dict]:
     for p in procs:
         p.start()
     try:
-        results = dict(q.get(timeout=opts["timeout"]) for _ in procs)
+        got = [q.get(timeout=opts["timeout"]) for _ in range(len(procs) + bool(opts["link"]))]
+        results = {r: res for r, res in got if r != "link"}
+        opts["installed"] = next((res for r, res in got if r == "link"), None)
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -101,9 +119,11 @@ def measure(world: int, opts: dict) -> list[dict]:
         steps = [max(pr[s][0] for pr in per_rank) for s in range(opts["steps"])]
         a2a = sum(s[1] for pr in per_rank for s in pr) / (world * opts["steps"])
         ovl = sum(s[2] for pr in per_rank for s in pr) / (world * opts["steps"])
+        expert = sum(s[3] for pr in per_rank for s in pr) / (world * opts["steps"])
         rows.append({"variant": name, "step_ms": statistics.median(steps), "a2a_ms": a2a,
+                     "expert_ms": expert,
                      "a2a_overlap_pct": 100 * ovl / a2a if a2a else None,
-                     "loss": per_rank[0][-1][3]})
+                     "loss": per_rank[0][-1][4]})
     base = rows[0]["step_ms"]
     for row, (_n, _ep, dispatch, overlap) in zip(rows, VARIANTS):
         row["vs_no_ep"] = row["step_ms"] / base
@@ -128,7 +148,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--timeout", type=float, default=900.0)
     for name in ("layers", "dim", "seq", "batch"):
         ap.add_argument(f"--{name}", type=int, default=None)
+    add_link_arguments(ap)
     a = ap.parse_args(argv)
+    try:
+        check_link(a.link, a.ranks_per_node, a.world)
+    except ValueError as e:
+        print(f"partui bench ep: {flagify(str(e))}", file=sys.stderr)
+        return 2
     if a.world < 2 or a.experts % a.world:
         print(f"partui bench ep: --world {a.world} must be >= 2 and divide --experts {a.experts}",
               file=sys.stderr)
@@ -137,15 +163,18 @@ def main(argv: list[str]) -> int:
         print(f"partui bench ep: capacity factor {a.capacity_factor} must be > 0", file=sys.stderr)
         return 2
     opts = {"model": a.model, "experts": a.experts, "top_k": a.top_k, "cf": a.capacity_factor,
-            "steps": a.steps, "warmup": a.warmup, "timeout": a.timeout,
+            "steps": a.steps, "warmup": a.warmup, "timeout": a.timeout, "link": a.link,
+            "ranks_per_node": a.ranks_per_node,
             "overrides": {k: getattr(a, k) for k in ("layers", "dim", "seq", "batch")}}
     try:
         rows = measure(a.world, opts)
     except (RuntimeError, ValueError) as e:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
-    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms",
+    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms", "expert_ms",
                        "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
+    if opts.get("installed"):
+        print(f"\nlink: {LinkModel.from_dict(opts['installed']).describe()}")
     print(f"\na2a_ms: all-to-all in flight per rank per step; a2a_overlap_pct: share of it during "
           f"compute (in flight); saved: the step time overlap really took off.\ncommand: partui "
           f"bench ep {' '.join(argv)}")

@@ -22,7 +22,8 @@ PLAN_FLAGS = ("world", "dp", "zero", "grad_sync", "bucket_mb", "tp", "sp", "pp",
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
-           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps")}
+           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps", "link",
+                     "ranks_per_node")}
 MODEL_HELP = {"layers": "transformer layers", "dim": "model width", "heads": "attention heads",
               "kv_heads": "key / value heads (GQA), divides --heads",
               "seq": "tokens per sequence", "batch": "global batch (sequences per step)",
@@ -33,7 +34,7 @@ SWITCHES = ("sp", "overlap", "fb_overlap")  # store_true flags: `sp=True` reads 
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
         "ep_dispatch", "kv_heads", "weight_decay", "fb_overlap", "moe_every", "moe_hidden",
         "shared_experts", "route_scale", "route_groups", "route_topk_groups", "seq_aux_alpha",
-        "bias_gamma")
+        "bias_gamma", "ranks_per_node")
 _ASSIGN = re.compile(r"(?<![\w-])(" + "|".join(sorted(FLAG_OF, key=len, reverse=True))
                      + r")=([\w+-]+(?:\.\d+)?)")
 _BARE = re.compile(r"(?<![\w-])(" + "|".join(BARE) + r")(?![\w=])")
@@ -160,6 +161,16 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds any command to the ranks may take, > 0 (default 120)")
+    add_link_arguments(p)
+
+
+def add_link_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("emulated interconnect (kernels/link.py)")
+    g.add_argument("--link", default=None, metavar="PRESET|SPEC",
+                   help="h800, h100 or a100 (scaled to this CPU by a calibration), or "
+                        "alpha_us=A,gbps=B (latency us, gigabytes/s, this machine's time)")
+    g.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
+                   help="ranks on one node (NVLink-class inside, IB-class between); default all")
 
 
 def plan_fields(args) -> dict:
@@ -170,4 +181,5 @@ def plan_fields(args) -> dict:
 def world_options(args) -> dict:
     """World's training options from the command line."""
     return {"seed": args.seed, "optim": args.optim, "lr": args.lr, "weight_decay": args.weight_decay,
-            "backward": args.backward, "check": args.check, "timeout_s": args.timeout}
+            "backward": args.backward, "check": args.check, "timeout_s": args.timeout,
+            "link": args.link, "ranks_per_node": args.ranks_per_node}

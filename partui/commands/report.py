@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
+def render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
     df = df.round({c: (digits or {}).get(c, 3) for c in df.columns})
     if fmt == "csv":
         return df.to_csv(index=False).rstrip("\n")
@@ -104,7 +104,7 @@ def run(args) -> int:
                   file=sys.stderr)
             return 2
         try:
-            print(_render(routing_table(routing_steps(args.trace)), args.format, ROUTING_DIGITS))
+            print(render(routing_table(routing_steps(args.trace)), args.format, ROUTING_DIGITS))
         except TraceError as exc:
             print(f"partui report: {exc}", file=sys.stderr)
             return 2
@@ -122,7 +122,7 @@ def run(args) -> int:
             table = overlap(df, args.by)
             if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
                 table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
-        out = _render(table, args.format)
+        out = render(table, args.format)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
             out += "\n" + pair_summary(table)
         if other is not None and args.format in ("table", "markdown"):

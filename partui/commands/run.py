@@ -50,8 +50,8 @@ def check_trace_path(path: str) -> None:
 
 
 def run(args) -> int:
-    world = World(**world_options(args))
     try:
+        world = World(**world_options(args))
         world.plan("custom", args.model, **plan_fields(args))
         trace_steps = parse_steps(args.trace_steps, args.steps) if args.trace else None
         if args.trace:
@@ -61,6 +61,9 @@ def run(args) -> int:
     print_line = (lambda ln: print(json.dumps(public(ln)), flush=True)) if args.json else \
         (lambda ln: print(line_text(ln), flush=True))
     if under_torchrun():
+        if args.link:
+            return fail("--link emulates links between ranks sharing this host's clock; run "
+                        "without torchrun (partui run --link ...)")
         if args.check or args.trace:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from functools import partial
 
+from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
 from partui.plans import PRESETS
+from partui.world import RankError, WorldTimeout
 
 
 class CommandsProvider(Provider):
@@ -76,3 +78,28 @@ class CommandsMixin:
             self._trace(a["action"], a.get("name", ""))
         elif cmd.verb == "report":
             self._report_worker()
+        elif cmd.verb == "link":
+            self._link(a["text"], a["ranks_per_node"])
+
+    def _link(self, text, ranks_per_node) -> None:
+        """Switch the emulated link between steps (a launched world), or set it for the next."""
+        try:
+            if not self.world.launched:
+                self.world.set_link(text, ranks_per_node)
+                self.notify(f"link for the next launch: {text or 'none'}")
+                return
+        except ValueError as e:
+            self.notify(str(e), title="link", severity="error")
+            return
+        if self._begin():
+            self._link_worker(text, ranks_per_node)
+
+    @work(thread=True, group="world")
+    def _link_worker(self, text, ranks_per_node) -> None:
+        try:
+            self.world.set_link(text, ranks_per_node)
+            self.call_from_thread(self.notify, f"link: {self.world.link_text()}")
+        except (ValueError, RankError, WorldTimeout) as e:
+            self.call_from_thread(self.notify, str(e), title="link", severity="error")
+        finally:
+            self.call_from_thread(self._step_done)

@@ -85,6 +85,9 @@ class RunScreen(Screen):
         t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
                  style="bold")
         t.append(f" · {len(losses)} step{'' if len(losses) == 1 else 's'} done")
+        if w.link:
+            t.append(f" · link {w.link['name']}" + (f" x{w.link['factor']:.3g}"
+                                                     if w.link["factor"] != 1 else ""), style="cyan")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
         t.append(f" · showing rank {self.selected}")

@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "help",
-         "quit")
+VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
+         "help", "quit")
 EXAMPLES = {  # command -> what it does (the palette's help line)
     "plan zero2 dp=2": "plan ZeRO-2 over 2 ranks and launch it",
     "launch": "start the planned world",
@@ -26,6 +26,9 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "trace off": "stop recording; save the trace and show its report",
     "trace save demo": "save what was recorded as traces/demo.json",
     "report": "overlap report of the last saved trace",
+    "link h800": "emulate an H800 cluster's links (scaled to this CPU) from the next step",
+    "link alpha_us=2000,gbps=0.02": "emulate a link of this latency and bandwidth, unscaled",
+    "link off": "back to the plain gloo links",
     "help": "keys and commands",
     "quit": "tear the world down and leave",
 }
@@ -116,6 +119,18 @@ def parse(text: str) -> Command:
         if sub == "save":
             return Command("trace", {"action": "save", "name": rest[1] if len(rest) > 1 else ""})
         raise CommandError("trace needs on, off or save NAME: e.g. `trace on`")
+    if verb == "link":
+        if not rest:
+            raise CommandError("link needs a preset, a spec or off: `link h800 ranks_per_node=2`, "
+                               "`link alpha_us=2000,gbps=0.02`, `link off`")
+        rpn = None
+        for w in rest[1:]:
+            key, eq, val = w.partition("=")
+            if key.replace("-", "_") != "ranks_per_node" or not eq:
+                raise CommandError(f"link takes ranks_per_node=N after the link, not {w!r}")
+            rpn = _int(val, "ranks_per_node")
+        return Command("link", {"text": None if rest[0] == "off" else rest[0],
+                                "ranks_per_node": rpn})
     return Command(verb)
 
 

@@ -1,0 +1,155 @@
+"""Holding ops to an emulated link: every op still moves its bytes through gloo (results stay
+exact), but its completion is held until the time the link model (kernels/link.py) gives.
+
+When is an op done on the emulated link?
+    collective   start = the last member's issue (members publish their issue times), then the
+                 op's latency, then its transfer on this rank's port of that link
+    send         start = its own issue (eager), same port rule; the end is published for the peer
+    recv         the matching send's published end, or its own issue if that is later
+Ops on one rank that use the same link class (intra- or inter-node) share one port's bandwidth:
+an op that starts while k others are still moving there transfers at 1/(k+1) of it (earlier ops
+keep their times: a one-pass approximation of fair sharing, so a small op is never stuck behind a
+big one). Waiting for a held op sleeps (time.sleep), never spins.
+
+Ranks publish through a small shared-memory table (one file mapped by every rank of the world, on
+one host; CLOCK_MONOTONIC is shared there): slot = hash(op key, writer, sequence number) holds
+(check, nanoseconds). Collectives are matched by (group, n-th op on it), p2p by (src, dst, tag,
+n-th message). A slot overwritten by a collision fails its check and falls back to the local time.
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import tempfile
+import threading
+import time
+
+import torch.distributed as dist
+
+from kernels.comm import events
+from kernels.link import LinkModel, share_port
+
+SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
+_lock = threading.Lock()
+_state: dict = {}                  # model, table, seq {key: n}, busy {port: [end ns]}, rank
+
+
+class Hold:
+    """An op's place on the emulated link; `end` (ns) once settled."""
+    __slots__ = ("kind", "key", "seq", "ranks", "latency_ns", "transfer_ns", "port", "end")
+
+    def __init__(self, kind, key, seq, ranks, latency_ns, transfer_ns, port):
+        self.kind, self.key, self.seq, self.ranks = kind, key, seq, ranks
+        self.latency_ns, self.transfer_ns, self.port, self.end = latency_ns, transfer_ns, port, None
+
+
+def model() -> LinkModel | None:
+    return _state.get("model")
+
+
+def set_link(link: LinkModel | None) -> None:
+    """Install (None: remove) the emulated link on this rank. Collective over the world when one is
+    initialised: rank 0 makes the shared table and every rank maps it. Call it between steps."""
+    with _lock:
+        _state.clear()
+    if link is None:
+        return
+    table = _shared_table() if dist.is_available() and dist.is_initialized() else \
+        memoryview(bytearray(SLOTS * 16)).cast("q")
+    with _lock:
+        _state.update(model=link, table=table, seq={}, busy={},
+                      rank=dist.get_rank() if dist.is_initialized() else 0)
+
+
+def _shared_table():
+    path = [None]
+    if dist.get_rank() == 0:
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, path[0] = tempfile.mkstemp(prefix="partui-link-", dir=folder)
+        os.ftruncate(fd, SLOTS * 16)
+        os.close(fd)
+    dist.broadcast_object_list(path, src=0)
+    with open(path[0], "r+b") as f:
+        mm = mmap.mmap(f.fileno(), SLOTS * 16)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        os.unlink(path[0])        # every rank has it mapped; the memory lives until they unmap
+    return memoryview(mm).cast("q")
+
+
+def _slot(key: tuple, writer, seq: int) -> tuple[int, int]:
+    h = int.from_bytes(hashlib.blake2b(repr((key, writer, seq)).encode(), digest_size=8).digest(),
+                       "little")
+    return 2 * (h % SLOTS), (h >> 1) | 1          # index of (check, ns); check never 0
+
+
+def _publish(key, writer, seq, ns) -> None:
+    i, check = _slot(key, writer, seq)
+    table = _state["table"]
+    table[i + 1] = ns
+    table[i] = check
+
+
+def _read(key, writer, seq) -> int | None:
+    i, check = _slot(key, writer, seq)
+    table = _state["table"]
+    return table[i + 1] if table[i] == check else None
+
+
+def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int | None,
+             tag: int, t_issue: int) -> Hold | None:
+    """Place an op just issued on the link (None: no link, or nothing to move)."""
+    link = _state.get("model")
+    if link is None or len(ranks) <= 1:
+        return None
+    me = _state["rank"]
+    if op in ("send", "recv"):
+        src, dst = (me, peer) if op == "send" else (peer, me)
+        key, kind, ranks = ("p2p", src, dst, tag), op, [src, dst]
+    else:
+        key, kind = ("coll", group_name, tuple(ranks)), "coll"
+    latency, transfer = link.cost(op, ranks, nbytes)
+    port = "intra" if link.spec_for(ranks) is link.intra else "inter"
+    with _lock:
+        seq = _state["seq"].get((key, kind), 0)
+        _state["seq"][key, kind] = seq + 1
+        hold = Hold(kind, key, seq, ranks, int(latency * 1e9), int(transfer * 1e9), port)
+        if kind == "coll":
+            _publish(key, me, seq, t_issue)
+        elif kind == "send":                       # eager: its end is known now; the peer reads it
+            _publish(key, "send", seq, _queue(hold, t_issue))
+    return hold
+
+
+def _queue(hold: Hold, start: int) -> int:
+    """Latency, then the transfer at this port's bandwidth shared with the ops still moving
+    there (caller holds _lock)."""
+    hold.end, _state["busy"][hold.port] = share_port(_state["busy"].get(hold.port, []),
+                                                     start + hold.latency_ns, hold.transfer_ns)
+    return hold.end
+
+
+def completion(hold: Hold | None, t_issue: int, t_real: int | None) -> int | None:
+    """The modelled completion of an op (ns); t_real: when gloo finished it, if known. Without a
+    link, t_real itself."""
+    if hold is None:
+        return t_real
+    with _lock:
+        if hold.end is None and "busy" not in _state:     # the link was removed since the issue
+            hold.end = t_real if t_real is not None else t_issue
+        if hold.end is None:
+            if hold.kind == "recv":
+                sent = _read(hold.key, "send", hold.seq)
+                hold.end = max(t_issue, sent if sent is not None else t_issue + hold.latency_ns
+                               + hold.transfer_ns)
+            else:
+                seen = [_read(hold.key, r, hold.seq) for r in hold.ranks]
+                _queue(hold, max([t for t in seen if t is not None] + [t_issue]))
+        return max(hold.end, t_real) if t_real is not None else hold.end
+
+
+def sleep_until(t_ns: int) -> None:
+    """Block until the monotonic clock reaches t_ns, sleeping (never spinning on a core)."""
+    while (left := t_ns - events.now_ns()) > 0:
+        time.sleep(left / 1e9)

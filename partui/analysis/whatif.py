@@ -1,0 +1,171 @@
+"""What-if replay: a recorded trace's per-rank op graph replayed under an emulated link and a
+compute scale, with the same rules the live emulation holds ops to (kernels/comm/emulate.py).
+
+Each rank's step becomes a program: busy stretches (the recorded wall time between its comm
+events that was not spent waiting: compute, and the host work around it), comm issues and waits.
+Replaying it, busy stretches last their recorded time times `compute_scale`; an issue costs
+nothing; a wait blocks until the op's predicted end:
+    collective   the last member's issue, plus latency, plus transfer on this rank's port
+    send         its own issue (eager), same port rule; recv: the matching send's end or later
+Collectives are matched by (group, n-th op on it); members come from the trace's plan
+(kernels.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
+collectives (args "parent") are part of their outer op and are not replayed on their own.
+
+With floor=True a wait also lasts at least its recorded length: on this machine the live
+emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
+to get a core), so this predicts a `--link` run here; without it, the link model alone.
+
+Predicted per rank: step time, exposed comm (time blocked in waits), comm in flight and its
+overlap with busy time (HTA's definition, as in partui.analysis.metrics).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from kernels.link import LinkModel, share_port
+from kernels.intervals import intersect, length, merge
+from kernels.mesh import Plan, partition
+from partui.analysis.events import TraceError
+
+GROUP_DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_dp", "cp_dp")
+
+
+def programs(doc: dict, step: int | None = None) -> dict:
+    """{rank: {"start", "end", "items"}} of one recorded step (default: the last) per rank; items
+    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs) with op the comm event's args."""
+    ev = doc["traceEvents"]
+    steps = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "step"]
+    if not steps:
+        raise TraceError("the trace has no step spans: record it with partui run --trace")
+    want = step if step is not None else max(e["args"].get("step", 0) for e in steps)
+    out = {}
+    for s in (e for e in steps if e["args"].get("step", 0) == want):
+        r, t0, t1 = s["pid"], s["ts"], s["ts"] + s["dur"]
+        marks = []
+        for e in ev:
+            if e.get("ph") != "X" or e.get("pid") != r or not t0 <= e["ts"] <= t1:
+                continue
+            a = e.get("args") or {}
+            if e.get("cat") == "comm" and "parent" not in a and "op_id" in a:
+                marks.append((e["ts"], 0, ("issue", dict(a, name=e["name"]))))
+            elif e.get("cat") == "wait" and "op_id" in a:
+                marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
+        items, cursor = [], t0
+        for ts, _o, m in sorted(marks, key=lambda x: (x[0], x[1])):
+            items.append(("busy", max(0.0, ts - cursor) * 1e3))
+            items.append(m if m[0] == "wait" else m[:2])
+            cursor = max(cursor, ts + (m[2] if m[0] == "wait" else 0.0))
+        items.append(("busy", max(0.0, t1 - cursor) * 1e3))
+        out[r] = {"start": t0, "end": t1, "items": items}
+    if not out:
+        raise TraceError(f"step {want} is not in the trace: pick one of its recorded steps")
+    return out
+
+
+def _members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
+    if plan is None or group not in GROUP_DIMS:
+        return tuple(range(world))
+    return tuple(next(g for g in partition(plan, group) if rank in g))
+
+
+def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
+           floor: bool = False) -> pd.DataFrame:
+    """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
+    wait lasts at least as long as it did in the recording (what this machine's gloo took: the
+    live emulation cannot hand bytes over before gloo does), else the link model alone."""
+    progs = programs(doc, step)
+    meta = doc.get("metadata") or {}
+    plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
+    world = max(progs) + 1
+    clock = {r: 0.0 for r in progs}
+    pc = {r: 0 for r in progs}
+    seq: dict = {}
+    ops: dict = {}         # (rank, op_id) -> key;  key -> {"issues": {rank: t}, "end": {rank: t}}
+    shared: dict = {}
+    ports = {r: {} for r in progs}
+    busy = {r: [] for r in progs}
+    flight = {r: [] for r in progs}
+    waited = {r: 0.0 for r in progs}
+
+    def key_of(r, a):
+        op = a["op"]
+        if op in ("send", "recv"):
+            src, dst = (r, a["peer"]) if op == "send" else (a["peer"], r)
+            base = ("p2p", src, dst, a.get("tag", 0))
+            kind = op
+        else:
+            base, kind = ("coll", a["group"], _members(plan, a["group"], r, world)), "coll"
+        n = seq.get((r, base, kind), 0)
+        seq[r, base, kind] = n + 1
+        return base + (n,), kind
+
+    def end_of(r, key, kind, a, t_issue):
+        """The op's end on rank r, or None while a peer has not issued its side yet."""
+        ranks = key[2] if kind == "coll" else [key[1], key[2]]
+        lat, tr = link.cost(a["op"], ranks, int(a.get("bytes") or 0))
+        port = "intra" if link.spec_for(ranks) is link.intra else "inter"
+        if kind == "recv":
+            sent = shared.get((key, "send"))
+            return None if sent is None else max(t_issue, sent)
+        if kind == "coll":
+            issues = [shared.get((key, m)) for m in ranks]
+            if any(t is None for t in issues):
+                return None
+            start = max(issues)
+        else:
+            start = t_issue
+        end, ports[r][port] = share_port(ports[r].get(port, []), start + lat * 1e9, tr * 1e9)
+        return end
+
+    state: dict = {}   # (r, op_id) -> [key, kind, args, t_issue, end]
+    progress = True
+    while progress:
+        progress = False
+        for r, p in progs.items():
+            items = p["items"]
+            while pc[r] < len(items):
+                it = items[pc[r]]
+                if it[0] == "busy":
+                    dur = it[1] * compute_scale
+                    busy[r].append((clock[r], clock[r] + dur))
+                    clock[r] += dur
+                elif it[0] == "issue":
+                    a = it[1]
+                    key, kind = key_of(r, a)
+                    st = state[r, a["op_id"]] = [key, kind, a, clock[r], None]
+                    shared[key, r if kind == "coll" else kind] = clock[r] if kind != "send" \
+                        else end_of(r, key, kind, a, clock[r])
+                    if kind == "send":
+                        st[4] = shared[key, "send"]
+                else:
+                    st = state.get((r, it[1]))
+                    if st is None:                   # waited op issued before this step
+                        pc[r] += 1
+                        continue
+                    if st[4] is None:
+                        st[4] = end_of(r, st[0], st[1], st[2], st[3])
+                        if st[4] is None:
+                            break                    # blocked on a peer: try the others
+                    until = max(st[4], clock[r] + it[2] * 1e3) if floor else st[4]
+                    if until > clock[r]:
+                        waited[r] += until - clock[r]
+                        clock[r] = until
+                pc[r] += 1
+                progress = True
+    stuck = [r for r in progs if pc[r] < len(progs[r]["items"])]
+    if stuck:
+        raise TraceError(f"ranks {stuck} wait on ops no peer issued in this step: the trace's "
+                         f"ops do not pair up; record whole steps (partui run --trace)")
+    for r, by in state.items():
+        if by[4] is not None:
+            flight[r[0]].append((by[3], by[4]))
+    rows = []
+    for r in sorted(progs):
+        fl, bz = merge(flight[r]), merge(busy[r])
+        inflight = length(fl)
+        rows.append({"rank": r, "recorded_step_ms": (progs[r]["end"] - progs[r]["start"]) / 1e3,
+                     "predicted_step_ms": clock[r] / 1e6, "exposed_comm_ms": waited[r] / 1e6,
+                     "comm_in_flight_ms": inflight / 1e6,
+                     "overlap_pct": 100 * intersect(fl, bz) / inflight if inflight else None,
+                     "busy_ms": length(bz) / 1e6})
+    return pd.DataFrame(rows)

@@ -1,0 +1,80 @@
+"""`partui whatif`: the replay of a hand-built two-rank trace whose answer is worked by hand, a
+p2p pair, and the command's bad input (exit 2, one line)."""
+import json
+
+import pytest
+
+from kernels.link import build_link
+from partui.analysis.whatif import replay
+
+
+def X(pid, name, cat, ts_ms, dur_ms, **args):
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 1, "ts": ts_ms * 1e3,
+            "dur": dur_ms * 1e3, "args": args}
+
+
+def all_reduce_doc():
+    """Rank 0 issues a 1 MB all-reduce at 2 ms and waits at 5 ms; rank 1 issues at 4 ms and waits
+    at once. Both steps are 6 ms long (the recorded waits end at 5.1 ms)."""
+    ar = dict(op="all_reduce", group="dp", bytes=1_000_000, peer=None)
+    return {"traceEvents": [
+        X(0, "step", "step", 0, 6, step=0), X(1, "step", "step", 0, 6, step=0),
+        X(0, "all_reduce", "comm", 2, 3.1, op_id=1, **ar), X(0, "wait", "wait", 5, 0.1, op_id=1),
+        X(1, "all_reduce", "comm", 4, 1.1, op_id=7, **ar), X(1, "wait", "wait", 4, 1.1, op_id=7),
+    ], "metadata": {}}
+
+
+def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
+    # 2 ranks, 1 GB/s, no latency: 2 * (1/2) * 1e6 B / 1e9 B/s = 1 ms, from rank 1's issue at 4 ms
+    t = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1")).set_index("rank")
+    # rank 0: busy 0-5, the op ended at 5: no wait, then 0.9 ms busy; rank 1: waits 4-5, 0.9 busy
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(5.9)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)
+    assert t.loc[0, "exposed_comm_ms"] == pytest.approx(0.0)
+    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.0)
+    assert t.loc[0, "comm_in_flight_ms"] == pytest.approx(3.0)     # 2 ms to 5 ms
+    assert t.loc[0, "overlap_pct"] == pytest.approx(100.0)
+    assert t.loc[1, "overlap_pct"] == pytest.approx(0.0)
+    assert t.loc[0, "recorded_step_ms"] == pytest.approx(6.0)
+    # compute twice as slow: rank 0 is busy until 10 ms, the op (from 8 ms) ended at 9 ms
+    t2 = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1"), compute_scale=2.0)
+    assert t2.set_index("rank").loc[0, "predicted_step_ms"] == pytest.approx(10 + 1.8)
+
+
+def test_a_recv_ends_with_its_send():
+    # rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms); rank 1 posted its recv at 0 ms
+    p2p = dict(bytes=1_000_000, group="pp", tag=0)
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
+        X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, **p2p),
+        X(0, "wait", "wait", 1.2, 0.3, op_id=1),
+        X(1, "recv", "comm", 0, 1.5, op_id=1, op="recv", peer=0, **p2p),
+        X(1, "wait", "wait", 0.5, 1.0, op_id=1),
+    ], "metadata": {}}
+    t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
+    # rank 0: busy 1.2, waits to 2.1, then 3 - 1.5 = 1.5 busy: 3.6; rank 1: 0.5 busy, waits to
+    # 2.1, then 3 - 1.5 = 1.5 busy: 3.6
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(3.6)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.6)
+    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
+
+
+def test_whatif_bad_input_exits_2(cli, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(all_reduce_doc()))
+    p = cli("whatif", path, timeout=60)
+    assert p.returncode == 2 and "--link" in p.stderr
+    p = cli("whatif", path, "--link", "h900", timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--link h900" in p.stderr
+    p = cli("whatif", path, "--link", "alpha_us=0,gbps=1", "--format", "json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["step"]["predicted_step_ms"] == pytest.approx(5.9)
+    assert [r["predicted_step_ms"] for r in out["ranks"]] == pytest.approx([5.9, 5.9])
+
+
+def test_run_rejects_a_bad_link_before_launching(cli):
+    p = cli("run", "--dp", "2", "--link", "alpha_us=1", timeout=60)
+    assert p.returncode == 2 and "--link alpha_us=1 needs both" in p.stderr
+    p = cli("run", "--dp", "2", "--link", "h800", "--ranks-per-node", "3", timeout=60)
+    assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
