@@ -9,7 +9,8 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from kernels.config import make_config, model_config_for
-from kernels.mesh import Plan, PlanError, validate
+from kernels.mesh import Plan, PlanError
+from kernels.validate import validate
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
 PRESETS: dict[str, tuple[str, dict]] = {
@@ -33,7 +34,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "gshard": ("EP GShard", {"dp": 2, "ep": 2, "experts": 4}),
     "custom": ("custom", {}),
 }
-MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab")
+MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "hidden")
 DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 BACKWARDS = ("hand", "autograd")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -76,6 +77,11 @@ def _verdict(t: pd.DataFrame) -> str:
 
 
 def run(args) -> int:
+    folder = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
+    if args.plot and not os.path.isdir(folder):
+        print(f"partui report: --plot {args.plot}: folder {folder} does not exist; create it or "
+              f"pick another path", file=sys.stderr)
+        return 2
     try:
         df = load(args.trace)
         other = load(args.vs) if args.vs else None

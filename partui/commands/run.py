@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
 from partui.commands.flags import add_run_arguments, flagify, plan_fields, world_options
+from partui.machine import usable_cpus
 from partui.results import line_text, public, summary_text
 from partui.session import World
 from partui.torchrun import run_joined, under_torchrun
@@ -41,8 +43,20 @@ def parse_steps(spec: str | None, steps: int) -> set[int]:
     return set(range(lo, hi))
 
 
+def check_run_options(args) -> None:
+    """The flags that are not plan fields, refused before anything launches."""
+    if args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: a run takes 1 step or more; try --steps 5")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise ValueError(f"--timeout {args.timeout:g}: seconds any command may take must be > 0; "
+                         f"try --timeout 120")
+
+
 def check_trace_path(path: str) -> None:
     d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"--trace {path} is a folder: name a file in it, e.g. "
+                         f"--trace {os.path.join(path, 'run.json')}")
     if not os.path.isdir(d):
         raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
     if not path.endswith((".json", ".json.gz")):
@@ -52,12 +66,19 @@ def check_trace_path(path: str) -> None:
 def run(args) -> int:
     world = World(**world_options(args))
     try:
+        check_run_options(args)
         world.plan("custom", args.model, **plan_fields(args))
         trace_steps = parse_steps(args.trace_steps, args.steps) if args.trace else None
         if args.trace:
             check_trace_path(args.trace)
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
+    cpus = usable_cpus()
+    if world.current_plan.world > cpus:
+        print(f"partui run: warning: world {world.current_plan.world} puts "
+              f"{world.current_plan.world} rank processes on {cpus} usable CPU(s), "
+              f"{world.current_plan.world / cpus:.1f} ranks a core: steps run that much slower "
+              f"(and timeouts come sooner)", file=sys.stderr)
     print_line = (lambda ln: print(json.dumps(public(ln)), flush=True)) if args.json else \
         (lambda ln: print(line_text(ln), flush=True))
     if under_torchrun():
