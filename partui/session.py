@@ -24,7 +24,7 @@ import time
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward
-from partui.results import step_line, summarize
+from partui.results import public, step_line, summarize
 from partui.tracefile import merge, stitch
 from partui.world import Controller, RankError, WorldTimeout
 
@@ -41,7 +41,7 @@ class World:
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
-        self.history: list[dict] = []      # one step line (partui.results) per step since launch
+        self.history: list[dict] = []      # one step line per step since launch (ledgers: the last's)
         self.launch_s = 0.0
         self.recording = False
         self._traced: list[list[dict]] = []  # one list per recorded window, one entry per rank
@@ -162,7 +162,9 @@ class World:
                 if self.checker is not None:
                     self.checker.step(items, line)
                 lines.append(line)
-            self.history += lines
+            if self.history and "ledgers" in self.history[-1]:   # bounded: only the newest
+                self.history[-1] = public(self.history[-1])        # step keeps every rank's ledger
+            self.history += [public(ln) for ln in lines[:-1]] + lines[-1:]
             if self.recording:
                 self._traced_steps += range(first, first + n)
             return lines

@@ -44,6 +44,10 @@ def detect(doc) -> str:
     """'partui', 'kineto', or raise TraceError naming what is missing."""
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError("not a Chrome trace (expected a JSON object with a 'traceEvents' list)")
+    fmt = "partui" if is_partui(doc) else "kineto" if is_kineto(doc) else None
+    if fmt is None:
+        raise TraceError("unknown trace format (neither partui's metadata.format nor torch.profiler's "
+                         "schemaVersion); record it with `partui run --trace` or torch.profiler")
     events = doc["traceEvents"]
     if not events:
         raise TraceError("the trace holds no events: record at least one step "
@@ -52,12 +56,7 @@ def detect(doc) -> str:
     if odd is not None:
         raise TraceError(f"event {odd} is {type(events[odd]).__name__} {events[odd]!r:.40}, not a "
                          f"JSON object: the file is not a Chrome trace; record it again")
-    if is_partui(doc):
-        return "partui"
-    if is_kineto(doc):
-        return "kineto"
-    raise TraceError("unknown trace format (neither partui's metadata.format nor torch.profiler's "
-                     "schemaVersion); record it with `partui run --trace` or torch.profiler")
+    return fmt
 
 
 def load(path: str) -> pd.DataFrame:

@@ -89,6 +89,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default=None, help="record a Chrome trace to this path")
     p.add_argument("--trace-steps", default=None, help="steps to trace, e.g. 2:4 (default all)")
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
+    p.add_argument("--trace-uncapped", action="store_true",
+                   help="trace every step asked for (default: the last 50 of them)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds any command may take")
 
 

@@ -11,11 +11,13 @@ import sys
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import ROOT, run_cli
 from kernels.config import make_config
 from kernels.mesh import Plan, PlanError
 from kernels.validate import apply_fix, validate
+from partui.commands.run import cap_trace_steps
 from partui.plans import build_plan
 
 FLAG = re.compile(r"--([a-z-]+)(?: (-?[\w.]+))?")
@@ -160,9 +162,6 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
 
 # ---------------------------------------------------------------- property: every fix validates
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
 SIZES = st.sampled_from([1, 2, 3, 4, 8])
 PLANS = st.fixed_dictionaries({
     "world": st.sampled_from([0, 0, 0, 1, 2, 3, 4, 6, 8]), "dp": st.sampled_from([0, 0, 1, 2, 3, 4]),
@@ -232,3 +231,11 @@ def test_a_sample_of_accepted_plans_runs_one_step(fields):
     args = [a for k, v in fields.items() for a in (f"--{k.replace('_', '-')}", v)]
     proc = run_cli("run", *args, "--layers", 2, "--steps", 1, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped(capsys):
+    assert cap_trace_steps(set(range(60)), uncapped=False) == set(range(10, 60))
+    assert "recording the last 50 (steps 10:60)" in capsys.readouterr().err
+    assert cap_trace_steps(set(range(60)), uncapped=True) == set(range(60))
+    assert cap_trace_steps(set(range(5)), uncapped=False) == set(range(5))
+    assert capsys.readouterr().err == ""
