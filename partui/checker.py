@@ -8,6 +8,8 @@ import math
 import torch
 
 from kernels.check import Reference, assemble, compare_pieces
+from kernels.torch_reference import TorchReference
+from partui.plans import check_reference
 
 # fp32: max abs error of any element (both sides round the same math in fp32)
 LOSS_ATOL = {"fp32": 2e-5, "bf16": 3e-2}   # bf16 loss: one ulp at loss ~5 is 0.03
@@ -27,9 +29,13 @@ class Checker:
     """The reference a plan is held to (the whole model in one process, the hand backward, the plan's
     dtype: bf16 params, fp32 master weights and optimizer state), stepped with the world."""
 
-    def __init__(self, plan, cfg, seed: int = 0, optim: str = "adamw", lr=None, weight_decay=None):
+    def __init__(self, plan, cfg, seed: int = 0, optim: str = "adamw", lr=None, weight_decay=None,
+                 reference: str = "hand"):
+        check_reference(plan, cfg, reference)
         dtype = torch.bfloat16 if plan.dtype == "bf16" else torch.float32
-        self.reference = Reference(plan, cfg, seed, optim, lr, weight_decay, "hand", dtype=dtype)
+        self.reference = (TorchReference(plan, cfg, seed, optim, lr, weight_decay)
+                          if reference == "autograd" else
+                          Reference(plan, cfg, seed, optim, lr, weight_decay, "hand", dtype=dtype))
         self.dtype = plan.dtype
 
     def step(self, items: list[dict], line: dict) -> bool:

@@ -75,3 +75,19 @@ def check_backward(plan: Plan, backward: str) -> None:
         raise PlanError(f"backward=autograd is the oracle for one replica's forward; with {' '.join(dims)} "
                         f"the forward itself communicates, which autograd cannot see: drop "
                         f"backward=autograd (or those dims)")
+
+
+REFERENCES = ("hand", "autograd")
+
+
+def check_reference(plan: Plan, cfg, reference: str) -> None:
+    """What `--check` can hold a plan to: hand (the plans' own layers in one process) or autograd
+    (torch's modules, autograd and torch.optim: kernels.torch_reference; dense fp32 so far)."""
+    if reference not in REFERENCES:
+        raise PlanError(f"unknown reference={reference}: pick hand or autograd")
+    if reference == "autograd" and plan.dtype != "fp32":
+        raise PlanError(f"reference=autograd runs fp32 so far, the plan has dtype={plan.dtype}: "
+                        f"drop reference=autograd or set dtype=fp32")
+    if reference == "autograd" and (plan.experts or cfg.experts):
+        raise PlanError(f"reference=autograd covers dense models so far, the plan has "
+                        f"{plan.experts or cfg.experts} experts: drop reference=autograd or experts")

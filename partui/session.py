@@ -23,7 +23,7 @@ import time
 
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
-from partui.plans import MODEL_FIELDS, build_plan, check_backward
+from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
 from partui.results import public, step_line, summarize
 from partui.tracefile import merge, stitch
 from partui.world import Controller, RankError, WorldTimeout
@@ -35,8 +35,9 @@ TRACE_DIR = "traces"
 class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
-                 check: bool = False):
+                 check: bool = False, reference: str = "hand"):
         self.timeout_s, self.seed, self.optim, self.lr = timeout_s, seed, optim, lr
+        self.reference = reference                 # what check=True holds the plan to
         self.backward, self.weight_decay, self.check = backward, weight_decay, check
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
@@ -57,6 +58,8 @@ class World:
         model_kw = {k: fields.pop(k) for k in MODEL_FIELDS if k in fields}
         plan, cfg = build_plan(preset, model, model_kw, **fields)
         check_backward(plan, self.backward)
+        if self.check:
+            check_reference(plan, cfg, self.reference)
         with self._lock:
             self.close()
             self.preset, self.current_plan, self.cfg = preset, plan, cfg
@@ -98,7 +101,7 @@ class World:
         # lazy: the single-process reference imports torch; only a checked world needs it
         from partui.checker import Checker
         return Checker(self.current_plan, self.cfg, self.seed, self.optim, self.lr,
-                       self.weight_decay)
+                       self.weight_decay, self.reference)
 
     def reset(self, on_progress=None) -> list[dict]:
         """The same plan from step 0 (a fresh world)."""

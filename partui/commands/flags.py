@@ -18,7 +18,7 @@ PLAN_FLAGS = ("world", "dp", "zero", "grad_sync", "bucket_mb", "tp", "sp", "pp",
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
-           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps")}
+           for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps", "reference")}
 SWITCHES = ("sp", "overlap")           # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
 BARE = ("virtual_stages", "cp_mode", "top_k", "capacity_factor", "grad_sync", "bucket_mb",
@@ -86,6 +86,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per step, then a summary")
     p.add_argument("--check", action="store_true",
                    help="compare loss and every gradient with the single-process reference")
+    p.add_argument("--reference", default="hand", choices=("hand", "autograd"),
+                   help="--check against: hand (the same layers, one process) or autograd (torch's "
+                        "own modules, autograd and torch.optim; dense fp32 models)")
     p.add_argument("--trace", default=None, help="record a Chrome trace to this path")
     p.add_argument("--trace-steps", default=None, help="steps to trace, e.g. 2:4 (default all)")
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
@@ -102,4 +105,5 @@ def plan_fields(args) -> dict:
 def world_options(args) -> dict:
     """World's training options from the command line."""
     return {"seed": args.seed, "optim": args.optim, "lr": args.lr, "weight_decay": args.weight_decay,
-            "backward": args.backward, "check": args.check, "timeout_s": args.timeout}
+            "backward": args.backward, "check": args.check, "timeout_s": args.timeout,
+            "reference": args.reference}
