@@ -24,12 +24,18 @@ import time
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
-from partui.results import public, step_line, summarize
+from partui.results import step_line, summarize
 from partui.tracefile import merge, stitch
 from partui.world import Controller, RankError, WorldTimeout
 
 SHOW_WHAT = ("params", "grad", "optim")
 TRACE_DIR = "traces"
+
+
+def past(line: dict) -> dict:
+    """A step line once a newer one is shown: every rank's row and ledger go (~8.5 KB of a world-4
+    line), what the summary aggregates stays (loss, step time, check errors, load figures)."""
+    return {k: v for k, v in line.items() if k not in ("ledgers", "ranks")}
 
 
 class World:
@@ -42,7 +48,7 @@ class World:
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
-        self.history: list[dict] = []      # one step line per step since launch (ledgers: the last's)
+        self.history: list[dict] = []      # one step line per step since launch (the last in full)
         self.launch_s = 0.0
         self.recording = False
         self._traced: list[list[dict]] = []  # one list per recorded window, one entry per rank
@@ -165,9 +171,9 @@ class World:
                 if self.checker is not None:
                     self.checker.step(items, line)
                 lines.append(line)
-            if self.history and "ledgers" in self.history[-1]:   # bounded: only the newest
-                self.history[-1] = public(self.history[-1])        # step keeps every rank's ledger
-            self.history += [public(ln) for ln in lines[:-1]] + lines[-1:]
+            if self.history and "ledgers" in self.history[-1]:
+                self.history[-1] = past(self.history[-1])
+            self.history += [past(ln) for ln in lines[:-1]] + lines[-1:]
             if self.recording:
                 self._traced_steps += range(first, first + n)
             return lines
