@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "collectives", "trace", "app")
+BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "collectives", "trace", "app", "soak")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
