@@ -24,7 +24,8 @@ from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
 from kernels.intervals import intersect, length, merge, subtract
-from kernels.mesh import Plan, coords, validate
+from kernels.mesh import Plan, coords
+from kernels.validate import validate
 from kernels.model import build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner

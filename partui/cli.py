@@ -40,7 +40,11 @@ def main(argv=None) -> int:
     if args.cmd is None:
         build_parser().print_help()
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:     # Ctrl-C: the command's `with` blocks have closed its world
+        print(f"partui {args.cmd}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ parent must not hold a gloo world of its own: forked ranks would inherit its soc
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 import traceback
 from multiprocessing.connection import wait as mp_wait
@@ -25,7 +24,6 @@ from kernels import comm
 def _rank_main(rank: int, size: int, conn, fn, args, timeout_s: float) -> None:
     try:
         torch.set_num_threads(1)                       # ranks share the machine's few cores
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         if rank == 0:
             store, port = comm.store_server(size, timeout_s)
             conn.send(("port", port))

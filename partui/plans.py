@@ -9,7 +9,8 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from kernels.config import make_config, model_config_for
-from kernels.mesh import Plan, PlanError, validate
+from kernels.mesh import Plan, PlanError
+from kernels.validate import validate
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
 PRESETS: dict[str, tuple[str, dict]] = {
@@ -36,7 +37,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
                                     "seq_aux_alpha": 1e-4, "balance": "bias"}),
     "custom": ("custom", {}),
 }
-MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "moe_every")
+MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "hidden", "moe_every")
 DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 BACKWARDS = ("hand", "autograd")
 
@@ -77,3 +78,19 @@ def check_backward(plan: Plan, backward: str) -> None:
         raise PlanError(f"backward=autograd is the oracle for one replica's forward; with {' '.join(dims)} "
                         f"the forward itself communicates, which autograd cannot see: drop "
                         f"backward=autograd (or those dims)")
+
+
+REFERENCES = ("hand", "autograd")
+
+
+def check_reference(plan: Plan, cfg, reference: str) -> None:
+    """What `--check` can hold a plan to: hand (the plans' own layers in one process) or autograd
+    (torch's modules, autograd and torch.optim: kernels.torch_reference; dense fp32 so far)."""
+    if reference not in REFERENCES:
+        raise PlanError(f"unknown reference={reference}: pick hand or autograd")
+    if reference == "autograd" and plan.dtype != "fp32":
+        raise PlanError(f"reference=autograd runs fp32 so far, the plan has dtype={plan.dtype}: "
+                        f"drop reference=autograd or set dtype=fp32")
+    if reference == "autograd" and (plan.experts or cfg.experts):
+        raise PlanError(f"reference=autograd covers dense models so far, the plan has "
+                        f"{plan.experts or cfg.experts} experts: drop reference=autograd or experts")

@@ -4,7 +4,8 @@ what World.step returns and the app draws, the same under torchrun. Plain data; 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
 step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
-the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err, and check when it failed.
+the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
+max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
 `ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
 """
 from __future__ import annotations
@@ -14,7 +15,8 @@ from kernels.ep.figures import merge_layers, routing_totals
 RANK_KEYS = ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "wait_ms")
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
-CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err")
+CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_rel_grad_err",
+              "max_rel_param_err", "grad_noise_ratio")
 PRIVATE_KEYS = ("ledgers",)
 
 
@@ -60,7 +62,7 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
     if checked:
         out["check"] = "failed" if any("check" in ln for ln in lines) else "passed"
         for key in CHECK_KEYS:
-            out[key] = max((ln[key] for ln in lines), default=0.0)
+            out[key] = max((ln[key] for ln in lines if key in ln), default=0.0)
     vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
     if vals:
         out["grad_sync_overlap"] = sum(vals) / len(vals)

@@ -27,7 +27,7 @@ import time
 from kernels.link import LinkModel, check_link
 from kernels.mesh import Plan
 from partui.machine import usable_cpus
-from partui.plans import MODEL_FIELDS, build_plan, check_backward
+from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
 from partui.results import step_line, summarize
 from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
@@ -37,11 +37,19 @@ SHOW_WHAT = ("params", "grad", "optim")
 TRACE_DIR = "traces"
 
 
+def past(line: dict) -> dict:
+    """A step line once a newer one is shown: every rank's row and ledger go (~8.5 KB of a world-4
+    line), what the summary aggregates stays (loss, step time, check errors, load figures)."""
+    return {k: v for k, v in line.items() if k not in ("ledgers", "ranks")}
+
+
 class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
-                 check: bool = False, link: str | None = None, ranks_per_node: int | None = None):
+                 check: bool = False, reference: str = "hand", link: str | None = None,
+                 ranks_per_node: int | None = None):
         self.timeout_s, self.seed, self.optim, self.lr = timeout_s, seed, optim, lr
+        self.reference = reference                 # what check=True holds the plan to
         check_link(link, ranks_per_node, ranks_per_node or 1)
         self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
         self.link: dict | None = None      # the installed LinkModel (as a dict), from rank 0
@@ -49,7 +57,7 @@ class World:
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
-        self.history: list[dict] = []      # one step line (partui.results) per step since launch
+        self.history: list[dict] = []      # one step line per step since launch (the last in full)
         self.launch_s = 0.0
         self.recording = False
         self._traced: list[list[dict]] = []  # one list per recorded window, one entry per rank
@@ -69,6 +77,8 @@ class World:
         check_backward(plan, self.backward)
         if self.link_spec:
             check_link(self.link_spec["text"], self.link_spec["ranks_per_node"], plan.world)
+        if self.check:
+            check_reference(plan, cfg, self.reference)
         with self._lock:
             self.close()
             self.preset, self.current_plan, self.cfg, self.model = preset, plan, cfg, model
@@ -111,7 +121,7 @@ class World:
         # lazy: the single-process reference imports torch; only a checked world needs it
         from partui.checker import Checker
         return Checker(self.current_plan, self.cfg, self.seed, self.optim, self.lr,
-                       self.weight_decay)
+                       self.weight_decay, self.reference)
 
     def set_link(self, link: str | None, ranks_per_node: int | None = None) -> dict | None:
         """Switch the emulated link (a preset, `alpha_us=A,gbps=B`, or None for none) between
@@ -189,7 +199,9 @@ class World:
                 if self.checker is not None:
                     self.checker.step(items, line)
                 lines.append(line)
-            self.history += lines
+            if self.history and "ledgers" in self.history[-1]:
+                self.history[-1] = past(self.history[-1])
+            self.history += [past(ln) for ln in lines[:-1]] + lines[-1:]
             if self.recording:
                 self._traced_steps += range(first, first + n)
             return step_rows(lines)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
+import time
 
 COMPUTE_TID = 1
 COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
@@ -154,7 +156,8 @@ def write_atomic(path: str, doc: dict) -> None:
     """Temp file in the same directory, fsync, os.replace: a failure leaves `path` as it was."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tmp", dir=folder)
+    remove_stale_partials(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".partial-{os.getpid()}-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as raw:
             if path.endswith(".gz"):
@@ -172,6 +175,40 @@ def write_atomic(path: str, doc: dict) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+PARTIAL = re.compile(r"^\.partial-(?:(\d+)-)?\w+\.tmp$")
+STALE_S = 3600.0     # a partial file without a pid (older partui) counts as stale after an hour
+
+
+def remove_stale_partials(folder: str) -> list[str]:
+    """Delete the `.partial-PID-*.tmp` files a hard-killed writer left in `folder` (its PID no longer
+    runs; an unnamed one once it is an hour old). Returns the paths removed."""
+    removed = []
+    for name in os.listdir(folder):
+        m = PARTIAL.match(name)
+        if not m:
+            continue
+        full = os.path.join(folder, name)
+        try:
+            stale = (not _running(int(m.group(1))) if m.group(1)
+                     else time.time() - os.path.getmtime(full) > STALE_S)
+            if stale:
+                os.unlink(full)
+                removed.append(full)
+        except OSError:
+            continue       # another writer finished or removed it first
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def dump(doc: dict, binary_file) -> None:

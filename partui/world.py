@@ -29,6 +29,14 @@ class WorldTimeout(RuntimeError):
     pass
 
 
+class RankStalled(RankError):
+    """A rank stopped making progress: its heartbeat went silent (stopped, frozen, starved)."""
+
+
+STALL_S = 8.0    # a heartbeat older than this names the rank (it stamps every 0.5 s)
+POLL_S = 1.0     # how often a waiting controller looks at the heartbeats
+
+
 def _mp_context():
     """A fork server that preloads torch and the engine: children start warm."""
     global _ctx
@@ -54,6 +62,7 @@ class Controller:
         self.infos: list[dict] = []
         self.setup_payload: dict | None = None
         self.closed = False
+        self.beats = None        # one heartbeat stamp (time.monotonic) per rank, shared memory
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -63,12 +72,13 @@ class Controller:
         w = cls(size, timeout_s)
         ctx = _mp_context()
         say = on_progress or (lambda msg: None)
+        w.beats = ctx.Array("d", size, lock=False)
         try:
             say(f"starting {size} rank processes")
             for r in range(size):
                 parent, child = ctx.Pipe()
-                p = ctx.Process(target=worker_main, args=(r, size, child, {"timeout_s": timeout_s}),
-                                daemon=True, name=f"partui-rank{r}")
+                p = ctx.Process(target=worker_main, daemon=True, name=f"partui-rank{r}",
+                                args=(r, size, child, {"timeout_s": timeout_s}, w.beats))
                 p.start()
                 child.close()
                 w.procs.append(p)
@@ -167,7 +177,10 @@ class Controller:
                                        f"{timeout_s:.0f} s")
                 waitables = {self.conns[r]: r for r in pending}
                 waitables.update({self.procs[r].sentinel: r for r in pending})
-                for obj in mp_wait(list(waitables), timeout=left):
+                ready = mp_wait(list(waitables), timeout=min(left, POLL_S))
+                if not ready:
+                    self._check_heartbeats()
+                for obj in ready:
                     r = waitables[obj]
                     if r not in pending:
                         continue
@@ -187,6 +200,17 @@ class Controller:
             self.close()
             raise
         return replies
+
+    def _check_heartbeats(self) -> None:
+        """RankStalled naming the first rank whose heartbeat is older than STALL_S."""
+        if self.beats is None:
+            return
+        now = time.monotonic()
+        for r, stamp in enumerate(self.beats):
+            if stamp and now - stamp > STALL_S and self.procs[r].is_alive():
+                raise RankStalled(r, f"stopped making progress (pid {self.procs[r].pid}): "
+                                     f"no heartbeat for {now - stamp:.0f} s (stopped, frozen or "
+                                     f"starved of CPU); the world was closed")
 
     def _poll(self, r: int):
         """A waiting message from rank r, None if there is none; RankError if its pipe broke."""

@@ -2,19 +2,21 @@
 
 Every op carries its group name (dp / tp / pp / cp / ep / world) and byte count, and reports
 issue, completion and wait to the recorder in `kernels.comm.events`. An async op returns a `Handle`
-whose completion time is taken when its future completes (in gloo's thread), not when waited on.
-`OpLog` keeps the same timestamps even without tracing, so overlap can be measured cheaply.
+whose completion time is taken when its future completes (in gloo's thread), not when waited on;
+`OpLog` keeps the same timestamps even without tracing. partui's own worlds listen on loopback only.
 
 `set_collectives("hand")` routes all_reduce / reduce_scatter / all_gather / broadcast /
 all_to_all_single to the hand implementations registered with `register_hand_collectives`
 (kernels.comm.collectives registers its rings, chains and pairwise exchanges when imported);
-each stays ONE op here (one OpLog record, one comm_issue) and its p2p steps are reported to the
-recorder only (kernels.comm.p2p.p2p_step). Point-to-point ops live in kernels.comm.p2p.
+each stays ONE op here (one OpLog record, one comm_issue), its p2p steps reported to the recorder
+only (kernels.comm.p2p.p2p_step). Point-to-point ops live in kernels.comm.p2p.
 """
 from __future__ import annotations
 
 import datetime
 import itertools
+import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +27,7 @@ from kernels.comm.dry import ON_PAPER
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
 
 _op_ids = itertools.count(1)
+LOOPBACK = "127.0.0.1"   # where partui's own worlds listen: the store and gloo (GLOO_SOCKET_IFNAME=lo)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 COLLECTIVES = ("native", "hand")
 HAND_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all_single")
@@ -67,24 +70,35 @@ def _hand_impl(op: str, group: Group | None):
 
 def init(backend: str, rank: int, world_size: int, init_method: str | None = None,
          timeout_s: float = 60.0, store=None) -> None:
-    kw = {"init_method": init_method} if init_method else {}
+    """With partui's loopback store, gloo listens on loopback too; under torchrun MASTER_ADDR decides."""
+    kw = {"store": store} if store is not None else {"init_method": init_method} if init_method else {}
     if store is not None:
-        kw = {"store": store}
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"   # not setdefault: a user's eth0 would listen outside
     _P2P_FUTURES.clear()
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s), **kw)
 
 
 def store_server(world_size: int, timeout_s: float = 30.0):
-    """A rendezvous store listening on a free port of 127.0.0.1 (port 0: the OS picks one, so
-    two worlds never race for a port). Returns (store, port); rank 0 keeps the store alive."""
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
-                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
-    return store, store.port
+    """(store, port): a rendezvous store on 127.0.0.1 only, port picked by the OS. TCPStore given a
+    host still binds every interface, so the loopback socket is made here and handed over."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        store = dist.TCPStore(LOOPBACK, port, world_size, is_master=True,
+                              timeout=datetime.timedelta(seconds=timeout_s),
+                              wait_for_workers=False, master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()                      # the store owns the fd now: Python must not close it too
+    return store, port
 
 
 def store_client(port: int, world_size: int, timeout_s: float = 30.0):
-    return dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+    return dist.TCPStore(LOOPBACK, port, world_size, is_master=False,
                          timeout=datetime.timedelta(seconds=timeout_s))
 
 

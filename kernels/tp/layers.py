@@ -137,7 +137,7 @@ class TPHead(Head):
 # ---------------------------------------------------------------- building this rank's shards
 
 def check_tp_shapes(cfg, tp: int, sp: bool, cp: int = 1) -> None:
-    """The shapes tensor parallel splits (kernels.mesh.validate checks them first, for the CLI)."""
+    """The shapes tensor parallel splits (kernels.validate checks them first, for the CLI)."""
     local_seq = cfg.seq // cp                     # sp splits each cp rank's tokens again
     problems = [(cfg.heads % tp, f"{cfg.heads} heads"), (cfg.vocab % tp, f"vocab {cfg.vocab}"),
                 (cfg.ffn_hidden % tp, f"MLP hidden {cfg.ffn_hidden}"),

@@ -6,6 +6,7 @@ import gc
 import gzip
 import json
 import os
+import zlib
 
 import pandas as pd
 
@@ -35,7 +36,7 @@ def read_doc(path: str) -> dict:
         with opener(path, "rb") as f:
             raw = f.read()
         return decode(raw)
-    except (ValueError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:  # JSON errors too
+    except (ValueError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # JSON too
         raise TraceError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
 
 
@@ -71,12 +72,19 @@ def detect(doc) -> str:
     """'partui', 'kineto', or raise TraceError naming what is missing."""
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError("not a Chrome trace (expected a JSON object with a 'traceEvents' list)")
-    if is_partui(doc):
-        return "partui"
-    if is_kineto(doc):
-        return "kineto"
-    raise TraceError("unknown trace format (neither partui's metadata.format nor torch.profiler's "
-                     "schemaVersion); record it with `partui run --trace` or torch.profiler")
+    fmt = "partui" if is_partui(doc) else "kineto" if is_kineto(doc) else None
+    if fmt is None:
+        raise TraceError("unknown trace format (neither partui's metadata.format nor torch.profiler's "
+                         "schemaVersion); record it with `partui run --trace` or torch.profiler")
+    events = doc["traceEvents"]
+    if not events:
+        raise TraceError("the trace holds no events: record at least one step "
+                         "(partui run --trace PATH --steps 2)")
+    odd = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
+    if odd is not None:
+        raise TraceError(f"event {odd} is {type(events[odd]).__name__} {events[odd]!r:.40}, not a "
+                         f"JSON object: the file is not a Chrome trace; record it again")
+    return fmt
 
 
 def frame(doc: dict, path: str = "") -> pd.DataFrame:
@@ -85,7 +93,11 @@ def frame(doc: dict, path: str = "") -> pd.DataFrame:
         fmt = detect(doc)
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}" if path else str(exc)) from None
-    df = READERS[fmt](doc)
+    try:
+        df = READERS[fmt](doc)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise TraceError(f"{path or 'trace'}: its events do not read as a {fmt} trace "
+                         f"({type(exc).__name__}: {exc}); record it again (partui run --trace PATH)") from None
     df.attrs.update(format=fmt, path=path, metadata=doc.get("metadata") or {})
     return df
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -34,7 +33,6 @@ VARIANTS = ("dp", "ddp", "zero3", "fsdp2")
 
 def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
     torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         store = comm.store_client(port, world + 1, 60.0)
         comm.init("gloo", rank, world, store=store, timeout_s=120.0)

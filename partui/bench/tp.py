@@ -203,8 +203,8 @@ def main(argv: list[str]) -> int:
         print(f"partui bench tp: --tp {args.tp!r} must be a comma list of sizes >= 2, e.g. 2,4",
               file=sys.stderr)
         return 2
-    # its flags are the sizes, not moe_every
-    overrides = {k: getattr(args, k, None) for k in MODEL_FIELDS if getattr(args, k, None) is not None}
+    given = {k: getattr(args, k, None) for k in MODEL_FIELDS}    # its flags are the sizes only
+    overrides = {k: v for k, v in given.items() if v is not None}
     try:
         for n in sizes:
             _, cfg = build_plan("custom", args.model, overrides, tp=n, sp=args.sp)

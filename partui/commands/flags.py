@@ -23,11 +23,12 @@ TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
 # field -> flag, for every field a message may name (plan, model, training)
 FLAG_OF = {f: "--" + f.replace("_", "-")
            for f in (*PLAN_FLAGS, "model", *MODEL_FIELDS, *TRAINING_FLAGS, "steps", "link",
-                     "ranks_per_node")}
+                     "ranks_per_node", "reference")}
 MODEL_HELP = {"layers": "transformer layers", "dim": "model width", "heads": "attention heads",
               "kv_heads": "key / value heads (GQA), divides --heads",
               "seq": "tokens per sequence", "batch": "global batch (sequences per step)",
               "vocab": "vocabulary size",
+              "hidden": "the dense MLP's hidden size (a multiple of 16 x tp)",
               "moe_every": "every Nth layer is MoE, with --experts"}
 SWITCHES = ("sp", "overlap", "fb_overlap")  # store_true flags: `sp=True` reads `--sp`
 # bare field names that are never plain words: translated where they stand alone in a message
@@ -154,11 +155,16 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true",
                    help="compare the loss, every gradient and every parameter with the "
                         "single-process reference after each step; exit 1 if they differ")
+    p.add_argument("--reference", default="hand", choices=("hand", "autograd"),
+                   help="--check against: hand (the same layers, one process) or autograd (torch's "
+                        "own modules, autograd and torch.optim; dense fp32 models)")
     p.add_argument("--trace", default=None, metavar="PATH",
                    help="record a Chrome trace to this path (.json or .json.gz; opens in Perfetto)")
     p.add_argument("--trace-steps", default=None, metavar="A:B",
                    help="steps to trace, e.g. 2:4 (default all)")
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
+    p.add_argument("--trace-uncapped", action="store_true",
+                   help="trace every step asked for (default: the last 50 of them)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds any command to the ranks may take, > 0 (default 120)")
     add_link_arguments(p)
@@ -182,4 +188,5 @@ def world_options(args) -> dict:
     """World's training options from the command line."""
     return {"seed": args.seed, "optim": args.optim, "lr": args.lr, "weight_decay": args.weight_decay,
             "backward": args.backward, "check": args.check, "timeout_s": args.timeout,
-            "link": args.link, "ranks_per_node": args.ranks_per_node}
+            "link": args.link, "ranks_per_node": args.ranks_per_node,
+            "reference": args.reference}

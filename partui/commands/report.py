@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
@@ -98,6 +99,11 @@ def _verdict(t: pd.DataFrame) -> str:
 
 
 def run(args) -> int:
+    folder = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
+    if args.plot and not os.path.isdir(folder):
+        print(f"partui report: --plot {args.plot}: folder {folder} does not exist; create it or "
+              f"pick another path", file=sys.stderr)
+        return 2
     if args.routing:
         if args.vs or args.plot or args.by != "rank":
             print("partui report: --routing is a table of its own: drop --vs, --plot and --by",

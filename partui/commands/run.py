@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
 from partui.commands.flags import add_run_arguments, flagify, plan_fields, world_options
+from partui.machine import usable_cpus
 from partui.results import line_text, public, summary_text
 from partui.session import World
 from partui.torchrun import run_joined, under_torchrun
@@ -41,8 +43,35 @@ def parse_steps(spec: str | None, steps: int) -> set[int]:
     return set(range(lo, hi))
 
 
+def check_run_options(args) -> None:
+    """The flags that are not plan fields, refused before anything launches."""
+    if args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: a run takes 1 step or more; try --steps 5")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise ValueError(f"--timeout {args.timeout:g}: seconds any command may take must be > 0; "
+                         f"try --timeout 120")
+
+
+TRACE_CAP_STEPS = 50   # measured: a sparse step of tiny at dp 2, 1 layer, is ~16 events (812 for 50)
+
+
+def cap_trace_steps(steps: set[int], uncapped: bool) -> set[int]:
+    """The last TRACE_CAP_STEPS of the steps to trace, with a warning naming what is dropped
+    (a ring of the last steps: a long run's trace stays a size Perfetto opens)."""
+    if uncapped or len(steps) <= TRACE_CAP_STEPS:
+        return steps
+    kept = set(sorted(steps)[-TRACE_CAP_STEPS:])
+    print(f"partui run: warning: tracing {len(steps)} steps would grow the trace with every step; "
+          f"recording the last {TRACE_CAP_STEPS} (steps {min(kept)}:{max(kept) + 1}); "
+          f"--trace-uncapped records all {len(steps)}", file=sys.stderr)
+    return kept
+
+
 def check_trace_path(path: str) -> None:
     d = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"--trace {path} is a folder: name a file in it, e.g. "
+                         f"--trace {os.path.join(path, 'run.json')}")
     if not os.path.isdir(d):
         raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
     if not path.endswith((".json", ".json.gz")):
@@ -52,12 +81,20 @@ def check_trace_path(path: str) -> None:
 def run(args) -> int:
     try:
         world = World(**world_options(args))
+        check_run_options(args)
         world.plan("custom", args.model, **plan_fields(args))
         trace_steps = parse_steps(args.trace_steps, args.steps) if args.trace else None
         if args.trace:
             check_trace_path(args.trace)
+            trace_steps = cap_trace_steps(trace_steps, args.trace_uncapped)
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
+    cpus = usable_cpus()
+    if world.current_plan.world > cpus:
+        print(f"partui run: warning: world {world.current_plan.world} puts "
+              f"{world.current_plan.world} rank processes on {cpus} usable CPU(s), "
+              f"{world.current_plan.world / cpus:.1f} ranks a core: steps run that much slower "
+              f"(and timeouts come sooner)", file=sys.stderr)
     print_line = (lambda ln: print(json.dumps(public(ln)), flush=True)) if args.json else \
         (lambda ln: print(line_text(ln), flush=True))
     if under_torchrun():

@@ -1,7 +1,8 @@
 """Plans validated before anything launches; coordinates and groups on the grid. No processes."""
 import pytest
 
-from kernels.mesh import Plan, PlanError, coord_label, coords, partition, rank_of, validate
+from kernels.mesh import Plan, PlanError, coord_label, coords, partition, rank_of
+from kernels.validate import validate
 from kernels.config import make_config
 
 TINY = make_config("tiny")
@@ -19,7 +20,7 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(tp=2, sp=True), dict(seq=31), None, ["seq 31", "tp 2"]),
     (dict(sp=True), {}, None, ["sp (sequence parallel)", "tp=2"]),
     (dict(pp=3), {}, None, ["4 layers", "3 pipeline stages"]),
-    (dict(pp=2, schedule="warp"), {}, None, ["unknown schedule 'warp'", "dualpipev"]),
+    (dict(pp=2, schedule="warp"), {}, None, ["unknown schedule 'warp'", "schedule=gpipe"]),
     (dict(pp=3, schedule="dualpipe", microbatches=8), dict(layers=6), None,
      ["even number of pipeline ranks", "pp 3"]),
     (dict(pp=2, schedule="dualpipe", microbatches=2), {}, None, [">= 2 x pp = 4", "got 2"]),
@@ -38,14 +39,15 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(ep=4, dp=2, experts=4), {}, None, ["ep 4 must divide dp 2"]),
     (dict(experts=4, top_k=5), {}, None, ["top-k 5", "4 experts"]),
     (dict(experts=4, capacity_factor=-1.0), {}, None, ["capacity factor -1.0", "> 0"]),
-    (dict(dtype="fp8"), {}, None, ["unknown dtype 'fp8'", "fp32 or bf16"]),
+    (dict(dtype="fp8"), {}, None, ["unknown dtype 'fp8'", "pick dtype in fp32, bf16"]),
     (dict(tp=0), {}, None, ["tp = 0", ">= 1"]),
     (dict(overlap=True), {}, None, ["overlap splits MoE", "needs experts"]),
     (dict(collectives="mpi"), {}, None, ["unknown collectives 'mpi'"]),
-    (dict(experts=4, cp=2), {}, None, ["MoE with context parallel", "drop cp or experts"]),
-    (dict(tp=2, sp=True, experts=4), {}, None, ["sp (sequence parallel)", "MoE", "drop sp or experts"]),
-    (dict(tp=2, sp=True, cp=4), dict(seq=36), None, ["each cp rank's 9 tokens", "multiple of 8"]),
-    (dict(tp=6), dict(heads=12, kv_heads=4, dim=96), None, ["pick tp in 1, 2, 4, 12"]),
+    (dict(experts=4, cp=2), {}, None, ["MoE with context parallel", "set cp=1 or experts=0"]),
+    (dict(tp=2, sp=True, experts=4), {}, None, ["sp (sequence parallel)", "MoE", "set sp=False or experts=0"]),
+    (dict(tp=2, sp=True, cp=4), dict(seq=36), None, ["seq 36 / cp 4", "multiple of 8", "seq=40"]),
+    (dict(tp=6), dict(heads=12, kv_heads=4, dim=96), None,   # not 12: vocab 256 refuses it
+     ["pick tp in 1, 2, 4", "(replicated)"]),
     (dict(experts=4, ep=2, overlap=True), dict(batch=2), None,
      ["overlap runs microbatches in pairs", "per-rank batch 1"]),
     (dict(experts=4, ep_dispatch="random"), {}, None, ["unknown EP dispatch 'random'"]),

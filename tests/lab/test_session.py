@@ -122,3 +122,16 @@ def test_checked_world_runs_traced_windows_and_summarises(tmp_path):
     assert meta["steps"] == [1, 2] and meta["command"] == "test" and meta["cpus"] >= 1
     t0, t1 = meta["window_us"]
     assert t1 > t0
+
+
+def test_history_keeps_every_ranks_row_and_ledger_for_the_newest_step_only():
+    with World() as w:
+        w.plan("dp", dp=2, layers=1)
+        lines = w.step(3)
+        assert all("ledgers" in ln for ln in lines)             # what the caller gets is whole
+        w.step(1)
+        assert ["ledgers" in ln for ln in w.history] == [False, False, False, True]
+        assert ["ranks" in ln for ln in w.history] == [False, False, False, True]
+        assert [ln["step"] for ln in w.history] == [0, 1, 2, 3] and w.losses()[:3] == [
+            ln["loss"] for ln in lines]
+        assert w.summary()["ranks"][1]["ledger"] == w.history[-1]["ledgers"][1]

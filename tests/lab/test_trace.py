@@ -17,7 +17,8 @@ from conftest import ROOT
 from kernels.comm import events
 from partui import tracefile
 from partui.trace import RankTracer
-from partui.tracefile import COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, merge, stitch
+from partui.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, merge, remove_stale_partials,
+                             stitch, write_atomic)
 
 # shared/ sits beside the checkout (here and in CI)
 CHECKER = os.path.join(ROOT, "..", "shared",
@@ -264,3 +265,19 @@ def _gz_copy(path):
     with open(path, "rb") as src, gzip.open(gz, "wb") as dst:
         dst.write(src.read())
     return gz
+
+
+def test_stale_partial_files_of_a_killed_writer_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()   # a pid that has exited
+    stale = tmp_path / f".partial-{dead}-abc123.tmp"
+    old = tmp_path / ".partial-xyz789.tmp"                 # the old unnamed form, two hours old
+    live = tmp_path / f".partial-{os.getpid()}-live00.tmp"   # a writer still running: kept
+    other = tmp_path / "keep.tmp"
+    for f in (stale, old, live, other):
+        f.write_text("x")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    write_atomic(str(tmp_path / "t.json"), {"traceEvents": []})
+    assert not stale.exists() and not old.exists() and live.exists() and other.exists()
+    assert (tmp_path / "t.json").exists()
+    assert remove_stale_partials(str(tmp_path)) == []

@@ -1,0 +1,325 @@
+"""`validate(plan, cfg)`: the resolved Plan, or PlanError naming the first problem and a fix that is
+itself valid.
+
+Each check names candidate fixes (Plan fields and model fields, most natural first); only those
+under which the whole plan validates are offered, in the message (`pick tp in 1, 2, 4`, `set
+microbatches=10`) and as `PlanError.fixes` (a list of {field: value}). A fix that a later check
+would refuse is never suggested. Torch-free, so plans validate before anything launches.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kernels.config import model_config_for
+from kernels.ep.families import routing_problem
+from kernels.mesh import (COLLECTIVES, CP_MODES, DTYPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
+                          PlanError)
+
+PLAN_FIELDS = set(Plan.__dataclass_fields__)
+GRID = ("dp", "tp", "cp", "pp")
+MAX_FIXES = 4
+RESETS = ({"ep": 1}, {"tp": 1}, {"cp": 1}, {"pp": 1}, {"microbatches": 1}, {"overlap": False},
+          {"sp": False}, {"zero": 0}, {"experts": 0})
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def round_up(n: int, k: int) -> int:
+    """The least multiple of k that is >= n (and >= k)."""
+    return max(k, -(-n // k) * k)
+
+
+def apply_fix(plan: Plan, cfg, fix: dict):
+    """(plan, cfg) with `fix` applied: Plan fields to the plan, model fields to the config (a
+    plan's experts=0 clears the model's experts too: model_config_for only ever adds them)."""
+    plan_part = {k: v for k, v in fix.items() if k in PLAN_FIELDS}
+    model_part = {k: v for k, v in fix.items() if k not in PLAN_FIELDS}
+    if plan_part.get("experts") == 0:
+        model_part["experts"] = 0
+    plan = replace(plan, **plan_part)
+    return plan, model_config_for(plan, replace(cfg, **model_part))
+
+
+def _valid(plan: Plan, cfg, fix: dict, after: int | None = None, depth: int = 0) -> bool:
+    """Whether the plan validates with `fix`; with `after` (a check's ordinal), also whether it gets
+    past that check and every later problem it meets has a fix of its own (up to depth more)."""
+    try:
+        new_plan, new_cfg = apply_fix(plan, cfg, fix)
+        new_cfg.validate()
+        validate(new_plan, new_cfg, suggest=False)
+    except PlanError as e:
+        if after is None or depth <= 0 or e.check <= after:
+            return False
+        return any(_valid(new_plan, new_cfg, nxt, e.check, depth - 1)
+                   for nxt in _candidates_of(new_plan, new_cfg, e.check))
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _candidates_of(plan: Plan, cfg, check: int) -> list[dict]:
+    """The candidate fixes the check with ordinal `check` names for this plan."""
+    try:
+        validate(plan, cfg, collect=check)
+    except PlanError as e:
+        return e.candidates
+    return []
+
+
+def _with_world(plan: Plan, resolved: Plan, fix: dict) -> list[dict]:
+    """The fix as given and, when the user fixed the world size and the fix moves a dim, the same
+    fix with the world size that keeps dp where it is."""
+    out = [fix]
+    if plan.world and "world" not in fix and any(d in fix for d in GRID):
+        dims = {d: fix.get(d, getattr(resolved, d)) for d in GRID}
+        out.append({**fix, "world": dims["dp"] * dims["tp"] * dims["cp"] * dims["pp"]})
+    return out
+
+
+def text(fixes: list[dict]) -> str:
+    """`pick tp in 1, 2, 4` when every fix sets the same one field, else `set a=1 b=2 or c=3`."""
+    keys = {tuple(f) for f in fixes}
+    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1:
+        field = next(iter(keys))[0]
+        values = [f[field] for f in fixes]
+        if all(isinstance(v, int) for v in values):
+            values = sorted(values)
+        return f"pick {field} in {', '.join(map(str, values))}"
+    return "set " + " or ".join(" ".join(f"{k}={v}" for k, v in f.items()) for f in fixes)
+
+
+class _Checks:
+    """need(ok, problem, candidates): raise PlanError(problem + the valid fixes) when not ok. Every
+    check has an ordinal (the order it runs in), so a fix can be told to get past it."""
+
+    def __init__(self, plan: Plan, cfg, suggest: bool, collect: int | None = None):
+        self.plan, self.cfg, self.suggest, self.collect = plan, cfg, suggest, collect
+        self.resolved: Plan | None = None
+        self.count = 0
+
+    def __call__(self, ok: bool, problem: str, candidates=()) -> None:
+        self.count += 1
+        if ok:
+            return
+        err = PlanError(problem)
+        err.check, err.fixes, err.candidates = self.count, [], list(candidates)
+        if self.collect is not None or not self.suggest or not candidates:
+            raise err          # no candidates: the problem's own text names the fix
+        base = self.resolved or self.plan
+        tries = [fix for cand in candidates for fix in _with_world(self.plan, base, cand)]
+        both = [fix for cand in candidates for reset in RESETS if not set(reset) & set(cand)
+                for fix in _with_world(self.plan, base, {**cand, **reset})]
+        for pool, after in ((tries, None), (both, None), (tries, self.count)):
+            err.fixes = _first_valid(self.plan, self.cfg, pool, after)
+            if err.fixes:
+                break
+        err.args = (f"{problem}: {text(err.fixes)}" if err.fixes else
+                    f"{problem} (and no change of one or two fields fixes this plan: reset the "
+                    f"dims to 1 and add them back one at a time)",)
+        raise err
+
+
+def _first_valid(plan: Plan, cfg, pool: list[dict], after: int | None) -> list[dict]:
+    """Up to MAX_FIXES distinct fixes of pool under which the plan validates (with `after`: gets
+    past check `after` and on to a plan whose next problems have fixes)."""
+    out, seen = [], set()
+    for fix in pool:
+        key = tuple(sorted(fix.items(), key=str))
+        if key not in seen and _valid(plan, cfg, fix, after, depth=2):
+            out.append(fix)
+        seen.add(key)
+        if len(out) == MAX_FIXES:
+            break
+    return out
+
+
+def validate(plan: Plan, cfg, world: int | None = None, suggest: bool = True,
+             collect: int | None = None) -> Plan:
+    """The resolved plan, or PlanError naming the first problem and fixes that validate
+    (`.fixes`, `.check`: the failing check's ordinal). suggest=False: no fixes (faster);
+    collect: raise with the candidates of that check unverified (chained fixes use it)."""
+    if world:
+        plan = replace(plan, world=world)
+    need = _Checks(plan, cfg, suggest, collect)
+    for name in ("tp", "cp", "pp", "ep", "microbatches", "virtual_stages"):
+        need(getattr(plan, name) >= 1, f"{name} = {getattr(plan, name)} must be >= 1", [{name: 1}])
+    need(plan.world >= 0, f"world {plan.world} must be >= 1 (or left out: the product of the dims)",
+         [{"world": -plan.world}, {"world": max(plan.dp, plan.ep, 1) * plan.tp * plan.cp * plan.pp}])
+    need(plan.dp >= 0, f"dp = {plan.dp} must be >= 1 (or left out: derived from the world size)",
+         [{"dp": -plan.dp}, {"dp": 1}])
+    need(plan.experts >= 0, f"experts = {plan.experts} must be >= 0 (0: a dense model)",
+         [{"experts": -plan.experts}, {"experts": 0}])
+    other = plan.tp * plan.cp * plan.pp
+    if plan.world and not plan.dp:
+        need(plan.world % other == 0,
+             f"world {plan.world} is not divisible by tp {plan.tp} x cp {plan.cp} x pp {plan.pp} = "
+             f"{other}", [{"world": other * max(1, plan.world // other)},
+                          {"world": other * (plan.world // other + 1)},
+                          *({d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1)])
+    dp = plan.dp or (plan.world // other if plan.world else plan.ep)
+    total = dp * other
+    need(not plan.world or plan.world == total,
+         f"world {plan.world} is not the product of the dims: dp {dp} x tp {plan.tp} x cp {plan.cp} "
+         f"x pp {plan.pp} = {total}", [{"world": total}] + (
+             [{"dp": plan.world // other}] if plan.world % other == 0 else []) + [
+             {d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1])
+    need.resolved = resolved = replace(plan, dp=dp, world=total)
+    _grid_checks(resolved, cfg, need, derived_dp=not plan.dp)
+    return resolved
+
+
+def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
+    b, dp = cfg.batch, plan.dp
+    dp_is = f"dp {dp}" + (f" (left out: dp follows ep {plan.ep})" if derived_dp and not
+                          need.plan.world and plan.ep > 1 else "")
+    need(plan.zero in (0, 1, 2, 3), f"unknown ZeRO stage {plan.zero}: stages are 0, 1, 2 or 3",
+         [{"zero": z} for z in (0, 1, 2, 3)])
+    need(plan.zero == 0 or dp > 1,
+         f"ZeRO-{plan.zero} shards over data-parallel ranks but dp = {dp}",
+         [{"dp": 2}, {"dp": 4}, {"zero": 0}])
+    need(plan.bucket_mb > 0, f"bucket size {plan.bucket_mb} MB must be > 0", [{"bucket_mb": 4.0}])
+    need(plan.grad_sync in ("naive", "bucketed"), f"unknown grad sync {plan.grad_sync!r}",
+         [{"grad_sync": "bucketed"}, {"grad_sync": "naive"}])
+    need(plan.dtype in DTYPES, f"unknown dtype {plan.dtype!r}", [{"dtype": d} for d in DTYPES])
+    need(plan.collectives in COLLECTIVES, f"unknown collectives {plan.collectives!r}",
+         [{"collectives": c} for c in COLLECTIVES])
+    need(b % dp == 0, f"global batch {b} is not divisible by {dp_is}",
+         [{"batch": round_up(b, dp)}, *[{"dp": d} for d in divisors(b) if d > 1][::-1],
+          *({"ep": d, "dp": d} for d in divisors(b) if derived_dp and d > 1)][:8])
+    local = b // dp if b % dp == 0 else 1
+    m = plan.microbatches
+    need(local % m == 0, f"per-rank batch {local} (batch {b} / dp {dp}) is not divisible by "
+                         f"{m} microbatches",
+         [*({"microbatches": d} for d in sorted(divisors(local), key=lambda d: abs(d - m))),
+          {"batch": dp * round_up(local, m)}])
+    _tp_checks(plan, cfg, need)
+    need(plan.schedule in SCHEDULES, f"unknown schedule {plan.schedule!r}",
+         [{"schedule": s} for s in SCHEDULES])
+    if plan.pp > 1:
+        _pipeline_checks(plan, cfg, need, local)
+    _cp_checks(plan, cfg, need)
+    _ep_checks(plan, cfg, need, local, dp_is)
+
+
+def _tp_checks(plan: Plan, cfg, need: _Checks) -> None:
+    tp = plan.tp
+    tps = [{"tp": d} for d in range(1, 2 * max(tp, cfg.heads) + 1) if d != tp]
+    need(cfg.heads % tp == 0, f"tp {tp} does not divide {cfg.heads} heads", tps)
+    need(cfg.kv_heads % tp == 0 or tp % cfg.kv_heads == 0,
+         f"tp {tp} and {cfg.kv_heads} kv heads: tp must divide the kv heads (sharded) or be a "
+         f"multiple of them (replicated)", tps)
+    need(cfg.vocab % tp == 0, f"vocab {cfg.vocab} is not divisible by tp {tp}",
+         [{"vocab": round_up(cfg.vocab, tp)},
+          {"vocab": round_up(cfg.vocab, tp), "hidden": round_up(cfg.ffn_hidden, 16 * tp)}] + tps)
+    need(cfg.ffn_hidden % tp == 0,
+         f"MLP hidden {cfg.ffn_hidden} (from dim {cfg.dim}) is not divisible by tp {tp}",
+         [{"hidden": round_up(cfg.ffn_hidden, 16 * tp)}] + tps)
+    need(not plan.sp or tp > 1, "sp (sequence parallel) needs tp 2 or more",
+         [{"tp": 2}, {"tp": 4}, {"sp": False}])
+    pieces = plan.cp * tp
+    need(not plan.sp or cfg.seq % pieces == 0,
+         f"sequence parallel splits each cp rank's tokens (seq {cfg.seq} / cp {plan.cp}) over tp "
+         f"{tp}: seq must be a multiple of {pieces}", [{"seq": round_up(cfg.seq, pieces)}, {"sp": False}])
+
+
+def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
+    p, m, s, dp = plan.pp, plan.microbatches, plan.stages, plan.dp
+    need(cfg.layers % s == 0,
+         f"{cfg.layers} layers are not divisible by {s} pipeline stages ({plan.schedule}, pp {p}"
+         f"{', virtual ' + str(plan.virtual_stages) if plan.schedule == 'interleaved' else ''})",
+         [{"layers": round_up(cfg.layers, s)}, *({"pp": d} for d in divisors(cfg.layers)
+                                                  if 1 < d < p)])
+    fits = divisors(local)                          # microbatch counts the per-rank batch takes
+    if plan.schedule in ("dualpipe", "dualpipev"):
+        need(p % 2 == 0 or plan.schedule == "dualpipev",
+             f"DualPipe needs an even number of pipeline ranks, got pp {p}",
+             [{"schedule": "dualpipev"}, {"pp": p + 1}, {"pp": max(2, p - 1)}])
+        ok = [x for x in fits if x >= 2 * p and x % 2 == 0]
+        need(m >= 2 * p and m % 2 == 0,
+             f"{plan.schedule} needs an even number of microbatches >= 2 x pp = {2 * p}, got {m}",
+             [*({"microbatches": x} for x in ok), {"microbatches": 2 * p, "batch": dp * 2 * p},
+              {"microbatches": 2 * p, "batch": dp * round_up(local, 2 * p)}])
+    elif plan.schedule == "interleaved":
+        need(plan.virtual_stages >= 2, "interleaved 1F1B needs virtual_stages 2 or more",
+             [{"virtual_stages": 2}])
+        ok = [x for x in fits if x % p == 0]
+        need(m % p == 0 and m >= p,
+             f"interleaved 1F1B needs microbatches a multiple of pp {p}, got {m}",
+             [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
+    elif plan.schedule in ("1f1b", "zb1p"):
+        ok = [x for x in fits if x >= p]
+        need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}",
+             [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
+    need(plan.zero < 3 or plan.schedule not in ("zb1p", "dualpipe", "dualpipev"),
+         f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
+         f"the weight grads (W) past it", [{"zero": 2}, {"schedule": "1f1b"}])
+    need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
+         f"virtual_stages is for the interleaved schedule, not {plan.schedule}",
+         [{"virtual_stages": 1}, {"schedule": "interleaved"}])
+    if plan.fb_overlap:
+        need(plan.schedule in FB_OVERLAP_SCHEDULES,
+             f"fb_overlap interleaves the F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
+             f"{plan.schedule}", [*({"schedule": x} for x in FB_OVERLAP_SCHEDULES), {"fb_overlap": False}])
+        need(bool(plan.experts or cfg.experts),
+             "fb_overlap hides the MoE all-to-all behind the other microbatch: it needs experts",
+             [{"experts": 4}, {"experts": 4, "ep": 2}, {"fb_overlap": False}])
+        need(plan.zero < 3, "ZeRO-3 gathers one layer's weights at a time, but fb_overlap runs two "
+                            "layers' parts interleaved", [{"zero": 2}, {"fb_overlap": False}])
+
+
+def _cp_checks(plan: Plan, cfg, need: _Checks) -> None:
+    need(plan.cp_mode in CP_MODES, f"unknown cp mode {plan.cp_mode!r}",
+         [{"cp_mode": c} for c in CP_MODES])
+    if plan.cp == 1:
+        return
+    pieces = 2 * plan.cp if plan.cp_mode == "zigzag" else plan.cp
+    need(cfg.seq % pieces == 0,
+         f"seq {cfg.seq} is not divisible by {pieces} ({'2 x ' if plan.cp_mode == 'zigzag' else ''}"
+         f"cp {plan.cp}) for {plan.cp_mode}", [{"seq": round_up(cfg.seq, pieces)}])
+    if plan.cp_mode == "ulysses":
+        local_kv = cfg.kv_heads // plan.tp if cfg.kv_heads % plan.tp == 0 else 1  # per tp rank
+        need(cfg.heads % (plan.cp * plan.tp) == 0 and local_kv % plan.cp == 0,
+             f"Ulysses splits heads over cp {plan.cp}: {cfg.heads} heads (/ tp {plan.tp}) and "
+             f"{local_kv} kv heads per tp rank must be divisible by cp",
+             [{"cp_mode": "ring"}, *({"cp": d} for d in divisors(local_kv) if 1 < d < plan.cp)])
+
+
+def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
+    experts, ep, dp = plan.experts or cfg.experts, plan.ep, plan.dp
+    need(not (plan.sp and experts),
+         f"sp (sequence parallel) cannot run the {experts}-expert MoE layers on sequence shards "
+         f"(a routing group is one whole sequence)", [{"sp": False}, {"experts": 0}])
+    need(ep == 1 or experts > 0, f"ep {ep} needs an MoE model",
+         [{"experts": 2 * ep}, {"experts": ep}, {"ep": 1}])
+    both = [d for d in divisors(dp) if experts and experts % d == 0 and d != ep][::-1]
+    if experts:
+        need(experts % ep == 0, f"{experts} experts not divisible by ep {ep}",
+             [*({"ep": d} for d in both), {"experts": round_up(experts, ep)}])
+        need(dp % ep == 0, f"ep {ep} must divide {dp_is} (experts are sharded over data-parallel "
+                           f"ranks)", [*({"ep": d} for d in both), {"dp": ep}])
+        need(1 <= plan.top_k <= experts, f"top-k {plan.top_k} must be between 1 and the {experts} "
+                                         f"experts", [{"top_k": min(2, experts)}, {"top_k": 1}])
+        need(plan.capacity_factor is None or plan.capacity_factor > 0,
+             f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)",
+             [{"capacity_factor": 1.25}, {"capacity_factor": 2.0}])
+    need(routing_problem(cfg) is None, routing_problem(cfg) or "")     # MoE family fields (DeepSeek)
+    need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts",
+         [{"experts": 4}, {"overlap": False}])
+    need(not plan.fb_overlap or plan.pp > 1,
+         "fb_overlap pairs a forward with a backward inside a pipeline (without one, overlap=True "
+         "interleaves two microbatches)", [{"pp": 2, "schedule": "1f1b"}, {"fb_overlap": False}])
+    need(plan.ep_dispatch in ("uneven", "even"), f"unknown EP dispatch {plan.ep_dispatch!r}",
+         [{"ep_dispatch": "uneven"}, {"ep_dispatch": "even"}])
+    need(not (experts and plan.cp > 1),
+         f"MoE with context parallel (cp {plan.cp}) is not supported", [{"cp": 1}, {"experts": 0}])
+    if plan.overlap and plan.pp == 1:
+        pieces = 2 if plan.microbatches == 1 else plan.microbatches
+        pairs = [x for x in divisors(local) if x % 2 == 0]
+        need(pieces % 2 == 0 and local % pieces == 0,
+             f"overlap runs microbatches in pairs: per-rank batch {local} (batch {cfg.batch} / dp "
+             f"{dp}) into {pieces} microbatches does not work",
+             [*({"microbatches": x} for x in pairs),
+              *({"dp": d} for d in divisors(cfg.batch)[::-1] if cfg.batch // d >= 2 and d < dp),
+              {"batch": dp * 2}, {"overlap": False}])
