@@ -106,6 +106,7 @@ class TorchReference:
     def __init__(self, plan, cfg, seed=0, optim="adamw", lr=None, weight_decay=None):
         self.cfg = model_config_for(plan, cfg)
         self.seed, self.step_count = seed, 0
+        self.routing: dict = {}        # dense models only (MoE is refused up front): no routing figures
         self.model = Llama(self.cfg)
         self.params = dict(self.model.named_parameters())
         with torch.no_grad():                                  # partui's seeded initial weights
