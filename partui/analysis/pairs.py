@@ -1,7 +1,7 @@
 """Per overlapped F&B pair (fb_overlap): each all-to-all issued inside it, how long it was in flight, how
 much of that the other microbatch's parts computed under, and what stayed exposed (`partui report --by pair`).
 
-A pair is an "FB" span on a rank's compute track; its parts are the leaf spans kernels/pp/parts.py records,
+A pair is an "FB" span on a rank's compute track (a container: it never counts as compute); its parts are the leaf spans kernels/pp/parts.py records,
 named "ATTN F mb3 L1" (part, F / B / W, microbatch, layer). An all-to-all belongs to the part whose span
 holds its issue time; which one it is follows from that part (kernels/pp/fb_order.py's ISSUES): forward ATTN
 issues DISPATCH(F), forward MLP COMBINE(F), backward COMBINE COMBINE(B), backward MLP DISPATCH(B).
@@ -37,7 +37,7 @@ def fb_pair_a2a(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for rank, mine in df.groupby("rank", sort=True):
         compute = mine[mine["kind"] == "compute"]
-        pairs = compute[compute["cat"] == "FB"]
+        pairs = mine[mine["cat"] == "FB"]                # a container span: structure, not compute
         parsed = compute["name"].astype(str).str.extract(PART)
         parts = compute.assign(part=parsed[0], side=parsed[1], pmb=pd.to_numeric(parsed[2]),
                                player=parsed[3]).dropna(subset=["part"])

@@ -71,6 +71,6 @@ async def test_pipeline_trace_report_at_120x40_clips_no_header():
         await trace_one_step(app, pilot)                    # t off saves it, draws the report
         os.remove(app.world.trace_path)
         await pilot.pause(0.3)
-        labels = HEADERS["5"] + ("sim bubble%", "formula%", "rank 0", "rank 1") + FOOTER_RUN
+        labels = HEADERS["5"] + ("pipe%", "sim%", "formula%", "rank 0", "rank 1") + FOOTER_RUN
         assert clipped(app, labels) == [], screen_text(app)
         await pilot.press("ctrl+c")

@@ -131,10 +131,10 @@ def test_fb_overlap_matches_reference_with_dense_layers_mixed_in(name, moe):
 @pytest.mark.parametrize("args,needle", [
     (["--pp", 2, "--schedule", "1f1b", "--microbatches", 4], "it needs experts"),
     (["--pp", 2, "--schedule", "zb1p", "--microbatches", 4, "--experts", 4],
-     "not zb1p: use --schedule 1f1b"),
+     "not zb1p: set --schedule 1f1b"),
     (["--experts", 4, "--dp", 2, "--ep", 2], "--fb-overlap pairs a forward with a backward inside a pipeline"),
     (["--pp", 2, "--dp", 2, "--zero", 3, "--schedule", "1f1b", "--microbatches", 4, "--experts", 4],
-     "use --zero 2 with --fb-overlap"),
+     "set --zero 2 or no --fb-overlap"),
     (["--pp", 2, "--schedule", "1f1b", "--microbatches", 4, "--experts", 4, "--backward", "autograd"],
      "--fb-overlap"),
 ], ids=["no-experts", "zb1p", "no-pipeline", "zero3", "autograd"])
@@ -187,7 +187,7 @@ def test_trace_each_all_to_all_flies_under_the_other_microbatch(tmp_path):
     assert checked >= 8
     report = run_cli("report", path, "--by", "pair", "--format", "json", timeout=120)
     assert report.returncode == 0, report.stderr
-    rows = json.loads(report.stdout)
+    rows = json.loads(report.stdout)["rows"]
     assert len(rows) == checked and all(r["all_to_all"].split("(")[0] in ("DISPATCH", "COMBINE") for r in rows)
 
 

@@ -32,7 +32,7 @@ def test_readme_pandas_example_runs():
     out = proc.stdout
     assert out.startswith("dualpipev on 4 ranks: ['dp0 pp0 ep0', 'dp1 pp0 ep1', 'dp0 pp1 ep0',")
     assert "rank  compute_ms  exposed_comm_ms  bubble_pct" in out
-    assert "exposed_comm_ms: comm in flight while the rank did not compute" in out
+    assert "exposed_comm_ms: comm_ms - overlapped_ms: comm in flight while the rank did not compute" in out
     assert "group" in out and "pp " in out and "ep " in out
 
 

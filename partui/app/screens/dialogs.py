@@ -25,7 +25,8 @@ shard, "not held here" where another rank holds it), `3` Optim (AdamW m, v, step
 trace it is and when it was saved, a text timeline: F light, B dark, W grey, comm in flight ▔,
 and the path to open in https://ui.perfetto.dev). Its columns, in ms or %: window, compute,
 comm in flight, ovl (comm overlapped by compute), exposed (comm not overlapped), idle, ovl%
-(ovl / comm), bubble% (idle / window); pipelines add sim bubble% and formula%.
+(ovl / comm), bubble% (100 - compute / window); pipelines add pipe% (the bubble inside the
+pipeline window), sim% (the simulator's bubble) and formula%.
 Under 100 columns the rank cards hide so the tabs fit: `c` shows / hides them.
 
 **Command line** (`:` focuses it, esc leaves it; keys typed there are text, never bindings;
