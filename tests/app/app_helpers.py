@@ -1,6 +1,8 @@
 """Pilot helpers the app tests share: bounded waits and typing a command as a user would."""
 import time
 
+from partui.app.screens.run import RunScreen
+
 
 async def wait_for(pilot, cond, timeout=90.0, what="condition"):
     t0 = time.monotonic()
@@ -27,6 +29,16 @@ async def command(app, pilot, text):
 async def idle(app, pilot, what="the world to be idle"):
     await wait_for(pilot, lambda: not app.busy, what=what)
     await pilot.pause(0.1)
+
+
+async def launched(app, pilot, plan_command: str):
+    """Wait for the engine, type `plan_command` (e.g. "plan dp dp=2"), wait for the run screen and an
+    idle world; the world's pids."""
+    await engine_ready(app, pilot)
+    await command(app, pilot, plan_command)
+    await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
+    await idle(app, pilot)
+    return app.world.pids()
 
 
 async def trace_one_step(app, pilot):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app_helpers import command, engine_ready, idle, wait_for
+from app_helpers import command, engine_ready, idle, launched, wait_for
 from partui.app.widgets.command_line import CommandError, CommandSuggester, parse
 from partui.app.widgets.shard_map import holds, piece_label
 
@@ -172,11 +172,7 @@ async def test_rank_failure_shows_and_app_recovers():
     from partui.app.screens.run import RunScreen
     app = PartuiApp()
     async with app.run_test(size=SIZE) as pilot:
-        await engine_ready(app, pilot)
-        await command(app, pilot, "plan dp dp=2")
-        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
-        await idle(app, pilot)
-        old = app.world.pids()
+        old = await launched(app, pilot, "plan dp dp=2")
         app.world.controller.inject_fault(1, step=1)
         await command(app, pilot, "step 2")                  # step 0 runs, rank 1 raises at step 1
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")

@@ -3,7 +3,7 @@ max-violation sparkline from the same step lines `partui run --json` prints."""
 import pytest
 
 from partui.app.widgets.routing_map import render
-from app_helpers import command, engine_ready, idle, wait_for
+from app_helpers import idle, launched
 from test_app import SIZE, assert_no_process
 
 pytestmark = pytest.mark.timeout(300)
@@ -11,16 +11,11 @@ pytestmark = pytest.mark.timeout(300)
 
 async def test_deepseek_world_draws_its_routing():
     from partui.app.main import PartuiApp
-    from partui.app.screens.run import RunScreen
     from partui.app.widgets.inspector import TABS, Inspector
     from partui.app.widgets.routing_map import RoutingMap
     app = PartuiApp()
     async with app.run_test(size=SIZE) as pilot:
-        await engine_ready(app, pilot)
-        await command(app, pilot, "plan deepseek")
-        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
-        pids = app.world.pids()
-        await idle(app, pilot)
+        pids = await launched(app, pilot, "plan deepseek")
         await pilot.press("escape")              # leave the command line: `s` is a key, not text
         for _ in range(2):
             await pilot.press("s")
