@@ -17,7 +17,7 @@ from conftest import ROOT, run_cli
 from kernels.config import make_config
 from kernels.mesh import Plan, PlanError
 from kernels.validate import apply_fix, validate
-from partui.commands.run import cap_trace_steps
+from partui.commands.run import cap_trace_steps, trace_size_warning
 from partui.plans import build_plan
 
 FLAG = re.compile(r"--([a-z-]+)(?: (-?[\w.]+))?")
@@ -233,9 +233,37 @@ def test_a_sample_of_accepted_plans_runs_one_step(fields):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped(capsys):
+def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped():
     assert cap_trace_steps(set(range(60)), uncapped=False) == set(range(10, 60))
-    assert "recording the last 50 (steps 10:60)" in capsys.readouterr().err
     assert cap_trace_steps(set(range(60)), uncapped=True) == set(range(60))
     assert cap_trace_steps(set(range(5)), uncapped=False) == set(range(5))
-    assert capsys.readouterr().err == ""
+
+
+def test_the_trace_size_warning_on_a_known_answer():
+    # 812 events (100,000 bytes) a step: 60 steps 48,720 events 6.0 MB; the last 50 40,600, 5.0 MB
+    text = trace_size_warning(set(range(60)), set(range(10, 60)), 0, 812, 100_000)
+    assert ("tracing 60 steps is about 48,720 events, 6.0 MB of JSON (812 events a step on step 0"
+            in text)
+    assert "recording the last 50 (steps 10:60, about 40,600 events, 5.0 MB of JSON)" in text
+    assert "--trace-uncapped records all 60" in text
+    whole = trace_size_warning(set(range(60)), set(range(60)), 0, 812, 100_000)
+    assert "recording" not in whole and "records all of it" in whole
+
+
+def test_a_long_trace_warns_with_its_measured_size_and_keeps_the_cap(tmp_path):
+    out = tmp_path / "long.json"
+    proc = run_cli("run", "--dp", 2, "--layers", 1, "--steps", 55, "--trace", out, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"tracing 55 steps is about ([\d,]+) events.*\(([\d,]+) events a step on step 0, "
+                  r"every rank\); recording the last 50 \(steps 5:55, about ([\d,]+) events",
+                  proc.stderr)
+    assert m, proc.stderr
+    total, per_step, capped = (int(g.replace(",", "")) for g in m.groups())
+    assert total == 55 * per_step and capped == 50 * per_step and per_step > 0
+    trace = json.loads(out.read_text())
+    recorded = [e for e in trace["traceEvents"] if e.get("ph") != "M"]   # less track names
+    assert trace["metadata"]["steps"] == [5, 54]
+    assert 0.8 * capped <= len(recorded) <= 1.2 * capped, (len(recorded), capped)
+    quiet = run_cli("run", "--layers", 1, "--steps", 3, "--trace", tmp_path / "short.json",
+                    timeout=120)
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
