@@ -160,57 +160,6 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
     assert not _session_pids(p.pid), "rank or helper processes outlived the run"
 
 
-# ---------------------------------------------------------------- property: every fix validates
-
-SIZES = st.sampled_from([1, 2, 3, 4, 8])
-PLANS = st.fixed_dictionaries({
-    "world": st.sampled_from([0, 0, 0, 1, 2, 3, 4, 6, 8]), "dp": st.sampled_from([0, 0, 1, 2, 3, 4]),
-    "tp": SIZES, "pp": st.sampled_from([1, 1, 2, 3, 4]), "cp": st.sampled_from([1, 1, 2, 4]),
-    "ep": st.sampled_from([1, 1, 2, 3, 4]), "experts": st.sampled_from([0, 0, 4, 6, 8]),
-    "zero": st.sampled_from([0, 0, 1, 2, 3]), "sp": st.booleans(), "overlap": st.booleans(),
-    "microbatches": st.sampled_from([1, 2, 3, 4, 5, 8]),
-    "schedule": st.sampled_from(["1f1b", "gpipe", "interleaved", "zb1p", "dualpipe", "dualpipev"]),
-    "cp_mode": st.sampled_from(["ring", "zigzag", "ulysses"]),
-    "top_k": st.sampled_from([1, 2, 3]),
-})
-MODELS = st.fixed_dictionaries({"batch": st.sampled_from([4, 6, 8, 10, 12, 16]),
-                                "layers": st.sampled_from([2, 3, 4, 6, 8]),
-                                "heads": st.sampled_from([2, 3, 4, 8]), "kv_heads": st.just(0),
-                                "seq": st.sampled_from([16, 24, 32])})
-
-
-def _model(m):
-    heads = m["heads"]
-    return make_config("tiny", batch=m["batch"], layers=m["layers"], heads=heads,
-                       kv_heads=heads // 2 if heads % 2 == 0 else heads, dim=16 * heads,
-                       seq=m["seq"])
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(PLANS, MODELS)
-def test_every_fix_offered_validates_or_moves_past_its_problem(kw, m):
-    """Each fix a rejection offers either makes the plan valid, or gets it past this problem and
-    every earlier one (a later check fails, never an earlier one: no `--microbatches 8` that batch
-    10 then refuses). Plans with three or more problems at once may get no fix, only the advice
-    to add dims back one at a time; the message is one line either way."""
-    if kw["schedule"] == "interleaved":
-        kw = {**kw, "virtual_stages": 2}
-    plan, cfg = Plan(**kw), _model(m)
-    cfg = apply_fix(plan, cfg, {})[1]
-    try:
-        validate(plan, cfg)
-    except PlanError as e:
-        assert "\n" not in str(e)
-        assert e.fixes or "add them back one at a time" in str(e), str(e)
-        for fix in e.fixes:
-            fixed_plan, fixed_cfg = apply_fix(plan, cfg, fix)
-            fixed_cfg.validate()
-            try:
-                validate(fixed_plan, fixed_cfg, suggest=False)
-            except PlanError as later:
-                assert later.check > e.check, f"{fix} for {e} is refused by an earlier check: {later}"
-
-
 def test_the_listed_fixes_validate_at_once():
     """The plans of the issue: their first fix makes them valid outright."""
     for kw, model in [(dict(pp=4, schedule="dualpipe", microbatches=5), dict(batch=10)),
@@ -222,15 +171,6 @@ def test_the_listed_fixes_validate_at_once():
             validate(plan, cfg)
         for fix in e.value.fixes:
             validate(*apply_fix(plan, cfg, fix), suggest=False)
-
-
-@pytest.mark.parametrize("fields", [dict(dp=2, zero=1), dict(pp=2, microbatches=2),
-                                    dict(dp=2, ep=2, experts=4)])
-def test_a_sample_of_accepted_plans_runs_one_step(fields):
-    plan, _ = build_plan("custom", "tiny", {"layers": 2}, **fields)
-    args = [a for k, v in fields.items() for a in (f"--{k.replace('_', '-')}", v)]
-    proc = run_cli("run", *args, "--layers", 2, "--steps", 1, timeout=120)
-    assert proc.returncode == 0, proc.stderr
 
 
 def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped():
