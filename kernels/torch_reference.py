@@ -1,13 +1,15 @@
 """An independent oracle: the tiny Llama written with torch's own modules and autograd (nn.Embedding,
 nn.RMSNorm, nn.Linear, F.scaled_dot_product_attention, F.cross_entropy) stepped by torch.optim
-(AdamW or SGD). It shares only the initial weights (kernels.weights) and the data (kernels.data) with
+(AdamW or SGD), and for MoE models the GShard or DeepSeek-V3 block of kernels/torch_moe.py
+(dense layers mixed in by moe_every). It shares only the initial weights (kernels.weights) and the data (kernels.data) with
 partui, so `--check --reference autograd` proves the math, not just the split across ranks: the
 hand reference (kernels.check.Reference) runs the same layers as the plans and cannot see a wrong
 kernel they share.
 
 Same interface as kernels.check.Reference: forward_backward() -> (loss, {name: grad}) at the current
-params, update(grads) -> {name: param} after the optimizer step. Dense models; the MoE variants
-(GShard, a DeepSeek one) plug in as another `mlp` module of a block (MLP_OF), not built yet.
+params, update(grads) -> {name: param} after the optimizer step (and DeepSeek's bias step from this
+model's own loads), `routing` -> the step's routing counts per MoE layer. fp32 only: see
+partui.plans.check_reference for why bf16 plans keep the hand reference.
 """
 from __future__ import annotations
 
@@ -17,18 +19,8 @@ from torch import nn
 
 from kernels.config import is_moe_layer, model_config_for
 from kernels.data import global_batch
+from kernels.torch_moe import MoEBlock, SwiGLU
 from kernels.weights import init_params
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 def rotate(x, cos, sin):
@@ -57,32 +49,34 @@ class Attention(nn.Module):
         return self.wo(o.transpose(1, 2).reshape(b, s, -1))
 
 
-MLP_OF = {"dense": lambda cfg: SwiGLU(cfg.dim, cfg.ffn_hidden)}
-
-
 class Block(nn.Module):
-    def __init__(self, cfg, mlp: str):
+    """Attention and an MLP, each behind an RMSNorm and a residual. The MLP is partui's naming:
+    `mlp` (SwiGLU) in a dense layer, `moe` (kernels/torch_moe.py) where is_moe_layer says."""
+
+    def __init__(self, cfg, index: int):
         super().__init__()
         self.attn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.mlp = MLP_OF[mlp](cfg)
+        if is_moe_layer(cfg, index):
+            self.moe = MoEBlock(cfg, index)
+        else:
+            self.mlp = SwiGLU(cfg.dim, cfg.ffn_hidden)
+
+    @property
+    def ffn(self):
+        return getattr(self, "moe", None) or self.mlp
 
     def forward(self, x, cos, sin):
         h = x + self.attn(self.attn_norm(x), cos, sin)
-        return h + self.mlp(self.mlp_norm(h))
+        return h + self.ffn(self.mlp_norm(h))
 
 
 class Llama(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        unsupported = [i for i in range(cfg.layers) if is_moe_layer(cfg, i)]
-        if unsupported:
-            raise ValueError(f"the autograd reference covers dense models so far; this model has "
-                             f"{cfg.experts} experts in layers {unsupported}: drop experts or use "
-                             f"reference=hand")
         self.embed = nn.Embedding(cfg.vocab, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg, "dense") for _ in range(cfg.layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.layers))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         inv = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64)
@@ -97,7 +91,11 @@ class Llama(nn.Module):
         for block in self.layers:
             x = block(x, self.cos, self.sin)
         logits = self.lm_head(self.norm(x))                    # [B, S, vocab]
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss + sum(moe.last["aux"] for moe in self.moes())   # + each MoE's balance loss
+
+    def moes(self) -> list[MoEBlock]:
+        return [blk.moe for blk in self.layers if hasattr(blk, "moe")]
 
 
 class TorchReference:
@@ -106,7 +104,7 @@ class TorchReference:
     def __init__(self, plan, cfg, seed=0, optim="adamw", lr=None, weight_decay=None):
         self.cfg = model_config_for(plan, cfg)
         self.seed, self.step_count = seed, 0
-        self.routing: dict = {}        # dense models only (MoE is refused up front): no routing figures
+        self.routing: dict = {}        # the last step's routing counts per MoE layer (index -> ...)
         self.model = Llama(self.cfg)
         self.params = dict(self.model.named_parameters())
         with torch.no_grad():                                  # partui's seeded initial weights
@@ -130,6 +128,7 @@ class TorchReference:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.model(ids, targets)
         loss.backward()
+        self.routing = {str(moe.index): moe.figures() for moe in self.model.moes()}
         return loss.item(), {n: p.grad.clone() for n, p in self.params.items()}
 
     def update(self, grads: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -138,5 +137,7 @@ class TorchReference:
             for n, p in self.params.items():
                 p.grad = grads[n].to(p.dtype).clone()
         self.optimizer.step()
+        for moe in self.model.moes():   # DeepSeek's bias: state moved by its own load, not a grad
+            moe.balance()
         self.step_count += 1
         return {n: p.detach() for n, p in self.params.items()}

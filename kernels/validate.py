@@ -18,6 +18,13 @@ from kernels.mesh import (COLLECTIVES, CP_MODES, DTYPES, FB_OVERLAP_SCHEDULES, S
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
 GRID = ("dp", "tp", "cp", "pp")
 MAX_FIXES = 4
+# the last resort of a rejection whose own candidates fix nothing: every change of one or two of
+# these fields to these values (dims up to 8, the worlds this lab runs), singles first
+BROAD = {"world": (0, 1, 2, 3, 4, 6, 8), "dp": (0, 1, 2, 3, 4), "tp": (1, 2, 3, 4, 8),
+         "pp": (1, 2, 3, 4), "cp": (1, 2, 4), "ep": (1, 2, 3, 4), "experts": (0, 4, 6, 8),
+         "zero": (0, 1, 2, 3), "sp": (False, True), "overlap": (False, True),
+         "microbatches": (1, 2, 3, 4, 5, 8), "schedule": SCHEDULES, "cp_mode": CP_MODES,
+         "top_k": (1, 2, 3)}
 RESETS = ({"ep": 1}, {"tp": 1}, {"cp": 1}, {"pp": 1}, {"microbatches": 1}, {"overlap": False},
           {"sp": False}, {"zero": 0}, {"experts": 0})
 
@@ -111,14 +118,25 @@ class _Checks:
         tries = [fix for cand in candidates for fix in _with_world(self.plan, base, cand)]
         both = [fix for cand in candidates for reset in RESETS if not set(reset) & set(cand)
                 for fix in _with_world(self.plan, base, {**cand, **reset})]
-        for pool, after in ((tries, None), (both, None), (tries, self.count)):
-            err.fixes = _first_valid(self.plan, self.cfg, pool, after)
+        for pool, after in ((tries, None), (both, None), (tries, self.count), (None, None)):
+            err.fixes = _first_valid(self.plan, self.cfg,
+                                     broad_changes(self.plan) if pool is None else pool, after)
             if err.fixes:
                 break
         err.args = (f"{problem}: {text(err.fixes)}" if err.fixes else
-                    f"{problem} (and no change of one or two fields fixes this plan: reset the "
-                    f"dims to 1 and add them back one at a time)",)
+                    f"{problem} (and no change of one or two fields, dims up to 8, fixes this "
+                    f"plan: reset the dims to 1 and add them back one at a time)",)
         raise err
+
+
+def broad_changes(plan: Plan):
+    """Every change of one field of BROAD to another of its values, then of two fields."""
+    singles = [{f: v} for f, values in BROAD.items() for v in values if getattr(plan, f) != v]
+    yield from singles
+    for i, a in enumerate(singles):
+        for b in singles[i + 1:]:
+            if set(a) != set(b):
+                yield {**a, **b}
 
 
 def _first_valid(plan: Plan, cfg, pool: list[dict], after: int | None) -> list[dict]:

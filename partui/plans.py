@@ -85,12 +85,16 @@ REFERENCES = ("hand", "autograd")
 
 def check_reference(plan: Plan, cfg, reference: str) -> None:
     """What `--check` can hold a plan to: hand (the plans' own layers in one process) or autograd
-    (torch's modules, autograd and torch.optim: kernels.torch_reference; dense fp32 so far)."""
+    (torch's modules, autograd and torch.optim, dense or MoE: kernels.torch_reference), fp32 only.
+    bf16 is held to a multiple of the reference's own bf16 rounding (partui.checker); torch's
+    modules round less than partui's kernels (fp32 inside SDPA, RMSNorm and the softmax on CPU),
+    so in units of a bf16 torch model's own rounding a correct plan measured 6.1x to 8.7x (world
+    1, tp 2 + sp, dp 2 zero 2, pp 2; the bound is 4.5x), and borrowing the hand model's rounding
+    would tie the autograd reference back to the kernels it is meant to check. And in bf16 the
+    two models would part on near-tie expert choices, which are compared exactly."""
     if reference not in REFERENCES:
         raise PlanError(f"unknown reference={reference}: pick hand or autograd")
     if reference == "autograd" and plan.dtype != "fp32":
-        raise PlanError(f"reference=autograd runs fp32 so far, the plan has dtype={plan.dtype}: "
-                        f"drop reference=autograd or set dtype=fp32")
-    if reference == "autograd" and (plan.experts or cfg.experts):
-        raise PlanError(f"reference=autograd covers dense models so far, the plan has "
-                        f"{plan.experts or cfg.experts} experts: drop reference=autograd or experts")
+        raise PlanError(f"reference=autograd runs fp32 (its bf16 rounding is not the plan's, which "
+                        f"the bf16 bound is measured in), the plan has dtype={plan.dtype}: drop "
+                        f"reference=autograd or set dtype=fp32")

@@ -267,16 +267,19 @@ class World:
                 self._guard(lambda c: c.trace_start(sparse))
                 self.recording, self._window_from = True, len(self._traced_steps)
 
-    def trace_off(self, keep: bool = True) -> None:
-        """Stop recording; the window joins the next trace_save unless keep=False (benches)."""
+    def trace_off(self, keep: bool = True) -> list[dict]:
+        """Stop recording; the window joins the next trace_save unless keep=False (benches).
+        Returns the window (one dict per rank, its "events"); [] when nothing was recording."""
         with self._lock:
-            if self.recording:
-                window = self._guard(lambda c: c.trace_stop())
-                self.recording = False
-                if keep:
-                    self._traced.append(window)
-                else:
-                    del self._traced_steps[self._window_from:]
+            if not self.recording:
+                return []
+            window = self._guard(lambda c: c.trace_stop())
+            self.recording = False
+            if keep:
+                self._traced.append(window)
+            else:
+                del self._traced_steps[self._window_from:]
+            return window
 
     def trace_save(self, name: str = "", command: str = "partui app") -> str:
         """Merge what was recorded into one Chrome trace (Perfetto; `partui report`): NAME.json or

@@ -132,9 +132,11 @@ class RingAttention:
                                         recompute=True)
                 with self.load.block(f"{self.mode} backward block from cp{src}", flops,
                                      layer=self.layer, step=i):
+                    # in the accumulation dtype: o and lse were merged there (bf16 q, k, v, do
+                    # would meet fp32 probabilities), and each block's dq/dk/dv is summed there
                     dq_b, dk_b, dv_b = attention_block_backward(
-                        q[:, :, qs], kv[0][:, :, ks], kv[1][:, :, ks], o[:, :, qs], lse[:, :, qs],
-                        do[:, :, qs], qp, kp)
+                        q[:, :, qs].to(acc), kv[0][:, :, ks].to(acc), kv[1][:, :, ks].to(acc),
+                        o[:, :, qs], lse[:, :, qs], do[:, :, qs].to(acc), qp, kp)
                     dq[:, :, qs] += dq_b
                     grads = (ks, dk_b, dv_b)
             # the dK/dV of block src: zeros at home (step 0), else what the previous rank sent

@@ -157,7 +157,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
                         "single-process reference after each step; exit 1 if they differ")
     p.add_argument("--reference", default="hand", choices=("hand", "autograd"),
                    help="--check against: hand (the same layers, one process) or autograd (torch's "
-                        "own modules, autograd and torch.optim; dense fp32 models)")
+                        "own modules, autograd and torch.optim; dense or MoE, fp32)")
     p.add_argument("--trace", default=None, metavar="PATH",
                    help="record a Chrome trace to this path (.json or .json.gz; opens in Perfetto)")
     p.add_argument("--trace-steps", default=None, metavar="A:B",

@@ -52,19 +52,45 @@ def check_run_options(args) -> None:
                          f"try --timeout 120")
 
 
-TRACE_CAP_STEPS = 50   # measured: a sparse step of tiny at dp 2, 1 layer, is ~16 events (812 for 50)
+TRACE_CAP_STEPS = 50   # a ring of the last steps: a long run's trace stays a size Perfetto opens
 
 
 def cap_trace_steps(steps: set[int], uncapped: bool) -> set[int]:
-    """The last TRACE_CAP_STEPS of the steps to trace, with a warning naming what is dropped
-    (a ring of the last steps: a long run's trace stays a size Perfetto opens)."""
+    """The last TRACE_CAP_STEPS of the steps to trace (all of them when uncapped)."""
     if uncapped or len(steps) <= TRACE_CAP_STEPS:
         return steps
-    kept = set(sorted(steps)[-TRACE_CAP_STEPS:])
-    print(f"partui run: warning: tracing {len(steps)} steps would grow the trace with every step; "
-          f"recording the last {TRACE_CAP_STEPS} (steps {min(kept)}:{max(kept) + 1}); "
-          f"--trace-uncapped records all {len(steps)}", file=sys.stderr)
-    return kept
+    return set(sorted(steps)[-TRACE_CAP_STEPS:])
+
+
+def trace_size_warning(asked: set[int], kept: set[int], at: int, events: int, nbytes: int) -> str:
+    """The warning for a trace of more than TRACE_CAP_STEPS steps: its expected size, events a
+    step (measured: every rank's events of step `at`, and their JSON bytes) x steps, and the cap."""
+    def size(n: int) -> str:
+        return f"about {events * n:,} events, {nbytes * n / 1e6:.1f} MB of JSON"
+    head = (f"partui run: warning: tracing {len(asked)} steps is {size(len(asked))} "
+            f"({events:,} events a step on step {at}, every rank)")
+    if kept == asked:
+        return f"{head}; --trace-uncapped records all of it"
+    return (f"{head}; recording the last {len(kept)} (steps {min(kept)}:{max(kept) + 1}, "
+            f"{size(len(kept))}); --trace-uncapped records all {len(asked)}")
+
+
+def traced_run(world: World, steps: int, asked: set[int], kept: set[int], sparse: bool,
+               print_line) -> None:
+    """world.run with `kept` traced. When more than the cap is asked, the first asked step is
+    traced alone first (kept or not) to measure a step's events, and the warning names the size."""
+    if len(asked) <= TRACE_CAP_STEPS:
+        world.run(steps, on_step=print_line, trace_steps=kept, sparse=sparse)
+        return
+    at = min(asked)
+    world.run(at, on_step=print_line)
+    world.trace_on(sparse)
+    world.run(1, on_step=print_line)
+    window = world.trace_off(keep=at in kept)
+    evs = [e for rank in window for e in rank["events"]]
+    print(trace_size_warning(asked, kept, at, len(evs), len(json.dumps(evs))), file=sys.stderr,
+          flush=True)
+    world.run(steps - at - 1, on_step=print_line, trace_steps=kept, sparse=sparse)
 
 
 def check_trace_path(path: str) -> None:
@@ -83,10 +109,10 @@ def run(args) -> int:
         world = World(**world_options(args))
         check_run_options(args)
         world.plan("custom", args.model, **plan_fields(args))
-        trace_steps = parse_steps(args.trace_steps, args.steps) if args.trace else None
+        asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:
             check_trace_path(args.trace)
-            trace_steps = cap_trace_steps(trace_steps, args.trace_uncapped)
+        trace_steps = cap_trace_steps(asked, args.trace_uncapped)
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
     cpus = usable_cpus()
@@ -114,8 +140,7 @@ def run(args) -> int:
     try:
         with world:
             world.launch()
-            world.run(args.steps, on_step=print_line, trace_steps=trace_steps,
-                      sparse=not args.trace_full)
+            traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
             if args.trace:
                 world.trace_save(args.trace, command="partui run " + " ".join(sys.argv[2:]))
             summary = world.summary()

@@ -3,6 +3,7 @@ weights and the data with partui. It agrees with the hand reference on a correct
 of plans, and catches a wrong RMSNorm weight grad that the hand reference (which runs the same
 wrong kernel as the plans) passes."""
 import io
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ from conftest import check_plan, run_cli
 from kernels.check import Reference
 from kernels.config import make_config
 from kernels.engine import Engine
+from kernels.ep.deepseek_layer import DeepSeekMoE
+from kernels.ep.layer import MoE
 from kernels.layers.norm import RMSNorm
 from kernels.mesh import Plan
 from kernels.torch_reference import TorchReference
@@ -43,53 +46,79 @@ def test_plans_hold_to_the_autograd_reference(args):
     check_plan(*args, "--reference", "autograd", steps=2)
 
 
-def test_moe_and_bf16_are_refused_before_launch():
-    for args, words in ((["--experts", "4"], "covers dense models so far"),
-                        (["--dtype", "bf16"], "runs fp32 so far")):
-        proc = run_cli("run", *args, "--check", "--reference", "autograd", timeout=60)
-        assert proc.returncode == 2 and words in proc.stderr and "--reference" in proc.stderr
+def test_bf16_is_refused_before_launch():
+    proc = run_cli("run", "--dtype", "bf16", "--check", "--reference", "autograd", timeout=60)
+    assert proc.returncode == 2 and "runs fp32" in proc.stderr and "--reference" in proc.stderr
+    assert "bf16 rounding is not the plan's" in proc.stderr
 
 
-def _wrong_backward_weight(scale):
-    """RMSNorm's weight grad, off by a factor: the injected math error."""
-    def backward_weight(self, ctx):
-        d = ctx.dy.shape[-1]
-        self.weight.accumulate((ctx.dy * ctx.xhat).reshape(-1, d).sum(0) * scale)
-        ctx.xhat = ctx.dy = None
-    return backward_weight
+def _wrong_backward_weight(self, ctx):
+    """RMSNorm's weight grad, off by 1%: an injected math error in a kernel every plan shares."""
+    d = ctx.dy.shape[-1]
+    self.weight.accumulate((ctx.dy * ctx.xhat).reshape(-1, d).sum(0) * 1.01)
+    ctx.xhat = ctx.dy = None
 
 
-def _rank_items(rank, size, plan, cfg, steps, scale):
-    if scale != 1.0:
-        RMSNorm.backward_weight = _wrong_backward_weight(scale)   # this rank process only
-    eng = Engine(plan, cfg, rank=rank)
-    buf = io.BytesIO()
-    torch.save([step_item(eng, check=True) for _ in range(steps)], buf)
+def _gate_grad_off(family):
+    """The family's router grad (dlogits), off by 1%: an injected error in the hand MoE."""
+    right = family.gate_backward
+    return lambda self, r, dw: right(self, r, dw) * 1.01
+
+
+INJECTED = {"rmsnorm weight grad": lambda: (RMSNorm, "backward_weight", _wrong_backward_weight),
+            "gshard gate grad": lambda: (MoE, "gate_backward", _gate_grad_off(MoE)),
+            "deepseek gate grad": lambda: (DeepSeekMoE, "gate_backward",
+                                           _gate_grad_off(DeepSeekMoE))}
+
+
+@contextmanager
+def injected(error: str | None):
+    """The named error patched into its class for the block (this process and ranks forked in it)."""
+    if error is None:
+        yield
+        return
+    cls, attr, wrong = INJECTED[error]()
+    right = cls.__dict__[attr]
+    setattr(cls, attr, wrong)
+    try:
+        yield
+    finally:
+        setattr(cls, attr, right)
+
+
+def _rank_items(rank, size, plan, cfg, steps, error):
+    with injected(error):
+        eng = Engine(plan, cfg, rank=rank)
+        buf = io.BytesIO()
+        torch.save([step_item(eng, check=True) for _ in range(steps)], buf)
     return buf.getvalue()
 
 
-def _checked(reference: str, scale: float, steps: int = 2) -> list[dict]:
-    plan, cfg = build_plan("custom", "tiny", {"layers": 2}, dp=2, tp=2)
+def _checked(reference: str, error: str | None, world: int, model: str = "tiny", steps: int = 2,
+             **fields) -> list[dict]:
+    plan, cfg = build_plan("custom", model, {"layers": 2}, **fields)
     per_rank = [torch.load(io.BytesIO(b), weights_only=False)
-                for b in run_world(4, _rank_items, plan, cfg, steps, scale, timeout_s=200)]
-    original = RMSNorm.backward_weight
-    try:
-        if scale != 1.0:        # the hand reference runs the same (wrong) kernel as the plan
-            RMSNorm.backward_weight = _wrong_backward_weight(scale)
+                for b in run_world(world, _rank_items, plan, cfg, steps, error, timeout_s=200)]
+    with injected(error):        # the hand reference runs the same (wrong) kernel as the plan
         checker, lines = Checker(plan, cfg, reference=reference), []
         for i in range(steps):
             items = [r[i] for r in per_rank]
             line = step_line(items)
             checker.step(items, line)
             lines.append(line)
-    finally:
-        RMSNorm.backward_weight = original
     return lines
 
 
-def test_a_wrong_rmsnorm_weight_grad_passes_the_hand_reference_and_fails_autograd():
-    hand = _checked("hand", 1.01)
+@pytest.mark.parametrize("error, world, model, fields, where", [
+    ("rmsnorm weight grad", 4, "tiny", dict(dp=2, tp=2), "norm.weight"),
+    ("gshard gate grad", 2, "tiny", dict(dp=2, ep=2, experts=4), "moe.router.weight"),
+    ("deepseek gate grad", 2, "deepseek-tiny", dict(dp=2, ep=2, seq_aux_alpha=0.1),
+     "moe.router.weight"),
+])
+def test_an_injected_math_error_passes_the_hand_reference_and_fails_autograd(error, world, model,
+                                                                            fields, where):
+    hand = _checked("hand", error, world, model, **fields)
     assert not any("check" in ln for ln in hand), hand           # the shared kernel hides it
-    caught = _checked("autograd", 1.01)
-    assert all("check" in ln and "norm.weight" in ln["check"] for ln in caught), caught
-    assert not any("check" in ln for ln in _checked("autograd", 1.0))
+    caught = _checked("autograd", error, world, model, **fields)
+    assert all("check" in ln and where in ln["check"] for ln in caught), caught
+    assert not any("check" in ln for ln in _checked("autograd", None, world, model, **fields))
