@@ -69,6 +69,8 @@ class PipelineRunner:
                     prm.replicated_over.append("pp_mirror")
         self.dtype = next(iter(self._params.values())).data.dtype
         self.fb_order = "parts" if plan.fb_overlap else "forward-first"    # or "alternate": see _Step._FB
+        # fb_overlap: weight-grad parts fill where a part would wait for an all-to-all (kernels.pp.parts.run_pair)
+        self.fb_fill = True
         self._pair_orders = {}             # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
         # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a peer's tensor
         # lands while this rank computes instead of after it asks (0: each RECV where the schedule puts it)
@@ -281,7 +283,7 @@ class _Step:
         run_pair(self.r.pair_order(a.chunk, a.chunk2), fwd, bwd,
                  {"F": self._args(a.mb, a.chunk), "B": self._args(a.mb2, a.chunk2)},
                  lambda: self._forward_done(a.mb, fch, fwd.result()),
-                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx))
+                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx), fill=self.r.fb_fill)
 
     # ---- end of step
     def finish(self) -> None:
