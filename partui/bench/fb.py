@@ -22,7 +22,6 @@ import json
 import statistics
 import sys
 
-from kernels import comm
 from kernels.calibrate import install_link
 from kernels.context import build_groups
 from kernels.engine import Engine
@@ -31,10 +30,9 @@ from kernels.link import LinkModel, check_link
 from partui import forkworld
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.ep import EXPERT_SPANS
-from partui.bench.harness import table
+from partui.bench.harness import table, traced_step
 from partui.commands.flags import flagify
 from partui.plans import build_plan
-from partui.trace import RankTracer
 from partui.tracefile import build_doc
 
 SCHEDULES = {"1f1b": 2, "dualpipev": 2, "dualpipe": 4}          # schedule -> pp
@@ -104,11 +102,7 @@ def _rank(rank, world, opts) -> list:
     out = [[] for _ in variants]
     for rnd in range(opts["warmup"] + opts["steps"]):
         for v, eng in enumerate(engines):
-            rec = RankTracer(rank, python=False)
-            comm.barrier(comm.world_group())
-            rec.start()
-            res = eng.step()
-            recorded = rec.stop()
+            res, recorded = traced_step(eng, rank)
             if rnd >= opts["warmup"]:
                 out[v].append((res.step_ms, *pair_figures(recorded), res.loss))
     return [out, link.to_dict() if link is not None and rank == 0 else None]
