@@ -24,7 +24,7 @@ from kernels.cp.layout import sequence_shard
 from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
-from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, run_pair
+from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, run_carried, run_pair
 from kernels.pp.schedules import build_schedule
 from kernels.pp.stages import backward_steps, build_chunks, drive, forward_steps, weight_grads
 
@@ -69,6 +69,8 @@ class PipelineRunner:
                     prm.replicated_over.append("pp_mirror")
         self.dtype = next(iter(self._params.values())).data.dtype
         self.fb_order = "parts" if plan.fb_overlap else "forward-first"    # or "alternate": see _Step._FB
+        # fb_overlap: weight-grad parts fill where a part would wait for an all-to-all (kernels.pp.parts.run_pair)
+        self.fb_fill = True
         self._pair_orders = {}             # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
         # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a peer's tensor
         # lands while this rank computes instead of after it asks (0: each RECV where the schedule puts it)
@@ -140,6 +142,7 @@ class _Step:
         self.sends = []       # send Handles, waited at the end of the step
         self.saved = {}       # (mb, chunk) -> forward contexts until its backward
         self.w_queue = {}     # (mb, chunk) -> contexts of a split backward whose W is pending
+        self.carry = []       # fb_overlap: an F&B pair's last W parts, left as filler for the next pair
         self.loss, self.spans = 0.0, []
 
     # ---- data movement
@@ -162,6 +165,8 @@ class _Step:
             self.sent.discard(key)
         else:
             t0 = events.now_ns()
+            if a.kind != "FB":
+                run_carried(self.carry)                               # before any other compute: in order
             getattr(self, "_" + a.kind)(a)
             self.spans.append((t0, events.now_ns()))
 
@@ -281,10 +286,12 @@ class _Step:
         run_pair(self.r.pair_order(a.chunk, a.chunk2), fwd, bwd,
                  {"F": self._args(a.mb, a.chunk), "B": self._args(a.mb2, a.chunk2)},
                  lambda: self._forward_done(a.mb, fch, fwd.result()),
-                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx))
+                 lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx), fill=self.r.fb_fill,
+                 carry=self.carry if self.r.fb_fill else None)
 
     # ---- end of step
     def finish(self) -> None:
+        run_carried(self.carry)
         comm.wait_all(self.sends)
         assert not self.w_queue, f"weight-grad queue not empty at step end: {sorted(self.w_queue)}"
         assert not self.saved and not self.inbox and not self.local and not self.sent, \

@@ -16,20 +16,24 @@ residual) waits; backward COMBINE (combine dX) issues COMBINE(B) which MLP (expe
 DISPATCH(B) which ATTN (router, norm and attention dX) waits. MLP_W and ATTN_W are the weight grads, split
 from the input grads as in zero-bubble, so they can be placed where a transfer needs cover.
 
-`pair_order` merges the two sides' parts by three rules (its docstring) so that right after a part issues
-an all-to-all, a part of the other microbatch computes while it flies. In the steady state of two MoE
-layers it gives DeepSeek's picture, each transfer under the other side's compute:
+`pair_order` plans the merge of the two sides' parts on part costs (a list schedule, its docstring): the
+part that can start first runs, a part that issues an all-to-all before one that does not, the weight grads
+as filler. With unit costs (ATTN = MLP = A2A = 1, COMBINE 0) in the steady state of two MoE layers it gives
+DeepSeek's picture, each transfer under the other side's compute:
 
-    F ATTN      L0  issues DISPATCH(F)
-    B COMBINE   L1  under DISPATCH(F); issues COMBINE(B)
-    F MLP       L0  waits DISPATCH(F); under COMBINE(B); issues COMBINE(F)
-    B MLP       L1  waits COMBINE(B); under COMBINE(F); issues DISPATCH(B)
-    F COMBINE   L0  waits COMBINE(F); under DISPATCH(B)
-    F ATTN      L1  under DISPATCH(B); issues DISPATCH(F)
-    B MLP_W     L1  under DISPATCH(B) and DISPATCH(F)
-    F MLP       L1  waits DISPATCH(F); under DISPATCH(B); issues COMBINE(F)
-    B ATTN      L1  waits DISPATCH(B); under COMBINE(F) ...
+    B COMBINE   L1  issues COMBINE(B)  (0 long: the first transfer starts at once)
+    F ATTN      L0  under COMBINE(B); issues DISPATCH(F)
+    B MLP       L1  waits COMBINE(B); under DISPATCH(F); issues DISPATCH(B)
+    F MLP       L0  waits DISPATCH(F); under DISPATCH(B); issues COMBINE(F)
+    B ATTN      L1  waits DISPATCH(B); under COMBINE(F)
+    B COMBINE   L0  issues COMBINE(B)
+    F COMBINE   L0  waits COMBINE(F)
+    F ATTN      L1  under COMBINE(B); issues DISPATCH(F) ... and so on for L1 / L0
+    B MLP_W, ATTN_W of both layers last: under the backward's pipeline send
 
+(simulated: 12 instead of 20 one side after the other, every all-to-all hidden; the earlier rule-based
+order took 14 and left 25% exposed). At run time kernels/pp/parts.py's run_pair also pulls the order's
+weight-grad parts forward where a real transfer is later than planned.
 and every OrderedPart it returns says what it hides. Dense, embedding and head layers have no all-to-all
 and fill in where they stand.
 Torch-free: the executor (kernels/pp/executor.py) and the simulator (kernels/pp/simulate.py) both read it.
@@ -83,69 +87,109 @@ def _moe_issue(side: str, item) -> bool:
     return item is not None and item[1] == "moe" and (side, item[2]) in ISSUES
 
 
+# The relative costs the order is planned with, per layer kind and part (backward parts: input grads as the
+# forward's, zero-bubble's W = F): one MoE layer's ATTN = its MLP = one all-to-all (A2A) = 1; COMBINE (a
+# weighted sum) and the embedding ~ 0; the head (norm, lm head, loss) as one part.
+UNIT_COSTS = {"ATTN": 1.0, "MLP": 1.0, "COMBINE": 0.0, "embed": 0.0, "head": 1.0}
+A2A = 1.0
+
+
+def unit_cost(kind: str, side: str, part: str) -> float:
+    """UNIT_COSTS of one part: kind moe / dense / embed / head, side F or B, part as the tables name it."""
+    if kind in ("embed", "head"):
+        return UNIT_COSTS[kind]
+    return UNIT_COSTS[part.removesuffix("_W")]
+
+
+def _next_issue(parts: list, side: str, start: float, cost) -> tuple[int, float]:
+    """(0, when this side's next all-to-all would be issued) if it comes before the side's next wait, from
+    `start`; else (1, 0): no transfer to feed soon."""
+    t = start
+    for i, (k, kind, part) in enumerate(parts):
+        if i and kind == "moe" and (side, part) in WAITS:
+            break
+        t += cost(kind, side, part)
+        if _moe_issue(side, (k, kind, part)):
+            return 0, t
+    return 1, 0.0
+
+
 def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_names: list[str] | None = None,
-               backward_names: list[str] | None = None) -> list[OrderedPart]:
+               backward_names: list[str] | None = None, cost=unit_cost, a2a: float = A2A) -> list[OrderedPart]:
     """Every part of one overlapped pair in the order it runs. forward_kinds: the forward chunk's layer kinds
     in model order; backward_kinds: the backward chunk's, in model order too (its parts run reversed);
     the names (model order, default L0, L1 ... by position) label the layers in `hides`.
 
-    The rules, in this order of precedence:
-      1. right after a part that issues an all-to-all, the other side's next part runs (that is what hides
-         it); when the other side has no part left, a deferred ATTN_W of the backward runs instead;
-      2. otherwise a side whose next part issues an all-to-all goes first, while the other side still has
-         a part to put under it (the forward first when both do: the backward's pipeline input gets time);
-      3. otherwise the sides alternate.
-    The backward's MLP_W runs right before its layer's ATTN, which waits for DISPATCH(B): one more part
-    under that transfer. ATTN_W is deferred: taken as cover by rule 1, the rest after the last input-grad
-    part, where they run under the backward's own pipeline send."""
+    The order is planned on a model of one compute stream and one comm stream (kernels/pp/part_costs.py
+    replays it the same way): `cost(kind, side, part)` per part, `a2a` per all-to-all, which starts when its
+    part ends and the comm stream is free. Each side keeps its own order of input parts; a weight-grad part
+    (MLP_W, ATTN_W) may run any time after its input-grad part. At each step the part that can start first
+    runs; on a tie:
+      1. a part that issues an all-to-all, the one whose transfer starts first (the forward on a tie): comm
+         never idles while a part could feed it;
+      2. then an input part (a weight grad is filler: it runs only where every input part would wait for its
+         all-to-all, the rest after the last input part, under the backward's own pipeline send);
+      3. then the forward.
+    A part that waits for an all-to-all is held back until a part of the other microbatch ran since that
+    all-to-all was issued (while the other side has an input part left): every transfer flies under the
+    other side's compute, not only its own side's filler."""
     for kind in (*forward_kinds, *backward_kinds):
         if kind not in LAYER_KINDS:
             raise ValueError(f"unknown layer kind {kind!r}: pick one of {', '.join(LAYER_KINDS)}")
     todo = {"F": _side_parts("F", forward_kinds),
-            "B": [p for p in _side_parts("B", backward_kinds) if p[2] != "ATTN_W"]}
-    deferred = [p for p in _side_parts("B", backward_kinds) if p[2] == "ATTN_W"]
-    done: set = set()                            # (layer, part) of the backward run so far
+            "B": [p for p in _side_parts("B", backward_kinds) if not p[2].endswith("_W")]}
+    weights = {(k, part[:-2]): (k, kind, part) for k, kind, part in _side_parts("B", backward_kinds)
+               if part.endswith("_W")}                      # (layer, input part) -> its weight-grad part
+    pool: list = []                                         # weight-grad parts whose input grad ran
     names = {"F": list(forward_names or [f"L{k}" for k in range(len(forward_kinds))]),
              "B": list(reversed(backward_names or [f"L{k}" for k in range(len(backward_kinds))]))}
     in_flight: list[str] = []                   # "DISPATCH(F) L0": issued, not yet waited
+    landed: dict = {}                           # (side, layer, a2a) -> modelled time its rows are in place
+    covered: dict = {}                          # (side, layer, a2a) -> a part of the other side ran since issue
+    clock = comm_free = 0.0
     out: list[OrderedPart] = []
 
-    def run(side, item):
+    def need(side, item):
         k, kind, part = item
-        if kind == "moe" and (side, part) in WAITS:
-            in_flight.remove(f"{WAITS[(side, part)]}({side}) {names[side][k]}")
-        out.append(OrderedPart(side, k, part, ", ".join(in_flight), names[side][k]))
-        if side == "B":
-            done.add((k, part))
-        if kind == "moe" and (side, part) in ISSUES:
-            in_flight.append(f"{ISSUES[(side, part)]}({side}) {names[side][k]}")
+        return (side, k, WAITS[(side, part)]) if kind == "moe" and (side, part) in WAITS else None
 
-    prev = None                                 # (side, issued) of the last part run
-    while todo["F"] or todo["B"]:
-        head = {s: todo[s][0] if todo[s] else None for s in "FB"}
-        if prev is not None and prev[1]:                              # rule 1
-            other = "B" if prev[0] == "F" else "F"
-            if head[other] is not None:
-                side = other
-            elif deferred and (deferred[0][0], deferred[0][2][:-2]) in done:   # its input grad ran
-                k, kind, part = deferred.pop(0)
-                out.append(OrderedPart("B", k, part, ", ".join(in_flight), names["B"][k]))
-                prev = ("B", False)
+    def candidates(strict: bool):
+        got = []
+        for side in "FB":
+            if not todo[side]:
                 continue
-            else:
-                side = prev[0]
+            item, key = todo[side][0], need(side, todo[side][0])
+            other = todo["B" if side == "F" else "F"] or (side == "F" and pool)
+            if strict and key is not None and not covered[key] and other:
+                continue                            # nothing of the other microbatch under it yet
+            start = max(clock, landed[key]) if key is not None else clock
+            got.append(((start, *_next_issue(todo[side], side, start, cost), side != "F"), side, item))
+        if pool:
+            got.append(((clock, 2, 0, True), "B", pool[0]))
+        return got
+
+    while todo["F"] or todo["B"] or pool:
+        (start, *_), side, item = min(candidates(True) or candidates(False), key=lambda c: c[0])
+        k, kind, part = item
+        if item in pool:
+            pool.remove(item)
         else:
-            issuers = [s for s in "FB" if _moe_issue(s, head[s]) and head["B" if s == "F" else "F"] is not None]
-            if issuers:                                               # rule 2
-                side = issuers[0]
-            else:                                                     # rule 3
-                side = "F" if prev is None or prev[0] == "B" else "B"
-                if head[side] is None:
-                    side = "B" if side == "F" else "F"
-        item = todo[side].pop(0)
-        run(side, item)
-        prev = (side, _moe_issue(side, item))
-    out += [OrderedPart("B", k, part, "", names["B"][k]) for k, _, part in deferred]
+            todo[side].pop(0)
+        key = need(side, item)
+        if key is not None:
+            in_flight.remove(f"{key[2]}({side}) {names[side][k]}")
+        out.append(OrderedPart(side, k, part, ", ".join(in_flight), names[side][k]))
+        clock = start + cost(kind, side, part)
+        for other in covered:
+            if other[0] != side:
+                covered[other] = True
+        if side == "B" and (k, part) in weights:
+            pool.append(weights[(k, part)])
+        if _moe_issue(side, item):
+            a2a_name = ISSUES[(side, part)]
+            comm_free = max(clock, comm_free) + a2a
+            landed[(side, k, a2a_name)], covered[(side, k, a2a_name)] = comm_free, False
+            in_flight.append(f"{a2a_name}({side}) {names[side][k]}")
     return out
 
 

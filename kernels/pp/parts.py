@@ -39,6 +39,14 @@ class Part:
     layer: object
     run: Callable[[], None]
     wait: Callable[[], None] = lambda: None
+    ready: Callable[[], bool] = lambda: True     # its all-to-all has landed (wait() would not block)
+
+
+def landed(c) -> bool:
+    """An MoE phase context's pending all-to-all (kernels/ep/layer.py's c.pending) has landed: none is
+    pending, a group of one moved nothing, or its handle says so (on an emulated link, at the modelled end)."""
+    pending = getattr(c, "pending", None)
+    return pending is None or not hasattr(pending, "is_completed") or pending.is_completed()
 
 
 class ForwardParts:
@@ -86,7 +94,8 @@ class ForwardParts:
         out = [Part("ATTN", layer, attn), Part("MLP", layer, mlp)]
         if kind == "moe":
             out[1].wait = lambda: layer.mlp.wait(st.c_m)
-            out.append(Part("COMBINE", layer, combine, lambda: layer.mlp.wait(st.c_m)))
+            out[1].ready = lambda: landed(st.c_m)
+            out.append(Part("COMBINE", layer, combine, lambda: layer.mlp.wait(st.c_m), lambda: landed(st.c_m)))
         return out
 
     def _finish(self, layer, st, m, c_m) -> None:
@@ -163,6 +172,7 @@ class BackwardParts:
                Part("ATTN_W", layer, attn_w)]
         if kind == "moe":
             out[0].wait = out[2].wait = lambda: layer.mlp.wait(c.c_m)
+            out[0].ready = out[2].ready = lambda: landed(c.c_m)
             out.insert(0, Part("COMBINE", layer, combine))
         return out
 
@@ -174,23 +184,79 @@ def chunk_pair_order(fch, bch) -> list:
                       [layer_label(x) for x in b])
 
 
-def run_pair(order: list, fwd: ForwardParts, bwd: BackwardParts, args: dict, forward_done, backward_done) -> None:
-    """Run a pair's parts in `order`, each a leaf compute span ("ATTN F mb3 L1", cat F / B / W, args: mb,
-    chunk, stage of its side (`args[side]`), part, hides) after its all-to-all wait. forward_done() runs
-    after the forward's last part, backward_done() after the backward's last input-grad part: the pipeline
-    sends ride under the parts still to run."""
+def run_part(step, part: Part, args: dict, hides: str) -> None:
+    """One part as a leaf compute span: "ATTN F mb3 L1", cat F / B / W, args mb, chunk, stage, part, hides."""
+    kind = "W" if step.weight else step.side
+    with events.span(f"{step.part.removesuffix('_W')} {kind} mb{args['mb']} {step.name}", kind,
+                     part=step.part, hides=hides, **args):
+        part.run()
+
+
+def run_carried(carry: list, hides: str = "") -> None:
+    """Run (and empty) the weight-grad parts an earlier pair left in `carry`, oldest first."""
+    while carry:
+        step, part, args = carry.pop(0)
+        run_part(step, part, args, hides or step.hides)
+
+
+def run_pair(order: list, fwd: ForwardParts, bwd: BackwardParts, args: dict, forward_done, backward_done,
+             fill: bool = True, carry: list | None = None) -> None:
+    """Run a pair's parts in `order`, each a leaf compute span (run_part) after its all-to-all wait.
+    forward_done() runs after the forward's last part, backward_done() after the backward's last input-grad
+    part: the pipeline sends ride under the parts still to run.
+
+    fill: where a part is about to wait for an all-to-all that has not landed, weight-grad parts run first
+    until it lands: those an earlier pair left in `carry`, then those the order puts later (in the order's
+    own sequence, each once its input grad ran). The order was planned on model costs; the real transfer may
+    be longer, or the ep peer later. W parts issue no all-to-all and keep their relative order, so every
+    rank still issues its collectives (the all-to-alls, and the grad sync hooks fire from ATTN_W) in the
+    same sequence. Such a part's `hides` reads "filler: <the transfer>".
+    carry (a list the executor keeps, or None): the W parts after the pair's last input part are not run
+    here but left in it for the next pair's waits; what an earlier pair left and no wait took runs at the
+    end of this one, so at most one pair's W parts are ever carried."""
     last = {side: max(i for i, p in enumerate(order) if p.side == side and not p.weight) for side in "FB"}
     built = {"F": {}, "B": {}}                    # side -> layer position -> {part name: Part}
-    for i, step in enumerate(order):
+    ran: set = set()                              # positions in `order` already run (fillers)
+    done: set = set()                             # (side, layer, part) run
+    weights = [i for i, p in enumerate(order) if p.weight]
+    tail = max(last.values())                     # W parts after this are carried (with a carry list)
+    older = list(carry) if carry is not None else []
+    if carry is not None:
+        carry.clear()
+
+    def get(step):
         side = fwd if step.side == "F" else bwd
-        layer_parts = built[step.side].setdefault(step.layer, {p.name: p for p in side.parts(step.layer)})
-        part = layer_parts.pop(step.part)
+        return built[step.side].setdefault(step.layer, {p.name: p for p in side.parts(step.layer)})
+
+    def execute(i, step, part, hides):
+        ran.add(i)
+        done.add((step.side, step.layer, step.part))
+        run_part(step, part, args[step.side], hides)
+
+    for i, step in enumerate(order):
+        if i in ran:
+            continue
+        part = get(step).pop(step.part)
+        if carry is not None and step.weight and i > tail:
+            carry.append((step, part, args[step.side]))
+            continue
+        if step.weight:
+            run_carried(older)                     # an earlier pair's W first: the hooks keep their order
+        if fill and step.waits and not part.ready():
+            label = f"filler: {step.waits}({step.side}) {step.name}"
+            while older and not part.ready():
+                w_step, w_part, w_args = older.pop(0)
+                run_part(w_step, w_part, w_args, label)
+            for j in [j for j in weights if j > i and j not in ran]:
+                w = order[j]
+                if ("B", w.layer, w.part[:-2]) not in done or part.ready():
+                    break                          # its input grad has not run, or the transfer landed
+                execute(j, w, get(w).pop(w.part), label)
         part.wait()                                # blocked on its all-to-all: not compute
-        kind = "W" if step.weight else step.side
-        with events.span(f"{step.part.removesuffix('_W')} {kind} mb{args[step.side]['mb']} {step.name}", kind,
-                         part=step.part, hides=step.hides, **args[step.side]):
-            part.run()
+        execute(i, step, part, step.hides)
         if i == last["F"]:
             forward_done()
         if i == last["B"]:
             backward_done()
+        if i == tail:
+            run_carried(older)                     # an earlier pair's W no wait took: under the sends

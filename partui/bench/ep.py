@@ -29,10 +29,9 @@ from kernels.link import LinkModel, check_link
 from kernels.engine import Engine
 from kernels.intervals import length, merge
 from partui.analysis import frame, overlap
-from partui.bench.harness import table
+from partui.bench.harness import table, traced_step
 from partui.commands.flags import add_link_arguments, flagify
 from partui.plans import build_plan
-from partui.trace import RankTracer
 from partui.tracefile import build_doc
 
 VARIANTS = [  # name, ep (0: world), dispatch, overlap
@@ -80,11 +79,7 @@ def _rank(rank, world, port, opts, q):
         out = [[] for _ in VARIANTS]
         for rnd in range(opts["warmup"] + opts["steps"]):
             for v, eng in enumerate(engines):
-                rec = RankTracer(rank, python=False)
-                comm.barrier(comm.world_group())
-                rec.start()
-                res = eng.step()
-                recorded = rec.stop()
+                res, recorded = traced_step(eng, rank)
                 if rnd >= opts["warmup"]:
                     out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))
         q.put((rank, out))

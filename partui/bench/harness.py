@@ -5,6 +5,9 @@ import json
 import statistics
 import time
 
+from kernels import comm
+from partui.trace import RankTracer
+
 
 def interleaved(fns: dict, rounds: int, warmup: int = 2) -> dict[str, float]:
     """Median ms of each callable, measured round-robin so machine noise hits all alike."""
@@ -40,3 +43,13 @@ def print_rows(rows: list[dict], cols: list[str], title: str, as_json: bool) -> 
     else:
         print(title)
         print(table(rows, cols))
+
+
+def traced_step(eng, rank: int):
+    """(StepResult, this rank's recorded trace) of one engine step, every rank starting it together: the
+    recorder `partui run --trace` uses, for benches that read their figures with the report's analysis."""
+    rec = RankTracer(rank, python=False)
+    comm.barrier(comm.world_group())
+    rec.start()
+    res = eng.step()
+    return res, rec.stop()

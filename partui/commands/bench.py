@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "collectives", "trace", "app", "whatif",
+BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "fb", "collectives", "trace", "app", "whatif",
            "soak")
 
 

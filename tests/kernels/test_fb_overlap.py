@@ -11,7 +11,7 @@ from conftest import check_plan, run_cli
 from kernels.config import make_config
 from kernels.model import LayerHooks, build_model, forward_backward
 from kernels.pp.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
-from kernels.pp.part_costs import PartCost, cost_from_parts, pair_timeline
+from kernels.pp.part_costs import PartCost, cost_from_parts, pair_timeline, run_parts
 from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, layer_kind, run_pair
 from kernels.pp.schedules import build_schedule, validate
 from kernels.pp.simulate import simulate
@@ -23,16 +23,20 @@ pytestmark = pytest.mark.timeout(600)
 # ---------------------------------------------------------------- the order as data
 
 def test_two_moe_layers_take_deepseeks_order():
+    """Unit costs (ATTN = MLP = A2A = 1, COMBINE 0): the backward's COMBINE (0 long) issues COMBINE(B) first,
+    then each part runs under the transfer the other side issued just before it, layer after layer, and the
+    weight grads close the pair under the backward's pipeline send."""
     got = [(p.side, p.layer, p.part) for p in pair_order(["moe", "moe"], ["moe", "moe"])]
-    want = [("F", 0, "ATTN"), ("B", 0, "COMBINE"), ("F", 0, "MLP"), ("B", 0, "MLP"), ("F", 0, "COMBINE"),
-            ("F", 1, "ATTN"), ("B", 0, "MLP_W"), ("F", 1, "MLP"), ("B", 0, "ATTN"), ("B", 1, "COMBINE"),
-            ("F", 1, "COMBINE"), ("B", 1, "MLP"), ("B", 0, "ATTN_W"), ("B", 1, "MLP_W"), ("B", 1, "ATTN"),
+    want = [("B", 0, "COMBINE"), ("F", 0, "ATTN"), ("B", 0, "MLP"), ("F", 0, "MLP"), ("B", 0, "ATTN"),
+            ("B", 1, "COMBINE"), ("F", 0, "COMBINE"), ("F", 1, "ATTN"), ("B", 1, "MLP"), ("F", 1, "MLP"),
+            ("B", 1, "ATTN"), ("F", 1, "COMBINE"), ("B", 0, "MLP_W"), ("B", 0, "ATTN_W"), ("B", 1, "MLP_W"),
             ("B", 1, "ATTN_W")]
     assert got == want
     hides = {(p.side, p.layer, p.part): p.hides for p in pair_order(["moe", "moe"], ["moe", "moe"])}
-    assert hides[("B", 0, "COMBINE")] == "DISPATCH(F) L0"       # backward positions name model layers: L1
-    assert hides[("F", 0, "MLP")] == "COMBINE(B) L1"
-    assert hides[("F", 0, "COMBINE")] == "DISPATCH(B) L1"
+    assert hides[("F", 0, "ATTN")] == "COMBINE(B) L1"           # backward positions name model layers: L1
+    assert hides[("B", 0, "MLP")] == "DISPATCH(F) L0"
+    assert hides[("F", 0, "MLP")] == "DISPATCH(B) L1"
+    assert hides[("B", 0, "ATTN")] == "COMBINE(F) L0"
 
 
 KINDS = [["moe"], ["dense"], ["embed", "moe"], ["dense", "moe"], ["moe", "dense", "head"],
@@ -55,13 +59,15 @@ def test_every_part_once_weights_after_inputs_and_issues_covered(fk, bk):
     for (side, k, part), i in pos.items():
         if part.endswith("_W"):
             assert pos[(side, k, part[:-2])] < i
-    # right after an all-to-all is issued, the other side computes while the other side has parts left
-    for i, p in enumerate(order[:-1]):
+    # between an all-to-all's issue and the part that waits for it, a part of the other microbatch runs
+    # (the backward's weight grads are the backward microbatch's) while that side has an input part left
+    for i, p in enumerate(order):
         kinds = fk if p.side == "F" else list(reversed(bk))
         if kinds[p.layer] == "moe" and (p.side, p.part) in ISSUES:
-            other_left = any(q.side != p.side and not q.weight for q in order[i + 1:])
-            if other_left:
-                assert order[i + 1].side != p.side, (i, order)
+            j = next(j for j, q in enumerate(order) if q.side == p.side and q.layer == p.layer
+                     and q.waits == ISSUES[(p.side, p.part)] and j > i)
+            if any(q.side != p.side and not q.weight for q in order[i + 1:]):
+                assert any(q.side != p.side for q in order[i + 1:j]), (i, order)
 
 
 def test_one_f_one_b_pairs_validate_and_keep_1f1b_bubble():
@@ -195,28 +201,32 @@ def test_trace_each_all_to_all_flies_under_the_other_microbatch(tmp_path):
 
 def test_part_costs_of_one_moe_layer_by_hand():
     """ATTN = MLP = A2A = 1, COMBINE 0, B and W as the forward. Alone: F = 1 + 1 + 1 + 1 (ATTN, DISPATCH, MLP,
-    COMBINE's a2a) = 4; BW = a2a + MLP_B + a2a + ATTN_B + MLP_W + ATTN_W = 6, W = 2. The pair: F ATTN 0-1,
-    DISPATCH(F) 1-2 under B COMBINE (0 long), COMBINE(B) 2-3 under F MLP 2-3, COMBINE(F) 3-4 under B MLP
-    3-4, DISPATCH(B) 4-5 under B MLP_W 4-5, then B ATTN 5-6, ATTN_W 6-7: 7 long, DISPATCH(F) exposed: 1 of 4."""
+    COMBINE's a2a) = 4; BW = a2a + MLP_B + a2a + ATTN_B + MLP_W + ATTN_W = 6, W = 2. The pair: B COMBINE
+    (0 long) issues COMBINE(B) 0-1 under F ATTN 0-1; DISPATCH(F) 1-2 under B MLP 1-2; DISPATCH(B) 2-3 under
+    F MLP 2-3; COMBINE(F) 3-4 under B ATTN 3-4; F COMBINE at 4, then MLP_W 4-5, ATTN_W 5-6: 6 long, every
+    all-to-all hidden."""
     parts = PartCost()
     cost = cost_from_parts(parts, fb_overlap=True)
-    assert (cost.F, cost.B, cost.W, cost.fb) == (4, 6, 2, 7)
+    assert (cost.F, cost.B, cost.W, cost.fb) == (4, 6, 2, 6)
     assert cost_from_parts(parts, fb_overlap=False).fb == 10
     serial = pair_timeline(parts, overlapped=False)
     assert serial.makespan == 10 and serial.exposed_comm == 4                # every all-to-all waited at once
     tl = pair_timeline(parts)
-    assert [(b, e) for b, e, *_ in tl.comm] == [(1, 2), (2, 3), (3, 4), (4, 5)]
-    assert tl.exposed_comm == 1
+    assert [(b, e, label) for b, e, label, _ in tl.comm] == [
+        (0, 1, "COMBINE(B) L0"), (1, 2, "DISPATCH(F) L0"), (2, 3, "DISPATCH(B) L0"), (3, 4, "COMBINE(F) L0")]
+    assert tl.exposed_comm == 0
     two = pair_timeline(PartCost(layers=2))
-    assert two.makespan == 14 and two.exposed_comm == 2          # vs 2 x 10 = 20 one side after the other
+    assert two.makespan == 12 and two.exposed_comm == 0          # vs 2 x 10 = 20 one side after the other
+    head = pair_order(["moe", "moe", "head"], ["moe", "moe", "head"])
+    assert run_parts(head, PartCost()).exposed_comm == 0           # the head's backward covers DISPATCH(F)
 
 
 def test_simulate_cli_draws_the_pair_and_refuses_two_cost_models():
     proc = run_cli("simulate", "--schedule", "dualpipev", "--pp", 2, "--microbatches", 8, "--parts",
                    "ATTN=1,MLP=1,A2A=1", "--fb-overlap", "--timeline", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "pair 7 vs 10 one side after the other; all-to-all 4, exposed 1 (75% hidden)" in proc.stdout
-    assert "B COMBINE L0   under DISPATCH(F) L0" in proc.stdout
+    assert "pair 6 vs 10 one side after the other; all-to-all 4, exposed 0 (100% hidden)" in proc.stdout
+    assert "B MLP L0       under DISPATCH(F) L0" in proc.stdout
     proc = run_cli("simulate", "--schedule", "1f1b", "--pp", 2, "--microbatches", 4, "--parts", "A2A=1",
                    "--cost", "F=1", timeout=60)
     assert proc.returncode == 2 and "give --cost or --parts, not both" in proc.stderr

@@ -42,3 +42,27 @@ def test_pair_a2a_by_hand():
 def test_no_pairs_says_how_to_get_them():
     t = fb_pair_a2a(_table([(0, "compute", "F", "F mb0 c0", 0, 10, None)]))
     assert t.empty and "--fb-overlap" in pair_summary(t)
+
+
+def test_pairs_without_fb_overlap_and_waits_inside_parts_by_hand():
+    """1F1B without --fb-overlap: F mb1 [0,30] directly followed by BW mb0 [30,60] is one pair; their layer
+    spans stand for the parts. An all-to-all [5,20] issued in F block 0, which waits on it [10,20]: computing
+    only [5,10], so 10 of 15 exposed, nothing of the other microbatch under it; it landed before its layer
+    span ended (one side after the other waits inside it). One [40,70] issued in B block
+    0 [30,60]: covered [40,60], exposed 10. The lone F mb2 [100,110] after them pairs with no backward."""
+    rows = [(0, "compute", "F", "F mb1 c0", 0, 30, None, 0.0),
+            (0, "compute", "layer", "F block 0", 0, 30, None, None),
+            (0, "wait", "wait", "wait all_to_all", 10, 20, "all_to_all", None),
+            (0, "compute", "B", "BW mb0 c0", 30, 60, None, 0.0),
+            (0, "compute", "layer", "B block 0", 30, 60, None, None),
+            (0, "compute", "F", "F mb2 c0", 100, 110, None, 0.0),
+            (0, "compute", "layer", "F block 0", 100, 110, None, None),
+            (0, "comm", "comm", "all_to_all", 5, 20, "all_to_all", None),
+            (0, "comm", "comm", "all_to_all", 40, 70, "all_to_all", None),
+            (0, "comm", "comm", "all_to_all", 101, 109, "all_to_all", None)]     # no pair: not listed
+    t = fb_pair_a2a(pd.DataFrame(rows, columns=["rank", "kind", "cat", "name", "ts", "end", "op", "chunk"]))
+    assert list(t["pair"]) == ["F mb1 c0 then BW mb0 c0"] * 2
+    assert list(t["all_to_all"]) == ["(F) in F block 0 (landed inside its part)", "(B) in B block 0"]
+    assert list(t["in_flight_ms"] * 1e3) == pytest.approx([15, 30])
+    assert list(t["exposed_ms"] * 1e3) == pytest.approx([10, 10])
+    assert list(t["under_other_ms"] * 1e3) == pytest.approx([0, 0])
