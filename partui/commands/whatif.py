@@ -15,7 +15,7 @@ from kernels.calibrate import matmul_flops
 from kernels.link import LinkModel, build_link, check_link, parse_link
 from kernels.config import ModelConfig
 from partui.analysis import TraceError, read_doc
-from partui.analysis.whatif import replay
+from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.commands.flags import add_link_arguments, flagify
 from partui.commands.report import FORMATS, render
@@ -37,13 +37,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_link_arguments(p)
     p.set_defaults(func=run)
     return p
-
-
-def steps_of(doc: dict) -> list[int]:
-    """The recorded steps, the first left out as a warm-up when there are more."""
-    s = sorted({e["args"].get("step", 0) for e in doc["traceEvents"]
-                if e.get("ph") == "X" and e.get("cat") == "step"})
-    return s[1:] if len(s) > 1 else s
 
 
 def measured_step_ms(doc: dict) -> float:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kernels.link import build_link
-from partui.analysis.whatif import replay
+from partui.analysis.whatif import programs, replay, saved, without_overlap
 
 
 def X(pid, name, cat, ts_ms, dur_ms, **args):
@@ -78,3 +78,39 @@ def test_run_rejects_a_bad_link_before_launching(cli):
     assert p.returncode == 2 and "--link alpha_us=1 needs both" in p.stderr
     p = cli("run", "--dp", "2", "--link", "h800", "--ranks-per-node", "3", timeout=60)
     assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
+
+
+def test_without_overlap_waits_each_op_right_after_its_issue():
+    # rank 0 issued at 2 ms and computed 3 ms before waiting; serialized it waits at 2 ms until
+    # the op ends (rank 1's issue at 4 ms + 1 ms = 5 ms), then computes those 3 ms and 0.9 ms more
+    link = build_link("alpha_us=0,gbps=1")
+    t = replay(all_reduce_doc(), link, overlap=False).set_index("rank")
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(5 + 3 + 0.9)
+    assert t.loc[0, "exposed_comm_ms"] == pytest.approx(3.0)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)      # it already waited at once
+    s = saved(all_reduce_doc(), link).set_index("rank")
+    assert s.loc[0, "saved_ms"] == pytest.approx(3.0) and s.loc[1, "saved_ms"] == pytest.approx(0)
+    assert s.loc[0, "in_flight_ms"] == pytest.approx(3.0)           # 2 ms to 5 ms, as recorded
+    assert s.loc["step", "step_ms"] == pytest.approx(5.9)
+    assert s.loc["step", "no_overlap_step_ms"] == pytest.approx(8.9)
+    assert s.loc["step", "saved_ms"] == pytest.approx(3.0)
+    assert set(s.attrs["definitions"]) == {"in_flight_ms", "exposed_comm_ms", "step_ms",
+                                           "no_overlap_step_ms", "saved_ms"}
+
+
+def test_a_recv_keeps_its_place_without_overlap():
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
+        X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, bytes=1_000_000, group="pp"),
+        X(0, "wait", "wait", 2.5, 0.1, op_id=1),
+        X(1, "recv", "comm", 0, 2.0, op_id=4, op="recv", peer=0, bytes=1_000_000, group="pp"),
+        X(1, "wait", "wait", 1.5, 0.6, op_id=4),
+    ], "metadata": {}}
+    progs = without_overlap(programs(doc))
+    assert [it[0] for it in progs[0]["items"]] == ["busy", "issue", "wait", "busy", "busy"]
+    assert [it[0] for it in progs[1]["items"]] == ["busy", "issue", "busy", "wait", "busy"]
+    # 1 GB/s, no latency: the send moves 1 ms from its issue at 1 ms; rank 0 now waits for it,
+    # then computes what it computed beside it (1.5 ms) and after its old wait (0.4 ms)
+    t = replay(doc, build_link("alpha_us=0,gbps=1"), overlap=False).set_index("rank")
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 1.5 + 0.4)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0)  # the recv ends at 2 ms
