@@ -58,11 +58,14 @@ def programs(doc: dict, step: int | None = None) -> dict:
         r, t0, t1 = s["pid"], s["ts"], s["ts"] + s["dur"]
         marks = []
         for e in ev:
-            if e.get("ph") != "X" or e.get("pid") != r or not t0 <= e["ts"] <= t1:
-                continue
             a = e.get("args") or {}
+            # a recv posted before its send: the stitcher starts its slice at the send's post
+            # (partui.tracefile.in_flight_between); the rank posted it posted_early_us before
+            ts = e.get("ts", 0) - (a.get("posted_early_us") or 0.0)
+            if e.get("ph") != "X" or e.get("pid") != r or not t0 - 1e-3 <= ts <= t1:  # 1 ns
+                continue
             if e.get("cat") == "comm" and "parent" not in a and "op_id" in a:
-                marks.append((e["ts"], 0, ("issue", dict(a, name=e["name"]))))
+                marks.append((ts, 0, ("issue", dict(a, name=e["name"]))))
             elif e.get("cat") == "wait" and "op_id" in a:
                 marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
         items, cursor = [], t0

@@ -59,6 +59,24 @@ def test_a_recv_ends_with_its_send():
     assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
 
 
+def test_a_recv_posted_before_its_send_keeps_its_wait():
+    # the stitcher starts a recv posted early at its send's post (posted_early_us back to the
+    # real post); rank 1 posted at 0 and waited from 0.5 ms: the replay must see that wait
+    p2p = dict(bytes=1_000_000, group="pp", tag=0)
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
+        X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, **p2p),
+        X(0, "wait", "wait", 1.2, 0.3, op_id=1),
+        X(1, "recv", "comm", 1.001, 1.099, op_id=1, op="recv", peer=0, posted_early_us=1001,
+          **p2p),
+        X(1, "wait", "wait", 0.5, 1.6, op_id=1),
+    ], "metadata": {}}
+    t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
+    # rank 1: 0.5 ms busy, waits until the send's end at 2.1 ms, then 0.9 ms busy
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.0)
+    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
+
+
 def test_whatif_bad_input_exits_2(cli, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(all_reduce_doc()))
