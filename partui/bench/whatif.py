@@ -4,9 +4,10 @@ For each plan one world alternates windows of steps without the link and with it
 between steps), so machine noise hits both alike; each plain window is replayed under the link
 (partui.analysis.whatif, the first step of a window left out as a warm-up) and set beside the
 linked window that follows it. Reported per plan: predicted and measured step (slowest rank, mean
-over the windows' steps) and the error of the prediction.
+over a window's steps; then the median over the rounds, so one window hit by another job's burst
+on this shared machine does not decide) and the error of the prediction.
 
-With --explain, where the error comes from (per step, slowest rank, mean over the windows):
+With --explain, where the error comes from (per step, slowest rank, median over the windows):
     self_replay_ms  the linked window replayed under its own link: the prediction had it known
                     the linked run's own busy stretches; measured - self_replay is what the live
                     emulation added beyond the model (late wake-ups, gloo slower than the link)
@@ -101,11 +102,11 @@ def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: 
                             "busy_plain_ms": busy_ms(plain), "busy_link_ms": busy_ms(linked),
                             "cpu_plain_ms": cpu_ms(plain), "cpu_link_ms": cpu_ms(linked),
                             "late_ms": late_ms(linked)})
-    p, m = statistics.mean(preds), statistics.mean(meas)
+    p, m = statistics.median(preds), statistics.median(meas)
     row = {"plan": name, "predicted_step_ms": p, "measured_step_ms": m,
            "error_pct": 100 * (p - m) / m, "rounds": rounds}
     for k in (why[0] if why else {}):
-        row[k] = statistics.mean(w[k] for w in why)
+        row[k] = statistics.median(w[k] for w in why)
     return row
 
 
