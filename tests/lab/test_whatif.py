@@ -41,17 +41,22 @@ def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
     assert t2.set_index("rank").loc[0, "predicted_step_ms"] == pytest.approx(10 + 1.8)
 
 
-def test_a_recv_ends_with_its_send():
-    # rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms); rank 1 posted its recv at 0 ms
+def p2p_doc(recv: tuple, wait: tuple, **recv_args) -> dict:
+    """Rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms) and waits at 1.2 ms; rank 1's
+    recv slice is `recv` (ts, dur ms) and its wait `wait`; both steps 3 ms."""
     p2p = dict(bytes=1_000_000, group="pp", tag=0)
-    doc = {"traceEvents": [
+    return {"traceEvents": [
         X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
         X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, **p2p),
         X(0, "wait", "wait", 1.2, 0.3, op_id=1),
-        X(1, "recv", "comm", 0, 1.5, op_id=1, op="recv", peer=0, **p2p),
-        X(1, "wait", "wait", 0.5, 1.0, op_id=1),
+        X(1, "recv", "comm", *recv, op_id=1, op="recv", peer=0, **p2p, **recv_args),
+        X(1, "wait", "wait", *wait, op_id=1),
     ], "metadata": {}}
-    t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
+
+
+def test_a_recv_ends_with_its_send():
+    # rank 1 posted its recv at 0 ms and waited from 0.5 ms
+    t = replay(p2p_doc((0, 1.5), (0.5, 1.0)), build_link("alpha_us=100,gbps=1")).set_index("rank")
     # rank 0: busy 1.2, waits to 2.1, then 3 - 1.5 = 1.5 busy: 3.6; rank 1: 0.5 busy, waits to
     # 2.1, then 3 - 1.5 = 1.5 busy: 3.6
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(3.6)
@@ -62,15 +67,7 @@ def test_a_recv_ends_with_its_send():
 def test_a_recv_posted_before_its_send_keeps_its_wait():
     # the stitcher starts a recv posted early at its send's post (posted_early_us back to the
     # real post); rank 1 posted at 0 and waited from 0.5 ms: the replay must see that wait
-    p2p = dict(bytes=1_000_000, group="pp", tag=0)
-    doc = {"traceEvents": [
-        X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
-        X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, **p2p),
-        X(0, "wait", "wait", 1.2, 0.3, op_id=1),
-        X(1, "recv", "comm", 1.001, 1.099, op_id=1, op="recv", peer=0, posted_early_us=1001,
-          **p2p),
-        X(1, "wait", "wait", 0.5, 1.6, op_id=1),
-    ], "metadata": {}}
+    doc = p2p_doc((1.001, 1.099), (0.5, 1.6), posted_early_us=1001)
     t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
     # rank 1: 0.5 ms busy, waits until the send's end at 2.1 ms, then 0.9 ms busy
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.0)
