@@ -76,7 +76,9 @@ class LinkModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LinkModel":
-        d = dict(d)
+        """From to_dict's output, or a trace's metadata link (its extra keys, e.g. "describe",
+        are left out)."""
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["intra"], d["inter"] = LinkSpec(**d["intra"]), LinkSpec(**d["inter"])
         return cls(**d)
 

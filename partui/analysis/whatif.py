@@ -15,8 +15,16 @@ With floor=True a wait also lasts at least its recorded length: on this machine 
 emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
 to get a core), so this predicts a `--link` run here; without it, the link model alone.
 
+Each rank starts at its recorded offset from the first rank's step start (the controller does not
+start them together, and a collective waits for the last member), and its step is its own.
+
 Predicted per rank: step time, exposed comm (time blocked in waits), comm in flight and its
-overlap with busy time (HTA's definition, as in partui.analysis.metrics).
+overlap with busy time (HTA's definition, as in partui.analysis.metrics); per op (`simulate`'s
+second table): issue, end, time waited and when the wait returned.
+
+`without_overlap` rewrites the programs so no send or collective is in flight during busy time
+(each waited right after its issue): the replay of the same op graph with no overlap, which the
+app's Trace tab sets against the replay as recorded ("saved").
 """
 from __future__ import annotations
 
@@ -28,6 +36,13 @@ from kernels.mesh import Plan, partition
 from partui.analysis.events import TraceError
 
 GROUP_DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_dp", "cp_dp")
+
+
+def steps_of(doc: dict) -> list[int]:
+    """The recorded steps, the first left out as a warm-up when there are more."""
+    s = sorted({e["args"].get("step", 0) for e in doc["traceEvents"]
+                if e.get("ph") == "X" and e.get("cat") == "step"})
+    return s[1:] if len(s) > 1 else s
 
 
 def programs(doc: dict, step: int | None = None) -> dict:
@@ -43,11 +58,14 @@ def programs(doc: dict, step: int | None = None) -> dict:
         r, t0, t1 = s["pid"], s["ts"], s["ts"] + s["dur"]
         marks = []
         for e in ev:
-            if e.get("ph") != "X" or e.get("pid") != r or not t0 <= e["ts"] <= t1:
-                continue
             a = e.get("args") or {}
+            # a recv posted before its send: the stitcher starts its slice at the send's post
+            # (partui.tracefile.in_flight_between); the rank posted it posted_early_us before
+            ts = e.get("ts", 0) - (a.get("posted_early_us") or 0.0)
+            if e.get("ph") != "X" or e.get("pid") != r or not t0 - 1e-3 <= ts <= t1:  # 1 ns
+                continue
             if e.get("cat") == "comm" and "parent" not in a and "op_id" in a:
-                marks.append((e["ts"], 0, ("issue", dict(a, name=e["name"]))))
+                marks.append((ts, 0, ("issue", dict(a, name=e["name"]))))
             elif e.get("cat") == "wait" and "op_id" in a:
                 marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
         items, cursor = [], t0
@@ -59,6 +77,9 @@ def programs(doc: dict, step: int | None = None) -> dict:
         out[r] = {"start": t0, "end": t1, "items": items}
     if not out:
         raise TraceError(f"step {want} is not in the trace: pick one of its recorded steps")
+    first = min(p["start"] for p in out.values())
+    for p in out.values():
+        p["offset"] = p["start"] - first             # µs after the first rank began the step
     return out
 
 
@@ -68,24 +89,43 @@ def _members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
     return tuple(next(g for g in partition(plan, group) if rank in g))
 
 
-def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
-           floor: bool = False) -> pd.DataFrame:
-    """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
-    wait lasts at least as long as it did in the recording (what this machine's gloo took: the
-    live emulation cannot hand bytes over before gloo does), else the link model alone."""
-    progs = programs(doc, step)
-    meta = doc.get("metadata") or {}
-    plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
+def without_overlap(progs: dict) -> dict:
+    """The same programs with every send and collective waited right after its issue: no busy
+    stretch runs while one of them is in flight on its rank. A recv keeps its place (its bytes come
+    with its send, which the sender now waits for; moving it could deadlock a pipeline's crossed
+    exchanges). Later waits on an op already waited are dropped (they return at once)."""
+    out = {}
+    for r, p in progs.items():
+        items, held = [], set()
+        waited = {it[1] for it in p["items"] if it[0] == "wait"}
+        for it in p["items"]:
+            if it[0] == "issue":
+                items.append(it)
+                if it[1]["op"] != "recv" and it[1]["op_id"] in waited:
+                    items.append(("wait", it[1]["op_id"], 0.0))
+                    held.add(it[1]["op_id"])
+            elif it[0] == "wait" and it[1] in held:
+                continue
+            else:
+                items.append(it)
+        out[r] = dict(p, items=items)
+    return out
+
+
+def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bool = False,
+             plan: Plan | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Replay `programs` under `link`: (per-rank figures, per-op timeline). Each rank starts at its
+    recorded offset from the first rank's step start; times in the op table are ms from there."""
     world = max(progs) + 1
-    clock = {r: 0.0 for r in progs}
+    clock = {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()}      # ns
+    start = dict(clock)
     pc = {r: 0 for r in progs}
     seq: dict = {}
-    ops: dict = {}         # (rank, op_id) -> key;  key -> {"issues": {rank: t}, "end": {rank: t}}
     shared: dict = {}
     ports = {r: {} for r in progs}
     busy = {r: [] for r in progs}
-    flight = {r: [] for r in progs}
     waited = {r: 0.0 for r in progs}
+    waits: dict = {}                                   # (r, op_id) -> [(t0, t1)]
 
     def key_of(r, a):
         op = a["op"]
@@ -111,10 +151,10 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
             issues = [shared.get((key, m)) for m in ranks]
             if any(t is None for t in issues):
                 return None
-            start = max(issues)
+            begin = max(issues)
         else:
-            start = t_issue
-        end, ports[r][port] = share_port(ports[r].get(port, []), start + lat * 1e9, tr * 1e9)
+            begin = t_issue
+        end, ports[r][port] = share_port(ports[r].get(port, []), begin + lat * 1e9, tr * 1e9)
         return end
 
     state: dict = {}   # (r, op_id) -> [key, kind, args, t_issue, end]
@@ -147,6 +187,7 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
                         if st[4] is None:
                             break                    # blocked on a peer: try the others
                     until = max(st[4], clock[r] + it[2] * 1e3) if floor else st[4]
+                    waits.setdefault((r, it[1]), []).append((clock[r], max(until, clock[r])))
                     if until > clock[r]:
                         waited[r] += until - clock[r]
                         clock[r] = until
@@ -156,16 +197,80 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
     if stuck:
         raise TraceError(f"ranks {stuck} wait on ops no peer issued in this step: the trace's "
                          f"ops do not pair up; record whole steps (partui run --trace)")
-    for r, by in state.items():
-        if by[4] is not None:
-            flight[r[0]].append((by[3], by[4]))
+    flight = {r: [] for r in progs}
+    op_rows = []
+    for (r, op_id), (key, kind, a, t_issue, end) in state.items():
+        if end is not None:
+            flight[r].append((t_issue, end))
+        w = waits.get((r, op_id)) or []
+        op_rows.append({"rank": r, "op_id": op_id, "op": a["op"], "group": a.get("group"),
+                        "bytes": int(a.get("bytes") or 0), "issue_ms": t_issue / 1e6,
+                        "end_ms": None if end is None else end / 1e6,
+                        "wait_ms": sum(t1 - t0 for t0, t1 in w) / 1e6,
+                        "wait_return_ms": w[0][1] / 1e6 if w else None})
     rows = []
     for r in sorted(progs):
         fl, bz = merge(flight[r]), merge(busy[r])
         inflight = length(fl)
         rows.append({"rank": r, "recorded_step_ms": (progs[r]["end"] - progs[r]["start"]) / 1e3,
-                     "predicted_step_ms": clock[r] / 1e6, "exposed_comm_ms": waited[r] / 1e6,
+                     "predicted_step_ms": (clock[r] - start[r]) / 1e6,
+                     "exposed_comm_ms": waited[r] / 1e6,
                      "comm_in_flight_ms": inflight / 1e6,
                      "overlap_pct": 100 * intersect(fl, bz) / inflight if inflight else None,
                      "busy_ms": length(bz) / 1e6})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), pd.DataFrame(op_rows)
+
+
+def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
+           floor: bool = False, overlap: bool = True) -> pd.DataFrame:
+    """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
+    wait lasts at least as long as it did in the recording (what this machine's gloo took: the
+    live emulation cannot hand bytes over before gloo does), else the link model alone.
+    overlap=False: every send and collective waited right after its issue (without_overlap)."""
+    progs = programs(doc, step)
+    meta = doc.get("metadata") or {}
+    plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
+    return simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
+                    plan)[0]
+
+
+SAVED_DEFINITIONS = {
+    "in_flight_ms": "comm in flight, replayed as recorded under the link: from each op's issue to "
+                    "its modelled end, merged",
+    "exposed_comm_ms": "time the rank blocks in waits in that replay",
+    "step_ms": "the rank's step in that replay",
+    "no_overlap_step_ms": "the rank's step replayed with every send and collective waited right "
+                          "after its issue (no busy time while one is in flight; a recv keeps its "
+                          "place), same link, same busy stretches",
+    "saved_ms": "no_overlap_step_ms - step_ms: what this op graph's overlap saves on this link "
+                "(against the same graph serialized: under --overlap the runner's half "
+                "microbatches stay, with twice the all-to-alls of the plan without it)",
+}
+
+
+def saved(doc: dict, link: LinkModel) -> pd.DataFrame:
+    """Per rank and for the step ("step" row: the slowest rank), mean over the recorded steps
+    (the first left out when there are more): SAVED_DEFINITIONS's figures under `link`."""
+    meta = doc.get("metadata") or {}
+    plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
+    frames, steps = [], []
+    for s in steps_of(doc):
+        progs = programs(doc, s)
+        with_ov = simulate(progs, link, plan=plan)[0]
+        without = simulate(without_overlap(progs), link, plan=plan)[0]
+        t = pd.DataFrame({"rank": with_ov["rank"], "in_flight_ms": with_ov["comm_in_flight_ms"],
+                          "exposed_comm_ms": with_ov["exposed_comm_ms"],
+                          "step_ms": with_ov["predicted_step_ms"],
+                          "no_overlap_step_ms": without["predicted_step_ms"]})
+        frames.append(t)
+        steps.append({"step_ms": t["step_ms"].max(),
+                      "no_overlap_step_ms": t["no_overlap_step_ms"].max()})
+    out = pd.concat(frames).groupby("rank", as_index=False).mean()
+    out["saved_ms"] = out["no_overlap_step_ms"] - out["step_ms"]
+    step = pd.DataFrame(steps).mean()
+    row = {"rank": "step", "in_flight_ms": None, "exposed_comm_ms": None,
+           "step_ms": step["step_ms"], "no_overlap_step_ms": step["no_overlap_step_ms"],
+           "saved_ms": step["no_overlap_step_ms"] - step["step_ms"]}
+    out = pd.concat([out.astype({"rank": object}), pd.DataFrame([row])], ignore_index=True)
+    out.attrs["definitions"] = SAVED_DEFINITIONS
+    return out

@@ -4,7 +4,18 @@ For each plan one world alternates windows of steps without the link and with it
 between steps), so machine noise hits both alike; each plain window is replayed under the link
 (partui.analysis.whatif, the first step of a window left out as a warm-up) and set beside the
 linked window that follows it. Reported per plan: predicted and measured step (slowest rank, mean
-over the windows' steps) and the error of the prediction.
+over a window's steps; then the median over the rounds, so one window hit by another job's burst
+on this shared machine does not decide) and the error of the prediction.
+
+With --explain, where the error comes from (per step, slowest rank, median over the windows):
+    self_replay_ms  the linked window replayed under its own link: the prediction had it known
+                    the linked run's own busy stretches; measured - self_replay is what the live
+                    emulation added beyond the model (late wake-ups, gloo slower than the link)
+    busy_plain_ms / busy_link_ms   the replay's busy time (recorded time outside waits) of each
+                    window: the compute the plain window measured vs what the linked run spent
+    cpu_plain_ms / cpu_link_ms     the main thread's CPU time inside steps: busy time rising with
+                    it is compute costing more CPU (cold caches after sleeping), not core sharing
+    late_ms         time waits returned after their op's modelled end (or their own start)
 """
 from __future__ import annotations
 
@@ -16,6 +27,7 @@ import tempfile
 
 from kernels.link import LinkModel, check_link
 from partui.analysis import read_doc
+from partui.analysis.whatif import programs, steps_of
 from partui.bench.harness import table
 from partui.commands.whatif import measured_step_ms, predict
 from partui.session import World
@@ -35,8 +47,44 @@ def window(w: World, path: str, steps: int) -> dict:
     return read_doc(w.trace_save(path))
 
 
-def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: str) -> dict:
-    preds, meas = [], []
+def _per_step(doc: dict, fn) -> float:
+    """Mean over the kept steps of the slowest rank's fn(rank events of that step)."""
+    ev = doc["traceEvents"]
+    out = []
+    for s in steps_of(doc):
+        spans = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "step"
+                 and e["args"].get("step") == s]
+        out.append(max(fn([e for e in ev if e.get("ph") == "X" and e.get("pid") == sp["pid"]
+                           and sp["ts"] <= e["ts"] <= sp["ts"] + sp["dur"]], sp) for sp in spans))
+    return statistics.mean(out)
+
+
+def busy_ms(doc: dict) -> float:
+    per = [max(sum(it[1] for it in p["items"] if it[0] == "busy") / 1e6
+               for p in programs(doc, s).values()) for s in steps_of(doc)]
+    return statistics.mean(per)
+
+
+def cpu_ms(doc: dict) -> float:
+    return _per_step(doc, lambda _evs, sp: sp["args"].get("cpu_us", 0.0) / 1e3)
+
+
+def late_ms(doc: dict) -> float:
+    """Waits' return after max(their start, their op's recorded (modelled) end)."""
+    ends = {(e["pid"], e["args"]["op_id"]): e["ts"] + e["dur"] for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "comm" and "op_id" in (e.get("args") or {})
+            and e["args"].get("op") != "send"}
+
+    def late(evs, _sp):
+        return sum(max(0.0, e["ts"] + e["dur"] - max(e["ts"], ends[e["pid"], e["args"]["op_id"]]))
+                   for e in evs if e.get("cat") == "wait"
+                   and (e["pid"], (e.get("args") or {}).get("op_id")) in ends) / 1e3
+    return _per_step(doc, late)
+
+
+def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: str,
+            explain: bool = False) -> dict:
+    preds, meas, why = [], [], []
     with World(timeout_s=600) as w:
         w.plan("custom", "tiny", **PLANS[name])
         w.launch()
@@ -48,9 +96,18 @@ def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: 
             linked = window(w, os.path.join(folder, f"{name}-{k}-link.json"), steps)
             preds.append(predict(plain, model, 1.0, floor)["predicted_step_ms"].max())
             meas.append(measured_step_ms(linked))
-    p, m = statistics.mean(preds), statistics.mean(meas)
-    return {"plan": name, "predicted_step_ms": p, "measured_step_ms": m,
-            "error_pct": 100 * (p - m) / m, "rounds": rounds}
+            if explain:
+                why.append({"self_replay_ms": predict(linked, model, 1.0, floor)
+                            ["predicted_step_ms"].max(),
+                            "busy_plain_ms": busy_ms(plain), "busy_link_ms": busy_ms(linked),
+                            "cpu_plain_ms": cpu_ms(plain), "cpu_link_ms": cpu_ms(linked),
+                            "late_ms": late_ms(linked)})
+    p, m = statistics.median(preds), statistics.median(meas)
+    row = {"plan": name, "predicted_step_ms": p, "measured_step_ms": m,
+           "error_pct": 100 * (p - m) / m, "rounds": rounds}
+    for k in (why[0] if why else {}):
+        row[k] = statistics.median(w[k] for w in why)
+    return row
 
 
 def main(argv: list[str]) -> int:
@@ -61,6 +118,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="plain / linked window pairs")
     ap.add_argument("--steps", type=int, default=3, help="steps a window (the first: warm-up)")
     ap.add_argument("--floor", action="store_true", help="whatif --floor")
+    ap.add_argument("--explain", action="store_true",
+                    help="add where the error comes from (see above)")
     a = ap.parse_args(argv)
     names = a.plans.split(",")
     bad = [n for n in names if n not in PLANS]
@@ -75,8 +134,12 @@ def main(argv: list[str]) -> int:
         print(f"partui bench whatif: {e}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as folder:
-        rows = [measure(n, a.link, a.rounds, a.steps, a.floor, folder) for n in names]
-    print(table(rows, ["plan", "predicted_step_ms", "measured_step_ms", "error_pct", "rounds"]))
+        rows = [measure(n, a.link, a.rounds, a.steps, a.floor, folder, a.explain) for n in names]
+    cols = ["plan", "predicted_step_ms", "measured_step_ms", "error_pct", "rounds"]
+    if a.explain:
+        cols += ["self_replay_ms", "busy_plain_ms", "busy_link_ms", "cpu_plain_ms",
+                 "cpu_link_ms", "late_ms"]
+    print(table(rows, cols))
     print(f"\nlink {a.link}; predicted: partui whatif on the window without the link"
           f"{' (--floor)' if a.floor else ''}; measured: the next window, under it.\n"
           f"command: partui bench whatif {' '.join(argv)}")

@@ -15,7 +15,8 @@ from kernels.calibrate import matmul_flops
 from kernels.link import LinkModel, build_link, check_link, parse_link
 from kernels.config import ModelConfig
 from partui.analysis import TraceError, read_doc
-from partui.analysis.whatif import replay
+from partui.analysis.whatif import replay, steps_of
+from partui.analysis.whatif_pipe import repipe
 from partui.commands.flags import add_link_arguments, flagify
 from partui.commands.report import FORMATS, render
 
@@ -30,16 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--floor", action="store_true",
                    help="a wait lasts at least its recorded length (predicts a --link run on this "
                         "machine, whose gloo still moves the bytes); default: the link model alone")
+    p.add_argument("--pp", type=int, help="another pipeline size, through the schedule simulator "
+                   "(a pipeline trace; the layers, the batch and dp stay)")
+    p.add_argument("--microbatches", type=int, help="another microbatch count (same global batch)")
     add_link_arguments(p)
     p.set_defaults(func=run)
     return p
-
-
-def steps_of(doc: dict) -> list[int]:
-    """The recorded steps, the first left out as a warm-up when there are more."""
-    s = sorted({e["args"].get("step", 0) for e in doc["traceEvents"]
-                if e.get("ph") == "X" and e.get("cat") == "step"})
-    return s[1:] if len(s) > 1 else s
 
 
 def measured_step_ms(doc: dict) -> float:
@@ -84,6 +81,8 @@ def run(args) -> int:
         if args.compute_scale <= 0:
             raise ValueError(f"--compute-scale {args.compute_scale} must be > 0, e.g. 0.5")
         link = link_for(args, doc)
+        if args.pp is not None or args.microbatches is not None:
+            return _repipe(args, doc, link)
         table = predict(doc, link, args.compute_scale, args.floor)
         measured = measured_step_ms(read_doc(args.measured)) if args.measured else None
     except (TraceError, ValueError, OSError) as e:
@@ -105,4 +104,35 @@ def run(args) -> int:
               f"step row); predicted: replayed under the link, busy stretches x"
               f"{args.compute_scale:g}; exposed: time blocked in waits; overlap: comm in flight "
               f"during busy time.")
+    return 0
+
+
+def _repipe(args, doc: dict, link: LinkModel) -> int:
+    """`--pp` / `--microbatches`: the schedule simulator under the trace's own compute."""
+    for name in ("pp", "microbatches"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError(f"{name}={v} must be >= 1")
+    if args.compute_scale != 1.0 or args.floor or args.measured:
+        raise ValueError("--pp / --microbatches go through the schedule simulator: drop "
+                         "--compute-scale, --floor and --measured")
+    table, step = repipe(doc, link, args.pp, args.microbatches)
+    if args.format == "json":
+        print(json.dumps({"link": link.describe(), "stages": table.round(3).to_dict("records"),
+                          "step": {k: round(v, 3) if isinstance(v, float) else v
+                                   for k, v in step.items()}}))
+        return 0
+    print(render(table, args.format))
+    if args.format == "table":
+        print(f"\n{step['schedule']} pp {step['pp']} x {step['microbatches']} microbatches (recorded"
+              f" pp {step['recorded_pp']} x {step['recorded_microbatches']}), world "
+              f"{step['world']}; link: {link.describe()}\n"
+              f"per chunk and microbatch: F {step['F_ms']:.3f} ms, B {step['B_ms']:.3f} ms (W "
+              f"{step['W_ms']:.3f}), p2p {step['p2p_ms']:.3f} ms: the trace's mean F/B/W action x "
+              f"its stages, split over the new stages, x recorded / new microbatches; p2p: the "
+              f"link's send of the recorded activation bytes so scaled.\n"
+              f"pipe: the simulator's makespan; sim bubble: the stage's idle share of its own "
+              f"first-to-last window; rest: the recorded step outside the pipeline window (loss, "
+              f"grad sync, optimizer), slowest rank, without the link; predicted step = pipe + "
+              f"rest.")
     return 0

@@ -2,6 +2,9 @@
 presets, and on a real 2-rank gloo world: ops held to their modelled end with exact results, the
 last member's issue starting a collective, a recv ending with its send, ops sharing a port, and a
 held op waited on without burning CPU."""
+import ctypes
+import sys
+import threading
 import time
 
 import pytest
@@ -163,3 +166,20 @@ def test_sends_share_their_port_and_a_recv_ends_with_its_send():
     # the send's published end, to the ns (or the recv's own issue, if it was posted later)
     assert out[1]["recv_done"] == [max(s, r) for s, r in zip(out[0]["send_done"],
                                                           out[1]["recv_issued"])]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+def test_a_held_wait_sleeps_with_a_1_ns_timer_slack():
+    """The default 50 us slack lets Linux wake each held wait that late; a sleep_until sets its
+    own thread's to 1 ns (read with prctl PR_GET_TIMERSLACK in a fresh thread, after the sleep)."""
+    seen = []
+
+    def probe():
+        get = lambda: ctypes.CDLL(None).prctl(30, 0, 0, 0, 0)  # noqa: E731  PR_GET_TIMERSLACK
+        before = get()
+        emulate.sleep_until(events.now_ns() + 1_000_000)
+        seen.extend([before, get()])
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join(10)
+    assert seen[1] == 1, f"timer slack {seen[1]} ns after a held wait (was {seen[0]} before)"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kernels.link import build_link
-from partui.analysis.whatif import replay
+from partui.analysis.whatif import programs, replay, saved, without_overlap
 
 
 def X(pid, name, cat, ts_ms, dur_ms, **args):
@@ -41,21 +41,36 @@ def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
     assert t2.set_index("rank").loc[0, "predicted_step_ms"] == pytest.approx(10 + 1.8)
 
 
-def test_a_recv_ends_with_its_send():
-    # rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms); rank 1 posted its recv at 0 ms
+def p2p_doc(recv: tuple, wait: tuple, **recv_args) -> dict:
+    """Rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms) and waits at 1.2 ms; rank 1's
+    recv slice is `recv` (ts, dur ms) and its wait `wait`; both steps 3 ms."""
     p2p = dict(bytes=1_000_000, group="pp", tag=0)
-    doc = {"traceEvents": [
+    return {"traceEvents": [
         X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
         X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, **p2p),
         X(0, "wait", "wait", 1.2, 0.3, op_id=1),
-        X(1, "recv", "comm", 0, 1.5, op_id=1, op="recv", peer=0, **p2p),
-        X(1, "wait", "wait", 0.5, 1.0, op_id=1),
+        X(1, "recv", "comm", *recv, op_id=1, op="recv", peer=0, **p2p, **recv_args),
+        X(1, "wait", "wait", *wait, op_id=1),
     ], "metadata": {}}
-    t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
+
+
+def test_a_recv_ends_with_its_send():
+    # rank 1 posted its recv at 0 ms and waited from 0.5 ms
+    t = replay(p2p_doc((0, 1.5), (0.5, 1.0)), build_link("alpha_us=100,gbps=1")).set_index("rank")
     # rank 0: busy 1.2, waits to 2.1, then 3 - 1.5 = 1.5 busy: 3.6; rank 1: 0.5 busy, waits to
     # 2.1, then 3 - 1.5 = 1.5 busy: 3.6
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(3.6)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.6)
+    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
+
+
+def test_a_recv_posted_before_its_send_keeps_its_wait():
+    # the stitcher starts a recv posted early at its send's post (posted_early_us back to the
+    # real post); rank 1 posted at 0 and waited from 0.5 ms: the replay must see that wait
+    doc = p2p_doc((1.001, 1.099), (0.5, 1.6), posted_early_us=1001)
+    t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
+    # rank 1: 0.5 ms busy, waits until the send's end at 2.1 ms, then 0.9 ms busy
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.0)
     assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
 
 
@@ -78,3 +93,39 @@ def test_run_rejects_a_bad_link_before_launching(cli):
     assert p.returncode == 2 and "--link alpha_us=1 needs both" in p.stderr
     p = cli("run", "--dp", "2", "--link", "h800", "--ranks-per-node", "3", timeout=60)
     assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
+
+
+def test_without_overlap_waits_each_op_right_after_its_issue():
+    # rank 0 issued at 2 ms and computed 3 ms before waiting; serialized it waits at 2 ms until
+    # the op ends (rank 1's issue at 4 ms + 1 ms = 5 ms), then computes those 3 ms and 0.9 ms more
+    link = build_link("alpha_us=0,gbps=1")
+    t = replay(all_reduce_doc(), link, overlap=False).set_index("rank")
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(5 + 3 + 0.9)
+    assert t.loc[0, "exposed_comm_ms"] == pytest.approx(3.0)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)      # it already waited at once
+    s = saved(all_reduce_doc(), link).set_index("rank")
+    assert s.loc[0, "saved_ms"] == pytest.approx(3.0) and s.loc[1, "saved_ms"] == pytest.approx(0)
+    assert s.loc[0, "in_flight_ms"] == pytest.approx(3.0)           # 2 ms to 5 ms, as recorded
+    assert s.loc["step", "step_ms"] == pytest.approx(5.9)
+    assert s.loc["step", "no_overlap_step_ms"] == pytest.approx(8.9)
+    assert s.loc["step", "saved_ms"] == pytest.approx(3.0)
+    assert set(s.attrs["definitions"]) == {"in_flight_ms", "exposed_comm_ms", "step_ms",
+                                           "no_overlap_step_ms", "saved_ms"}
+
+
+def test_a_recv_keeps_its_place_without_overlap():
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 3, step=0), X(1, "step", "step", 0, 3, step=0),
+        X(0, "send", "comm", 1, 0.5, op_id=1, op="send", peer=1, bytes=1_000_000, group="pp"),
+        X(0, "wait", "wait", 2.5, 0.1, op_id=1),
+        X(1, "recv", "comm", 0, 2.0, op_id=4, op="recv", peer=0, bytes=1_000_000, group="pp"),
+        X(1, "wait", "wait", 1.5, 0.6, op_id=4),
+    ], "metadata": {}}
+    progs = without_overlap(programs(doc))
+    assert [it[0] for it in progs[0]["items"]] == ["busy", "issue", "wait", "busy", "busy"]
+    assert [it[0] for it in progs[1]["items"]] == ["busy", "issue", "busy", "wait", "busy"]
+    # 1 GB/s, no latency: the send moves 1 ms from its issue at 1 ms; rank 0 now waits for it,
+    # then computes what it computed beside it (1.5 ms) and after its old wait (0.4 ms)
+    t = replay(doc, build_link("alpha_us=0,gbps=1"), overlap=False).set_index("rank")
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 1.5 + 0.4)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0)  # the recv ends at 2 ms

@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual import on, work
 from textual.widgets import Button, Input
 
+from kernels.link import LinkModel
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
 from partui.world import RankError, WorldTimeout
@@ -58,8 +59,33 @@ class TraceMixin:
         by_rank, by_step = overlap(df, by="rank"), overlap(df, by="step")
         last = by_step["step"].max() if len(by_step) else None
         pairs = fb_pair_a2a(df)
+        saved, line = self._saved()
         self.call_from_thread(self._show_report, self.world.trace_path, by_rank, by_step, df, last,
                               pairs, pair_summary(pairs), self.world.trace_about())
+        self.call_from_thread(self._show_saved, saved, line)
+
+    def _saved(self):
+        """(table, line): the saved trace's op graph replayed under the current link with and
+        without overlap (partui.analysis.whatif.saved); no table without a link."""
+        from partui.analysis import SAVED_DEFINITIONS, TraceError, read_doc, saved  # lazy: pandas
+        if not self.world.link:
+            return None, ("in flight / saved: no emulated link; `link h800` (or link "
+                          "alpha_us=A,gbps=B) and save a trace to see what overlap saves on it")
+        link = LinkModel.from_dict(self.world.link)
+        try:
+            table = saved(read_doc(self.world.trace_path), link)
+        except TraceError as e:
+            return None, f"in flight / saved: {e}"
+        step = table[table["rank"] == "step"].iloc[0]
+        legend = "; ".join(f"{k.replace('_ms', '')}: {v}" for k, v in SAVED_DEFINITIONS.items())
+        return table, (f"under {link.describe()}: overlap saves {step['saved_ms']:.1f} ms a step "
+                       f"({step['no_overlap_step_ms']:.1f} ms without it, {step['step_ms']:.1f} "
+                       f"ms as recorded; replayed, slowest rank).\n{legend}")
+
+    def _show_saved(self, table, line: str) -> None:
+        rs = self.run_screen()
+        if rs is not None:
+            rs.query_one("#trace-panel").show_saved(table, line)
 
     def _show_report(self, path, by_rank, by_step, df, last, pairs, pair_line: str, about: str) -> None:
         rs = self.run_screen()

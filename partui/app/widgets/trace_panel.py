@@ -1,5 +1,6 @@
 """The Trace tab: record on / off, save under a name, then the overlap report per rank and per
-step (partui.analysis.metrics), a text timeline of the last recorded step, and the file's path; with
+step (partui.analysis.metrics), what overlap saves under the current link (in flight, saved:
+partui.analysis.whatif.saved), a text timeline of the last recorded step, and the file's path; with
 overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.pairs)."""
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
                "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct", "pipe_bubble_pct",
                "sim_bubble_pct", "formula_bubble_pct")   # the last three: pipeline runs only
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
+SAVED_COLS = ("rank", "in_flight_ms", "exposed_comm_ms", "step_ms", "no_overlap_step_ms", "saved_ms")
 
 
 # short headers, so the per-rank table fits 80 columns (the help screen says what each is)
 HEADERS = {"overlapped_ms": "ovl", "exposed_comm_ms": "exposed", "overlap_pct": "ovl%",
+           "in_flight_ms": "in flight", "no_overlap_step_ms": "no-overlap step",
            "pipe_bubble_pct": "pipe%", "sim_bubble_pct": "sim%",
            "formula_bubble_pct": "formula%"}
 
@@ -27,6 +30,8 @@ def header(col: str) -> str:
 def cell(v, col: str = "", digits: int = 1) -> str:
     if col in ("rank", "step", "pair") and isinstance(v, float) and v == v:
         return str(int(v))   # a step number, not a measurement
+    if v is None:
+        return "—"
     if isinstance(v, float):
         return "—" if v != v else f"{v:.{digits}f}"
     return str(v)
@@ -42,6 +47,8 @@ class TracePanel(VerticalScroll):
                      id="trace-path", markup=False)
         yield DataTable(id="report-rank", show_cursor=False)
         yield DataTable(id="report-step", show_cursor=False)
+        yield Static("", id="saved-line", markup=False)
+        yield DataTable(id="report-saved", show_cursor=False)
         yield Static("", id="pair-summary", markup=False)
         yield DataTable(id="report-pair", show_cursor=False)
         yield Static("", id="timeline")
@@ -74,6 +81,19 @@ class TracePanel(VerticalScroll):
         for tid in ("#pair-summary", "#report-pair"):
             self.query_one(tid).display = has_pairs
         self.query_one("#timeline", Static).update(timeline)
+
+    def show_saved(self, table, line: str) -> None:
+        """What overlap saves under the current link (partui.analysis.whatif.saved), or only
+        `line` saying why there is no table (no link installed)."""
+        self.query_one("#saved-line", Static).update(line)
+        t = self.query_one("#report-saved", DataTable)
+        t.clear(columns=True)
+        t.display = table is not None
+        if table is None:
+            return
+        t.add_columns(*[header(c) for c in SAVED_COLS])
+        for row in table[list(SAVED_COLS)].itertuples(index=False):
+            t.add_row(*[cell(v, c) for v, c in zip(row, SAVED_COLS)])
 
     def report_rows(self, which: str = "rank") -> list[list[str]]:
         """Rows of the rank, step or pair table as shown."""
