@@ -18,6 +18,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
+from kernels import comm
 from kernels.comm import events
 from kernels.model import Block
 from kernels.runner import MicrobatchRunner
@@ -43,6 +44,10 @@ class OverlapRunner(MicrobatchRunner):
                              f"{ctx.cfg.batch} / dp {ctx.plan.dp}) into {self.pieces} microbatches "
                              f"does not work; pick microbatches even and dividing {n}, or a "
                              f"per-rank batch of 2 or more")
+        for layer in layers:   # its all-to-alls are posted by the comm thread, not the compute one
+            if _split_block(layer):
+                comm.post_from_thread(layer.mlp.group)
+                layer.mlp.early_counts = True   # the count exchange flies while rows are built
         for prm in self.params().values():
             prm.meta["accumulations"] = self.pieces   # the grad sync counts them per step
         # the grad sync (built after the runner) reads its default count from the plan
@@ -93,19 +98,25 @@ class OverlapRunner(MicrobatchRunner):
                                        layer=layer.index, mb=mbs[i]):
                         layer.mlp.forward_experts(c_m)   # issues the combine at its end
             hooks and hooks.after_forward(layer)
-        for i in (0, 1):
-            if pending[i] is not None:
-                xs[i] = self._fc(*pending[i], ctxs[i], mbs[i])
+        # the last block's combine of 1 flies under 0's head; 0's combine grads under 1's head
+        last = body[-1] if body else None
+        early_bc = pending[0] is not None     # the last block is split (an MoE block)
         loss, dxs = 0.0, [None, None]
         hooks and hooks.before_forward(head)
         for i in (0, 1):
+            if pending[i] is not None:
+                xs[i] = self._fc(*pending[i], ctxs[i], mbs[i])
             with self._compute(f"head mb{mbs[i]}", "loss", mb=mbs[i]):
                 part, c_head = head.forward(xs[i], targets[i], denom)
                 dxs[i] = head.backward_input(c_head)
                 head.backward_weight(c_head)
             loss = loss + part + sum((getattr(c, "aux_loss", 0.0) for c in ctxs[i]), 0.0)
+            if early_bc:
+                if i == 0:
+                    hooks and hooks.before_backward(last)
+                self._bc(last, ctxs[i][-1], dxs[i], mbs[i])
         hooks and hooks.after_backward(head)
-        self._backward(body, ctxs, dxs, mbs, hooks)
+        self._backward(body, ctxs, dxs, mbs, hooks, early_bc)
         return loss
 
     def _fa(self, blk, x, mb):
@@ -127,10 +138,13 @@ class OverlapRunner(MicrobatchRunner):
         return y
 
     # ---------------------------------------------------------------- backward, mirrored
-    def _backward(self, body, ctxs, dxs, mbs, hooks):
+    def _backward(self, body, ctxs, dxs, mbs, hooks, bc_done: bool = False):
+        """bc_done: the last block's BC phases already ran (under the heads)."""
         pending = [None, None]            # (block, ctx, dy) waiting for its BD phase
-        for layer in reversed(body):
-            hooks and hooks.before_backward(layer)
+        for k, layer in enumerate(reversed(body)):
+            early = bc_done and k == 0
+            if not early:
+                hooks and hooks.before_backward(layer)
             split = _split_block(layer)
             for i in (0, 1):
                 c = ctxs[i].pop()
@@ -140,7 +154,8 @@ class OverlapRunner(MicrobatchRunner):
                         hooks and hooks.after_backward(pending[i][0])
                     pending[i] = None
                 if split:
-                    self._bc(layer, c, dxs[i], mbs[i])
+                    if not early:
+                        self._bc(layer, c, dxs[i], mbs[i])
                     pending[i] = (layer, c, dxs[i])
                 else:
                     with self._compute(f"B layer mb{mbs[i]}", "B", mb=mbs[i]):
