@@ -10,8 +10,26 @@ The order for microbatches 0 and 1 through a block is
     backward:  BD0' BC0 BD1' BC1 BX0 BX1     (BD' is the next block's dispatch backward)
 
 so 0's dispatch flies during 1's attention, 1's dispatch during 0's experts, 0's combine during
-1's experts, and 1's combine during 0's next attention; backward the same, mirrored.
-Waits happen outside the compute spans, so the spans returned are compute only.
+1's experts, and 1's combine during 0's next attention; backward the same, mirrored. After the
+last block: C0 head0 BC0 C1 head1 BC1, so 1's last combine flies under 0's head and 0's combine
+grads under 1's head. Waits happen outside the compute spans, so the spans returned are compute
+only. The ep group's ops are posted by the comm thread (kernels/comm/poster.py) and uneven
+dispatch exchanges its counts as soon as routing knows them (MoE.early_counts).
+
+What this order can hide at best, per MoE block, with d one half-batch all-to-all (issue to
+completion on the link), A = C + attention + router of one microbatch, X its experts forward,
+Bd its BD + BC, Xd / Xw its experts dX / dW (each a2a can only fly under the other microbatch's
+compute between its issue and its wait):
+
+    forward exposed  = 2 max(0, d - A) + 2 max(0, d - X)          (disp0, comb1 | disp1, comb0)
+    backward exposed = max(0, d - Bd) + max(0, d - Xd - Xw)         (bc0 | bc1)
+                       + max(0, d - Xw - Xd - Xw) + max(0, d - Xw - Bd)   (bx0 | bx1)
+
+out of 8d; the last block's comb1 / bc0 fly under a head instead of A / Bd. So with d <= min(A,
+X) every all-to-all is hidden and only the count exchanges beyond the rows' build time, two ops
+sharing the link and waits on a slower peer stay exposed; the step saves all a2a time less what
+the two halves cost over one whole batch (compute_ms of `partui bench ep`, on against off).
+"""
 """
 from __future__ import annotations
 
