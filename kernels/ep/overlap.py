@@ -30,7 +30,6 @@ X) every all-to-all is hidden and only the count exchanges beyond the rows' buil
 sharing the link and waits on a slower peer stay exposed; the step saves all a2a time less what
 the two halves cost over one whole batch (compute_ms of `partui bench ep`, on against off).
 """
-"""
 from __future__ import annotations
 
 from contextlib import contextmanager
