@@ -5,6 +5,7 @@
     lanes.py        where hand collectives run: a thread per group, links, tags, segments
     collectives.py  the hand rings, chains and pairwise exchanges (registered with core here)
     handles.py      in-flight op handles and the always-on op log
+    poster.py       the comm thread that posts a marked group's ops (the caller does not pay)
     events.py       the recorder hook (compute spans, comm ops, counters)
 
 This package gathers the API (`from kernels import comm; comm.all_reduce(...)`); the modules
@@ -17,6 +18,7 @@ from kernels.comm.core import (COLLECTIVES, Group, all_gather, all_reduce, all_t
                                world_size)
 from kernels.comm.dry import dry_rank
 from kernels.comm.handles import Handle, OpLog, OpRecord, oplog
+from kernels.comm.poster import post_from_thread
 from kernels.comm.p2p import (HAND_TAG_BASE, HAND_TAG_SPAN, P2P, batch_isend_irecv, irecv, isend,
                               p2p_step, recv, send)
 from kernels.comm import collectives  # registers the hand collectives with core
@@ -27,5 +29,5 @@ __all__ = ["COLLECTIVES", "Group", "all_gather", "all_reduce", "all_to_all_singl
            "wait_all", "world_group", "world_rank", "world_size",
            "Handle", "OpLog", "OpRecord", "oplog",
            "HAND_TAG_BASE", "HAND_TAG_SPAN", "P2P", "batch_isend_irecv", "irecv", "isend",
-           "p2p_step", "recv", "send",
+           "p2p_step", "recv", "send", "post_from_thread",
            "collectives"]

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from kernels.comm import emulate, events
 from kernels.comm.dry import ON_PAPER
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
+from kernels.comm.poster import launch, stop as stop_posting
 
 _op_ids = itertools.count(1)
 LOOPBACK = "127.0.0.1"   # where partui's own worlds listen: the store and gloo (GLOO_SOCKET_IFNAME=lo)
@@ -111,6 +112,7 @@ def is_initialized() -> bool:
 
 
 def destroy() -> None:
+    stop_posting()
     _P2P_FUTURES.clear()
     if is_initialized():
         dist.destroy_process_group()
@@ -137,6 +139,7 @@ class Group:
     name: str
     ranks: list[int]
     pg: object = None  # torch ProcessGroup; None for a group of one
+    posted: bool = False  # its ops are posted by the comm thread (kernels.comm.poster)
 
     @property
     def size(self) -> int:
@@ -235,8 +238,8 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
     if hand := _hand_impl("all_reduce", group):
         return hand(t, group or world_group(), op, async_op)
     rec = issue_op("all_reduce", group, tensor_bytes(t), None, reduce=op)
-    work = dist.all_reduce(t, op=_REDUCE["sum" if op == "avg" else op], group=_pg(group),
-                           async_op=True)
+    red = _REDUCE["sum" if op == "avg" else op]
+    work = launch(group, lambda: dist.all_reduce(t, op=red, group=_pg(group), async_op=True))
     if op == "avg":
         n = group.size if group else world_size()
         return AvgHandle(rec, work, t, n) if async_op else _run(rec, work, t, False).div_(n)
@@ -252,8 +255,9 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op
     if hand := _hand_impl("reduce_scatter", group):
         return hand(out, inp, group or world_group(), op, async_op)
     rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, reduce=op)
-    work = dist.reduce_scatter_single(out, inp, op=_REDUCE["sum" if op == "avg" else op],
-                                      group=_pg(group), async_op=True)
+    red = _REDUCE["sum" if op == "avg" else op]
+    work = launch(group, lambda: dist.reduce_scatter_single(out, inp, op=red, group=_pg(group),
+                                                            async_op=True))
     n = group.size if group else world_size()
     if op == "avg":
         return AvgHandle(rec, work, out, n) if async_op else _run(rec, work, out, False).div_(n)
@@ -268,7 +272,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_
     if hand := _hand_impl("all_gather", group):
         return hand(out, inp, group or world_group(), async_op)
     rec = issue_op("all_gather", group, tensor_bytes(out), None)
-    work = dist.all_gather_single(out, inp, group=_pg(group), async_op=True)
+    work = launch(group, lambda: dist.all_gather_single(out, inp, group=_pg(group), async_op=True))
     return _run(rec, work, out, async_op)
 
 
@@ -279,7 +283,7 @@ def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = F
     if hand := _hand_impl("broadcast", group):
         return hand(t, src, group or world_group(), async_op)
     rec = issue_op("broadcast", group, tensor_bytes(t), src)
-    work = dist.broadcast(t, src=src, group=_pg(group), async_op=True)
+    work = launch(group, lambda: dist.broadcast(t, src=src, group=_pg(group), async_op=True))
     return _run(rec, work, t, async_op)
 
 
@@ -293,8 +297,9 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
     if hand := _hand_impl("all_to_all_single", group):
         return hand(out, inp, group or world_group(), out_splits, in_splits, async_op)
     rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None)
-    work = dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
-                                  input_split_sizes=in_splits, group=_pg(group), async_op=True)
+    work = launch(group, lambda: dist.all_to_all_single(
+        out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=_pg(group),
+        async_op=True))
     return _run(rec, work, out, async_op)
 
 
@@ -302,7 +307,7 @@ def barrier(group: Group | None = None) -> None:
     if _trivial(group) or not is_initialized():
         return
     rec = issue_op("barrier", group, 0, None)
-    _run(rec, dist.barrier(group=_pg(group), async_op=True), None, False)
+    _run(rec, launch(group, lambda: dist.barrier(group=_pg(group), async_op=True)), None, False)
 
 
 def wait_all(handles) -> None:

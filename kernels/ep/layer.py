@@ -10,7 +10,9 @@ while another computes:
 
 and the backward mirrors it (backward_combine / backward_experts / backward_dispatch); the
 backward of an all-to-all is the reverse all-to-all with the splits swapped.
-Dispatch "uneven" sends only kept rows (counts exchanged first by an all-to-all of counts);
+Dispatch "uneven" sends only kept rows (counts exchanged first by an all-to-all of counts; with
+`early_counts`, as the two-microbatch overlap runs it, issued as soon as routing knows them and
+waited only when the rows are built, so it flies under that work);
 "even" is GShard's capacity-padded buffer of equal splits, no count exchange.
 The routing is the family's (`route` / `gate_backward`: GShard here, DeepSeek-V3 in
 kernels/ep/deepseek_layer.py); shared experts, when a family has them, run while the dispatch
@@ -69,6 +71,7 @@ class MoE(Layer):
         self.gs = group_tokens(cfg)
         self.global_groups = cfg.batch * cfg.seq // self.gs
 
+    early_counts = False    # uneven: exchange the counts before building rows (overlap sets it)
     shared = None           # SwiGLU of the always-applied experts (DeepSeek); none in GShard
     bias = None             # per-expert selection bias (DeepSeek's balancing); none in GShard
 
@@ -94,20 +97,26 @@ class MoE(Layer):
         if xt.shape[0] % self.gs:
             raise ValueError(f"MoE layer {self.index} got {xt.shape[0]} tokens, not whole routing "
                              f"groups of {self.gs}: context parallel cannot shard an MoE model")
+        e = self.cfg.experts
         with events.span("router + dispatch rows", "F", layer=self.index):
             logits = xt @ self.router.data.t()                  # [T, E]
             r = self.route(logits)
-            rows = (even_rows(r, self.gs, capacity(self.cfg, self.gs), xt.dtype)
-                    if self.dispatch == "even" else uneven_rows(r, xt.dtype))
+            kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)], minlength=e)  # [E]
+            uneven = self.dispatch == "uneven"
+            # what each expert gets is known now: with early_counts its owner is told before the
+            # rows are built, the exchange in flight under that work
+            counts = self._exchange_counts(kept) if uneven and self.early_counts else None
+            rows = (uneven_rows(r, xt.dtype) if uneven else
+                    even_rows(r, self.gs, capacity(self.cfg, self.gs), xt.dtype))
             send = gather_rows(xt, rows)                        # [N, dim] grouped by expert
-        e = self.cfg.experts
-        kept = torch.bincount(r.idx.reshape(-1)[r.keep.reshape(-1)], minlength=e)   # [T*K] -> [E]
-        chosen = torch.bincount(r.idx.reshape(-1), minlength=e)                     # [E]
+            chosen = torch.bincount(r.idx.reshape(-1), minlength=e)                     # [E]
+        if uneven and counts is None:
+            counts = self._exchange_counts(rows.counts)
         self.load.record(self.index, kept, chosen, float(r.aux.detach()), self.bias)
-        if self.dispatch == "even":                             # equal splits: nothing to tell
+        if counts is None:                                      # equal splits: nothing to tell
             recv_counts = rows.counts.view(self.ep, self.local)    # [ep, local]
         else:
-            recv_counts = self._exchange_counts(rows.counts)
+            recv_counts = counts.wait().view(self.ep, self.local)  # [ep, local]
         in_splits = rows.counts.view(self.ep, self.local).sum(1).tolist()   # [ep] rows to each rank
         out_splits = recv_counts.sum(1).tolist()                # [ep] rows from each source
         c = Ctx(shape=shape, xt=xt, r=r, rows=rows, in_splits=in_splits, out_splits=out_splits,
@@ -118,13 +127,13 @@ class MoE(Layer):
                 c.shared_y, c.shared_ctx = self.shared.forward(xt)  # [T, dim]
         return c
 
-    def _exchange_counts(self, counts: torch.Tensor) -> torch.Tensor:
-        """[ep, local]: rows each source rank sends to each of my experts."""
+    def _exchange_counts(self, counts: torch.Tensor):
+        """Issued, not waited: wait() gives [ep * local], the rows each source rank sends to
+        each of my experts (uneven rows equal the kept choices per expert)."""
         if self.ep == 1:
-            return counts.view(1, -1)                           # [1, local]
+            return _Ready(counts)
         out = torch.empty_like(counts)
-        comm.all_to_all_single(out, counts, self.group)
-        return out.view(self.ep, self.local)                    # [ep, local]
+        return comm.all_to_all_single(out, counts, self.group, async_op=True)
 
     def wait(self, c):
         """Block until the phase's all-to-all has landed (kept apart so waits are not compute)."""

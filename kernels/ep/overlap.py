@@ -10,14 +10,32 @@ The order for microbatches 0 and 1 through a block is
     backward:  BD0' BC0 BD1' BC1 BX0 BX1     (BD' is the next block's dispatch backward)
 
 so 0's dispatch flies during 1's attention, 1's dispatch during 0's experts, 0's combine during
-1's experts, and 1's combine during 0's next attention; backward the same, mirrored.
-Waits happen outside the compute spans, so the spans returned are compute only.
+1's experts, and 1's combine during 0's next attention; backward the same, mirrored. After the
+last block: C0 head0 BC0 C1 head1 BC1, so 1's last combine flies under 0's head and 0's combine
+grads under 1's head. Waits happen outside the compute spans, so the spans returned are compute
+only. The ep group's ops are posted by the comm thread (kernels/comm/poster.py) and uneven
+dispatch exchanges its counts as soon as routing knows them (MoE.early_counts).
+
+What this order can hide at best, per MoE block, with d one half-batch all-to-all (issue to
+completion on the link), A = C + attention + router of one microbatch, X its experts forward,
+Bd its BD + BC, Xd / Xw its experts dX / dW (each a2a can only fly under the other microbatch's
+compute between its issue and its wait):
+
+    forward exposed  = 2 max(0, d - A) + 2 max(0, d - X)          (disp0, comb1 | disp1, comb0)
+    backward exposed = max(0, d - Bd) + max(0, d - Xd - Xw)         (bc0 | bc1)
+                       + max(0, d - Xw - Xd - Xw) + max(0, d - Xw - Bd)   (bx0 | bx1)
+
+out of 8d; the last block's comb1 / bc0 fly under a head instead of A / Bd. So with d <= min(A,
+X) every all-to-all is hidden and only the count exchanges beyond the rows' build time, two ops
+sharing the link and waits on a slower peer stay exposed; the step saves all a2a time less what
+the two halves cost over one whole batch (compute_ms of `partui bench ep`, on against off).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import replace
 
+from kernels import comm
 from kernels.comm import events
 from kernels.model import Block
 from kernels.runner import MicrobatchRunner
@@ -43,6 +61,10 @@ class OverlapRunner(MicrobatchRunner):
                              f"{ctx.cfg.batch} / dp {ctx.plan.dp}) into {self.pieces} microbatches "
                              f"does not work; pick microbatches even and dividing {n}, or a "
                              f"per-rank batch of 2 or more")
+        for layer in layers:   # its all-to-alls are posted by the comm thread, not the compute one
+            if _split_block(layer):
+                comm.post_from_thread(layer.mlp.group)
+                layer.mlp.early_counts = True   # the count exchange flies while rows are built
         for prm in self.params().values():
             prm.meta["accumulations"] = self.pieces   # the grad sync counts them per step
         # the grad sync (built after the runner) reads its default count from the plan
@@ -93,19 +115,25 @@ class OverlapRunner(MicrobatchRunner):
                                        layer=layer.index, mb=mbs[i]):
                         layer.mlp.forward_experts(c_m)   # issues the combine at its end
             hooks and hooks.after_forward(layer)
-        for i in (0, 1):
-            if pending[i] is not None:
-                xs[i] = self._fc(*pending[i], ctxs[i], mbs[i])
+        # the last block's combine of 1 flies under 0's head; 0's combine grads under 1's head
+        last = body[-1] if body else None
+        early_bc = pending[0] is not None     # the last block is split (an MoE block)
         loss, dxs = 0.0, [None, None]
         hooks and hooks.before_forward(head)
         for i in (0, 1):
+            if pending[i] is not None:
+                xs[i] = self._fc(*pending[i], ctxs[i], mbs[i])
             with self._compute(f"head mb{mbs[i]}", "loss", mb=mbs[i]):
                 part, c_head = head.forward(xs[i], targets[i], denom)
                 dxs[i] = head.backward_input(c_head)
                 head.backward_weight(c_head)
             loss = loss + part + sum((getattr(c, "aux_loss", 0.0) for c in ctxs[i]), 0.0)
+            if early_bc:
+                if i == 0:
+                    hooks and hooks.before_backward(last)
+                self._bc(last, ctxs[i][-1], dxs[i], mbs[i])
         hooks and hooks.after_backward(head)
-        self._backward(body, ctxs, dxs, mbs, hooks)
+        self._backward(body, ctxs, dxs, mbs, hooks, early_bc)
         return loss
 
     def _fa(self, blk, x, mb):
@@ -127,10 +155,13 @@ class OverlapRunner(MicrobatchRunner):
         return y
 
     # ---------------------------------------------------------------- backward, mirrored
-    def _backward(self, body, ctxs, dxs, mbs, hooks):
+    def _backward(self, body, ctxs, dxs, mbs, hooks, bc_done: bool = False):
+        """bc_done: the last block's BC phases already ran (under the heads)."""
         pending = [None, None]            # (block, ctx, dy) waiting for its BD phase
-        for layer in reversed(body):
-            hooks and hooks.before_backward(layer)
+        for k, layer in enumerate(reversed(body)):
+            early = bc_done and k == 0
+            if not early:
+                hooks and hooks.before_backward(layer)
             split = _split_block(layer)
             for i in (0, 1):
                 c = ctxs[i].pop()
@@ -140,7 +171,8 @@ class OverlapRunner(MicrobatchRunner):
                         hooks and hooks.after_backward(pending[i][0])
                     pending[i] = None
                 if split:
-                    self._bc(layer, c, dxs[i], mbs[i])
+                    if not early:
+                        self._bc(layer, c, dxs[i], mbs[i])
                     pending[i] = (layer, c, dxs[i])
                 else:
                     with self._compute(f"B layer mb{mbs[i]}", "B", mb=mbs[i]):

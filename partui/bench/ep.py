@@ -8,7 +8,8 @@ For every variant each rank records each step as a trace (partui.trace.RankTrace
     overlapped         the part of it during which this rank ran leaf compute (HTA's definition;
                        waits and posting an op are not compute, containers never count)
 and the step time (slowest rank). "Saved" is what overlap really bought: the no-overlap step
-time minus the overlap step time, as a share of the no-overlap all-to-all time.
+time minus the overlap step time, as a share of the no-overlap all-to-all time (both under the
+same link when --link is given). compute_ms is all leaf compute, so the halves' extra cost shows.
 Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
 (forward, dX and dW of the experts, merged) per rank per step. With --link every variant runs under the same
 emulated interconnect (kernels/link.py), which is where overlap can pay.
@@ -46,16 +47,18 @@ VARIANTS = [  # name, ep (0: world), dispatch, overlap
 EXPERT_SPANS = ("experts", "experts dX", "experts dW")   # kernels/ep/layer.py's spans
 
 
-def a2a_figures(per_rank: dict) -> tuple[float, float, float]:
-    """(all-to-all in flight, the part of it overlapped by compute, expert compute) in ms for one
-    rank's recorded step: the trace `partui report --by op` reads, through the same analysis code."""
+def a2a_figures(per_rank: dict) -> tuple[float, float, float, float]:
+    """(all-to-all in flight, the part of it overlapped by compute, expert compute, all compute)
+    in ms for one rank's recorded step: the trace `partui report --by op` reads, through the same
+    analysis code."""
     df = frame(build_doc([per_rank]))
     row = overlap(df, by="op").query("op == 'all_to_all' and group == 'ep'")
+    compute_ms = float(overlap(df, by="rank")["compute_ms"].sum())
     experts = df[df["name"].isin(EXPERT_SPANS)]
     expert_ms = length(merge(list(zip(experts["ts"], experts["end"])))) / 1e3   # us -> ms
     if not len(row):
-        return 0.0, 0.0, expert_ms
-    return float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum()), expert_ms
+        return 0.0, 0.0, expert_ms, compute_ms
+    return float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum()), expert_ms, compute_ms
 
 
 def _rank(rank, world, port, opts, q):
@@ -81,7 +84,7 @@ def _rank(rank, world, port, opts, q):
             for v, eng in enumerate(engines):
                 res, recorded = traced_step(eng, rank)
                 if rnd >= opts["warmup"]:
-                    out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))
+                    out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))   # 6 figures
         q.put((rank, out))
         comm.destroy()
     except BaseException:  # noqa: BLE001 - the parent prints it
@@ -115,10 +118,11 @@ def measure(world: int, opts: dict) -> list[dict]:
         a2a = sum(s[1] for pr in per_rank for s in pr) / (world * opts["steps"])
         ovl = sum(s[2] for pr in per_rank for s in pr) / (world * opts["steps"])
         expert = sum(s[3] for pr in per_rank for s in pr) / (world * opts["steps"])
+        compute = sum(s[4] for pr in per_rank for s in pr) / (world * opts["steps"])
         rows.append({"variant": name, "step_ms": statistics.median(steps), "a2a_ms": a2a,
-                     "expert_ms": expert,
+                     "expert_ms": expert, "compute_ms": compute,
                      "a2a_overlap_pct": 100 * ovl / a2a if a2a else None,
-                     "loss": per_rank[0][-1][4]})
+                     "loss": per_rank[0][-1][5]})
     base = rows[0]["step_ms"]
     for row, (_n, _ep, dispatch, overlap) in zip(rows, VARIANTS):
         row["vs_no_ep"] = row["step_ms"] / base
@@ -167,10 +171,24 @@ def main(argv: list[str]) -> int:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
     print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms", "expert_ms",
-                       "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
+                       "compute_ms", "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
     if opts.get("installed"):
         print(f"\nlink: {LinkModel.from_dict(opts['installed']).describe()}")
-    print(f"\na2a_ms: all-to-all in flight per rank per step; a2a_overlap_pct: share of it during "
-          f"compute (in flight); saved: the step time overlap really took off.\ncommand: partui "
-          f"bench ep {' '.join(argv)}")
+    print("\n" + legend(rows, bool(opts.get("installed"))))
+    print(f"command: partui bench ep {' '.join(argv)}")
     return 0
+
+
+def legend(rows: list[dict], linked: bool) -> str:
+    """What each column counts, and whether the uneven plan's all-to-all outweighs its experts."""
+    off = next(r for r, v in zip(rows, VARIANTS) if v[1] != 1 and v[2] == "uneven" and not v[3])
+    heavier = "at least" if off["a2a_ms"] >= off["expert_ms"] else "less than"
+    return ("step_ms: median over steps of the slowest rank's step; a2a_ms: all-to-all (ep group) "
+            "in flight per rank per step, issue to completion, merged; expert_ms: expert compute "
+            "(forward, dX, dW); compute_ms: all leaf compute; a2a_overlap_pct: share of a2a_ms "
+            "during compute (partui report --by op's definition).\n"
+            "saved_ms: step_ms of the same plan without overlap minus step_ms with it"
+            f"{', both under the same link' if linked else ''}; saved_pct_of_a2a: saved_ms as a % "
+            "of the no-overlap plan's a2a_ms.\n"
+            f"uneven, no overlap: a2a {off['a2a_ms']:.1f} ms is {heavier} its expert compute "
+            f"{off['expert_ms']:.1f} ms.")

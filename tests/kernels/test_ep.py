@@ -1,6 +1,7 @@
 """Expert parallel end to end: --check plans, a 2-rank world test of the layer's dispatch modes
 (routing oracle and gradients against the single-process layer), and bad input."""
 import importlib.util
+import json
 import multiprocessing as mp
 import traceback
 from dataclasses import replace
@@ -73,7 +74,10 @@ def _rank_main(rank, world, port, q):
 def _layer_checks(rank, world, group):
     """Errors of this rank's EP layer against the whole batch in one process."""
     errs = {}
-    for top_k, cf in ((1, 0.5), (2, 0.5), (2, None)):
+    cases = [(e, k, f) for e in (False, True) for k, f in ((1, 0.5), (2, 0.5), (2, None))]
+    for early, top_k, cf in cases:
+        if early:   # as the overlap runner runs it: counts exchanged early, ops posted by a thread
+            comm.post_from_thread(group)
         for mode in ("uneven", "even"):
             cfg = replace(make_config("tiny", batch=4, seq=8), experts=4, top_k=top_k,
                           capacity_factor=cf)
@@ -83,6 +87,7 @@ def _layer_checks(rank, world, group):
             rctx = SimpleNamespace(plan=SimpleNamespace(cp=1), group=lambda name: group,
                                    stats=StepStats())
             ep = build_moe(cfg, "layers.0.moe.", t, rctx, dispatch=mode)
+            ep.early_counts = early
             g = torch.Generator().manual_seed(1)
             x = torch.randn(4, 8, cfg.dim, generator=g, dtype=torch.float64)
             dy = torch.randn(4, 8, cfg.dim, generator=g, dtype=torch.float64)
@@ -94,7 +99,7 @@ def _layer_checks(rank, world, group):
             dx = ep.backward_input(c, dy[rows])
             ep.backward_weight(c)
             comm.all_reduce(ep.router.grad, group)        # dense grad: summed over replicas
-            key = f"top{top_k} cf{cf} {mode}"
+            key = f"top{top_k} cf{cf} {mode}{' early' if early else ''}"
             errs[key + " y"] = (y - y_ref[rows]).abs().max().item()
             errs[key + " dx"] = (dx - dx_ref[rows]).abs().max().item()
             errs[key + " router"] = (ep.router.grad - ref.router.grad).abs().max().item()
@@ -134,5 +139,28 @@ def test_layer_dispatch_modes_on_two_ranks():
         assert isinstance(errs, dict), f"rank {rank} failed:\n{errs}"
         bad = {k: v for k, v in errs.items() if v > 1e-10}
         assert not bad, f"rank {rank}: {bad}"
-        assert len(errs) == 3 * 2 * 7
+        assert len(errs) == 2 * 3 * 2 * 7
     del store
+
+
+# ---------------------------------------------------------------- the overlap runner's order
+
+@pytest.mark.timeout(300)
+def test_overlap_order_hides_counts_and_the_last_combines_under_the_heads(tmp_path):
+    """Each uneven count exchange is issued inside its router span (before the rows are built);
+    the last block's combine of mb1 is waited after mb0's head, and mb0's combine grads are issued
+    before mb1's head runs, so each flies under the other microbatch's head."""
+    trace = tmp_path / "t.json"
+    run_cli("run", *EP2, "--overlap", "--steps", 1, "--trace", trace, check_rc=0, timeout=240)
+    evs = json.loads(trace.read_text())["traceEvents"]
+    for rank in (0, 1):
+        xs = [e for e in evs if e.get("ph") == "X" and e["pid"] == rank]
+        counts = [e["ts"] for e in xs if e.get("cat") == "comm" and e["args"].get("bytes") == 64]
+        routers = [e for e in xs if e["name"] == "router + dispatch rows"]
+        assert len(routers) == 8 and len(counts) == 8           # 4 blocks x 2 microbatches
+        for r in routers:
+            assert any(r["ts"] <= t <= r["ts"] + r["dur"] for t in counts), \
+                f"rank {rank}: a count exchange was not issued while its rows were being built"
+        start = {e["name"]: e["ts"] for e in xs}
+        assert start["head mb0"] < start["combine L3 mb1"] < start["head mb1"]
+        assert start["combine dX L3 mb0"] < start["head mb1"] < start["combine dX L3 mb1"]
