@@ -53,6 +53,17 @@ def _exchange(inp: torch.Tensor, group, out_rows: int, out_splits, in_splits):
                                   async_op=True)
 
 
+def overlap_all_to_alls(layers) -> None:
+    """For a runner that overlaps the all-to-alls (the two-microbatch overlap, F&B pairs): each MoE
+    layer's ep group is posted by the comm thread (the compute thread does not pay for posting) and
+    its uneven count exchange flies while the rows are built (`early_counts`)."""
+    for layer in layers:
+        mlp = getattr(layer, "mlp", None)
+        if getattr(mlp, "is_moe", False):
+            comm.post_from_thread(mlp.group)
+            mlp.early_counts = True
+
+
 class MoE(Layer):
     """Router + E SwiGLU experts, this rank holding experts [lo, lo + local)."""
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from kernels import comm
 from kernels.comm import events
+from kernels.ep.layer import overlap_all_to_alls
 from kernels.model import Block
 from kernels.runner import MicrobatchRunner
 
@@ -61,10 +61,7 @@ class OverlapRunner(MicrobatchRunner):
                              f"{ctx.cfg.batch} / dp {ctx.plan.dp}) into {self.pieces} microbatches "
                              f"does not work; pick microbatches even and dividing {n}, or a "
                              f"per-rank batch of 2 or more")
-        for layer in layers:   # its all-to-alls are posted by the comm thread, not the compute one
-            if _split_block(layer):
-                comm.post_from_thread(layer.mlp.group)
-                layer.mlp.early_counts = True   # the count exchange flies while rows are built
+        overlap_all_to_alls(layers)   # posted by the comm thread; counts fly while rows are built
         for prm in self.params().values():
             prm.meta["accumulations"] = self.pieces   # the grad sync counts them per step
         # the grad sync (built after the runner) reads its default count from the plan

@@ -21,6 +21,7 @@ import torch
 from kernels import comm
 from kernels.comm import events
 from kernels.cp.layout import sequence_shard
+from kernels.ep.layer import overlap_all_to_alls
 from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
@@ -71,6 +72,8 @@ class PipelineRunner:
         self.fb_order = "parts" if plan.fb_overlap else "forward-first"    # or "alternate": see _Step._FB
         # fb_overlap: weight-grad parts fill where a part would wait for an all-to-all (kernels.pp.parts.run_pair)
         self.fb_fill = True
+        if plan.fb_overlap:   # the all-to-alls a pair hides: posted by the comm thread, counts sent early
+            overlap_all_to_alls([layer for ch in self.chunks for layer in ch.layers])
         self._pair_orders = {}             # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
         # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a peer's tensor
         # lands while this rank computes instead of after it asks (0: each RECV where the schedule puts it)
