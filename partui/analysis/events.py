@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 COLUMNS = ["rank", "track", "tid", "name", "cat", "kind", "device", "ts", "dur", "end", "step",
-           "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation"]
-ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation"]
+           "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation", "transfer_us"]
+ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation",
+            "transfer_us"]
 
 
 class TraceError(ValueError):
@@ -47,7 +48,7 @@ def track_names(df: pd.DataFrame, events: list) -> pd.Series:
 
 
 def finish(df: pd.DataFrame) -> pd.DataFrame:
-    for col in ("step", "mb", "chunk", "layer", "bytes", "peer", "cpu_us", "correlation"):
+    for col in ("step", "mb", "chunk", "layer", "bytes", "peer", "cpu_us", "correlation", "transfer_us"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     for col in ("name", "cat", "op", "group", "track"):
         df[col] = df[col].astype("string")

@@ -16,8 +16,9 @@ import pandas as pd
 from partui.analysis.cpu import core_sharing
 from partui.analysis.definitions import definitions
 from partui.analysis.events import TraceError
-from partui.analysis.pipeline import pipeline_windows, theoretical_bubble
+from partui.analysis.pipeline import theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
+from partui.analysis.timing import pipeline_windows
 
 
 US_MS = 1e-3
@@ -61,9 +62,9 @@ def _overlap(df: pd.DataFrame, by: str) -> pd.DataFrame:
         res = sums.sum(min_count=1)
     out = _figures(res, by)
     if pipe is not None:
-        theory = theoretical_bubble(df, ranks=out["rank"].to_numpy())
-        if theory is not None:    # the schedule's, under this trace's own F / B / W times
-            out["sim_bubble_pct"], out["formula_bubble_pct"] = theory
+        theory = theoretical_bubble(df, out[["rank"] + (["step"] if by == "step" else [])])
+        if theory is not None:    # the schedule's, under this trace's own timing and ideally
+            out["sim_bubble_pct"], out["sim_ideal_bubble_pct"], out["formula_bubble_pct"] = theory
     return out
 
 

@@ -114,7 +114,7 @@ def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
     # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%.
     # In each rank's own window (first to last action, as measured): rank 0 runs F0 at 0 and
     # B3 ends at 15, busy 12 -> 20%; rank 1 runs F0 at 1 to B3 ending at 13, busy 12 -> 0%
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
+    assert r["sim_ideal_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
     assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
     # measured: actions [0, 370] per rank, 4 x (10 + 20) computing -> 1 - 120 / 370
     assert r["pipe_ms"].tolist() == pytest.approx([0.370, 0.370])
@@ -130,7 +130,7 @@ def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
     assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
     # rank 0's window is the whole 18-unit step, so it agrees with the formula; rank 1 idles only
     # before its first F and after its last W, outside its own window
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
+    assert r["sim_ideal_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
 
 
 def test_rank_figures_sum_the_steps_and_skip_the_time_between_them(tmp_path):

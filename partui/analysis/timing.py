@@ -1,0 +1,129 @@
+"""A pipeline trace's own timing, measured per step for the simulator (kernels.pp.simulate.Timing): the
+executor's action spans, each rank's pipeline window in a step (its first to last F / B / W action), each
+action's compute outside its waits, and what the rank spent besides: posting p2p ops, dispatching actions,
+and each edge's transfer time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kernels.pp.simulate import Timing
+from partui.analysis.sweep import clip, sweep
+
+ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
+
+
+def actions(df: pd.DataFrame) -> pd.DataFrame:
+    """The pipeline executor's action spans (F, B / BW, W, FB pairs)."""
+    return df[df["cat"].isin(ACTION_CATS) & df["chunk"].notna()
+              & df["kind"].isin(["compute", "container"])]
+
+
+def pipeline_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:
+    """[wid, rank, step, w0, w1]: per step window, the rank's first action start to its last
+    action end (wid the step window's); None when the trace has no pipeline actions."""
+    acts = actions(df)
+    if not len(acts):
+        return None
+    pieces = clip(acts[["rank", "ts", "end"]], windows)
+    if not len(pieces):
+        return None
+    w = pieces.groupby("wid").agg(w0=("ts", "min"), w1=("end", "max"))
+    out = windows.set_index("wid").loc[w.index, ["rank", "step"]].join(w).reset_index()
+    return out.sort_values(["rank", "w0"])[["wid", "rank", "step", "w0", "w1"]].reset_index(drop=True)
+
+
+def _inside(df: pd.DataFrame, acts: pd.DataFrame, mask) -> pd.DataFrame:
+    """The spans of df[mask] each given the action (aid) of its rank that began last at or before it,
+    cut to that action (actions of a rank never overlap: an as-of join, not a sweep)."""
+    spans = df.loc[mask, ["rank", "ts", "end"]].sort_values("ts", kind="stable")
+    j = pd.merge_asof(spans, acts.sort_values("ts", kind="stable")[["rank", "ts", "end", "aid"]]
+                      .rename(columns={"end": "a_end"}), on="ts", by="rank").dropna(subset=["aid"])
+    j["end"] = np.minimum(j["end"], j["a_end"])
+    return j[j["end"] > j["ts"]]
+
+
+def action_compute(df: pd.DataFrame) -> pd.DataFrame:
+    """The actions (a row each, aid its position) with `waited` (waits and posts inside them) and
+    `compute`: the compute spans inside them (an F / B / W is itself one; an FB pair is a container)
+    merged, outside those waits, in us."""
+    acts = actions(df)
+    acts = acts.assign(aid=np.arange(len(acts)))[["rank", "ts", "end", "dur", "cat", "name", "mb",
+                                                   "chunk", "kind", "aid"]]
+    acts = acts.assign(compute=0.0, waited=0.0)
+    if not len(acts):
+        return acts
+    kind = df["kind"].to_numpy()
+    waits = _inside(df, acts, kind == "wait")
+    comp = _inside(df, acts, (kind == "compute") & ~df.index.isin(acts.index))
+    own = acts[acts["kind"] == "compute"]
+    key = np.concatenate([own["aid"], comp["aid"], waits["aid"]]).astype(np.int64)
+    ts = np.concatenate([own["ts"], comp["ts"], waits["ts"]])
+    end = np.concatenate([own["end"], comp["end"], waits["end"]])
+    cls = np.concatenate([np.zeros(len(own) + len(comp), dtype=np.int64), np.full(len(waits), 2)])
+    keys, lengths, _, _ = sweep(key, ts, end, cls, 3)
+    acts.loc[acts.index[keys], "compute"] = lengths[:, 0]
+    acts.loc[acts.index[keys], "waited"] = lengths[:, 2]
+    return acts
+
+
+def action_costs(df: pd.DataFrame) -> dict:
+    """Mean compute (us) of each action kind over all ranks and steps (the ideal simulation's uniform
+    Cost): an action's compute outside its waits, so a recv waited inside an F is not F's cost."""
+    acts = action_compute(df)
+    return acts.groupby(acts["cat"].astype(str))["compute"].mean().to_dict() if len(acts) else {}
+
+
+def _step_of(x: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """x's rows inside step windows, with their window's wid and step (-1 without step spans)."""
+    pieces = clip(x, windows)
+    return pieces.assign(step=windows["step"].fillna(-1).to_numpy()[pieces["wid"].to_numpy()])
+
+
+def step_timings(df: pd.DataFrame, windows: pd.DataFrame) -> dict:
+    """{step: Timing} in us, each step's own: per action (rank, kind, chunk, microbatch) its compute; per
+    (rank, SEND | RECV) the mean post time; per rank dispatch, its pipeline window covered by no span
+    on its compute track plus an FB pair's own time outside its compute and waits, shared over its
+    actions; per edge (src, dst) the mean transfer time (args.transfer_us: the send's post to the
+    recv's completion, where the receiver was already waiting), else the edge's mean over all
+    steps, else all edges' mean, else none (the simulator's Cost.p2p, 0)."""
+    acts = _step_of(action_compute(df), windows)
+    acts = acts.assign(what=acts["name"].astype(str).str.split().str[0])
+    p2p = df[df["op"].isin(["send", "recv"]).fillna(False).to_numpy()]
+    posts = _step_of(p2p.loc[p2p["cat"] == "post", ["rank", "ts", "end", "dur", "op"]], windows)
+    recvs = p2p[(p2p["kind"] == "comm") & (p2p["op"] == "recv") & p2p["transfer_us"].notna()]
+    recvs = _step_of(recvs[["rank", "ts", "end", "peer", "transfer_us"]], windows)
+    overall = recvs.groupby(["peer", "rank"])["transfer_us"].mean()
+    everywhere = float(recvs["transfer_us"].mean()) if len(recvs) else np.nan
+    ranks = sorted(int(r) for r in df["rank"].unique())
+    pipe = pipeline_windows(df, windows)
+    gaps = pd.Series(dtype=float)
+    if pipe is not None:
+        track = df[(df["track"] == "compute").to_numpy()
+                   & df["kind"].isin(["compute", "container", "wait"]).to_numpy()]
+        pieces = clip(track[["rank", "ts", "end"]], pipe)
+        keys, lengths, _, _ = sweep(pieces["wid"].to_numpy(), pieces["ts"].to_numpy(),
+                                    pieces["end"].to_numpy(), np.zeros(len(pieces), dtype=np.int64), 1)
+        covered = pd.Series(lengths[:, 0], index=keys).reindex(pipe["wid"].to_numpy(), fill_value=0.0)
+        gaps = pd.Series((pipe["w1"] - pipe["w0"]).to_numpy() - covered.to_numpy(),
+                         index=pipe["wid"].to_numpy())
+    acts = acts.assign(inner=(acts["dur"] - acts["waited"] - acts["compute"]).clip(lower=0))
+    out = {}
+    for step, mine in acts.groupby("step"):
+        compute = mine.groupby(["rank", "what", "chunk", "mb"])["compute"].mean()  # one action each
+        by_rank = mine.groupby("rank").agg(n=("aid", "size"), inner=("inner", "sum"), wid=("wid", "first"))
+        dispatch = {int(r): float((gaps.get(row.wid, 0.0) + row.inner) / row.n) for r, row in by_rank.iterrows()}
+        p = posts[posts["step"] == step].groupby(["rank", "op"])["dur"].mean()
+        t = recvs[recvs["step"] == step].groupby(["peer", "rank"])["transfer_us"].mean()
+        latency = {}
+        if np.isfinite(everywhere):
+            for a in ranks:
+                for b in ranks:
+                    if a != b:
+                        latency[(a, b)] = float(t.get((a, b), overall.get((a, b), everywhere)))
+        out[step] = Timing(compute={(int(r), str(k), int(c), int(m)): float(v)
+                                    for (r, k, c, m), v in compute.items()},
+                           dispatch=dispatch, post={(int(r), str(op).upper()): float(v) for (r, op), v in p.items()},
+                           latency=latency)
+    return out
