@@ -15,9 +15,14 @@ from partui.analysis.sweep import clip, sweep
 
 def outermost(spans: pd.DataFrame) -> pd.DataFrame:
     """Spans not nested in an earlier one of their rank (sorted by rank, start, longest first)."""
-    s = spans.sort_values(["rank", "ts", "dur"], ascending=[True, True, False], kind="stable")
-    prev_end = s.groupby("rank")["end"].transform(lambda e: e.cummax().shift())
-    return s[~(s["ts"] < prev_end)]
+    rank, ts, end = spans["rank"].to_numpy(), spans["ts"].to_numpy(), spans["end"].to_numpy()
+    order = np.lexsort((-spans["dur"].to_numpy(), ts, rank))
+    rank, ts, end = rank[order], ts[order], end[order]
+    prev_end = np.full(len(order), np.nan)  # the latest end before each span, within its rank
+    cuts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    for a, b in zip(cuts[:-1], cuts[1:]):  # a loop per rank, vectorized inside
+        prev_end[a + 1:b] = np.maximum.accumulate(end[a:b - 1])
+    return spans.iloc[order[~(ts < prev_end)]]
 
 
 def core_sharing(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:

@@ -13,18 +13,18 @@ import pandas as pd
 from kernels.pp.schedules import build_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from partui.analysis.sweep import windows_of
-from partui.analysis.timing import action_costs, step_timings
+from partui.analysis.timing import action_compute, action_costs, step_timings
 
 
-def _schedule(df: pd.DataFrame):
+def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
     """(Schedule, ideal Cost, plan) of the trace's pipeline (metadata plan.pp > 1) under its mean F, B, W
-    compute; None when it does not apply."""
+    compute (acts: timing.action_compute(df), when the caller has it); None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
     plan = meta.get("plan") or {}
     pp = int(plan.get("pp") or 1)
     if pp <= 1:
         return None
-    mean = action_costs(df)
+    mean = action_costs(df, acts)
     f, b, w, fb = (float(mean.get(k, np.nan)) for k in ("F", "B", "W", "FB"))
     if not np.isfinite(f) or not np.isfinite(b):
         return None
@@ -39,21 +39,15 @@ def _schedule(df: pd.DataFrame):
         return None
 
 
-def simulated(df: pd.DataFrame, step=None):
-    """(SimResult, Cost, plan) of the trace's schedule: ideal (step None: mean F, B, W over all ranks
-    and steps, comm free), or under `step`'s own timing (timing.step_timings); None when it does not
-    apply."""
+def simulated(df: pd.DataFrame):
+    """(SimResult, Cost, plan) of the trace's schedule, ideal: mean F, B, W over all ranks and steps,
+    comm free (`--by schedule` measures lateness against it); None when it does not apply."""
     found = _schedule(df)
     if found is None:
         return None
     sched, cost, plan = found
-    timing = None
-    if step is not None:
-        timing = step_timings(df, windows_of(df, by_step=bool((df["kind"] == "step").any()))).get(step)
-        if timing is None:
-            return None
     try:
-        return simulate(sched, cost, timing), cost, plan
+        return simulate(sched, cost), cost, plan
     except (ValueError, TypeError):
         return None
 
@@ -82,7 +76,10 @@ def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None):
     posts, dispatch and per-edge transfer: timing.step_timings), the simulator's ideal one (mean F, B,
     W over ranks, comm free), and the published formula's bubble as a % of the ideal simulated step
     (one figure: the formulas assume equal stages); None when it does not apply."""
-    found = _schedule(df)
+    if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
+        return None
+    acts = action_compute(df)  # once: both simulations take their costs from it
+    found = _schedule(df, acts)
     if found is None:
         return None
     sched, cost, plan = found
@@ -90,8 +87,9 @@ def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None):
         ideal = simulate(sched, cost)
         formula = formula_bubble(plan.get("schedule", "1f1b"), int(plan["pp"]), cost,
                                  int(plan.get("virtual_stages") or 1))[0]
+        windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
         per_step = [stage_windows(simulate(sched, cost, t)).assign(step=s)
-                    for s, t in step_timings(df, windows_of(df, by_step=bool((df["kind"] == "step").any()))).items()]
+                    for s, t in step_timings(df, windows, acts).items()]
     except (ValueError, TypeError):
         return None
     if keys is None:

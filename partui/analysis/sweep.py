@@ -49,6 +49,16 @@ def clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts) if parts else iv.iloc[:0].assign(wid=0)
 
 
+def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The order of (k, t), ~2x faster than np.lexsort: t by quicksort, then k by a stable radix sort
+    when the keys fit 16 bits. Ties in both may come out in any order, which no merged length sees
+    (the segment between equal times is 0)."""
+    if len(k) and k.min() >= 0 and k.max() < 2**16:
+        o = np.argsort(t)
+        return o[np.argsort(k[o].astype(np.uint16), kind="stable")]
+    return np.lexsort((t, k))
+
+
 def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int):
     """Per key: merged length of each class, of each class's intersection with class 0, and of
     the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts
@@ -56,25 +66,27 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
     m = len(ts)
     t = np.concatenate([ts, end])
     k = np.concatenate([key, key])
-    delta = np.zeros((2 * m, n_cls), dtype=np.int64)
-    delta[np.arange(m), cls] = 1
-    delta[m + np.arange(m), cls] = -1
-    order = np.lexsort((t, k))
-    t, k, delta = t[order], k[order], delta[order]
-    depth = np.cumsum(delta, axis=0)  # each interval adds +1 then -1, so depth is 0 between keys
+    order = sort_by_key_then_time(k, t)
+    t, k = t[order], k[order]
+    step = np.where(order < m, 1, -1).astype(np.int32)   # +1 at a start, -1 at an end
+    c = np.concatenate([cls, cls])[order]
+    new_key = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
+    keys = k[new_key]
+    idx = np.cumsum(new_key) - 1                  # each boundary's key, without a second sort
     seg = np.diff(t, append=t[-1:] if len(t) else t)
-    seg = np.where(np.r_[k[1:] == k[:-1], False], seg, 0.0)  # no segment across keys
-    on = depth > 0
+    seg = np.where(np.r_[~new_key[1:], False], seg, 0.0)  # no segment across keys
+    # each interval adds +1 then -1, so a class's depth is 0 between keys
+    on = [np.cumsum(np.where(c == j, step, 0)) > 0 for j in range(n_cls)]
     if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span
-        on[:, 0] &= ~on[:, 2]
-    keys, idx = np.unique(k, return_inverse=True)
-    both = on & on[:, :1]
+        on[0] = on[0] & ~on[2]
+    n = len(keys)
     # bincount per class: np.add.at is ~10x slower on a million boundaries
-    lengths = np.stack([np.bincount(idx, weights=on[:, c] * seg, minlength=len(keys))
-                        for c in range(n_cls)], axis=1)
-    inter0 = np.stack([np.bincount(idx, weights=both[:, c] * seg, minlength=len(keys))
-                       for c in range(n_cls)], axis=1)
-    union = np.bincount(idx, weights=on[:, :2].any(axis=1) * seg, minlength=len(keys))
+    lengths = np.stack([np.bincount(idx, weights=seg * o, minlength=n) for o in on], axis=1) \
+        if n else np.zeros((0, n_cls))
+    inter0 = np.stack([np.bincount(idx, weights=seg * (o & on[0]), minlength=n) for o in on], axis=1) \
+        if n else np.zeros((0, n_cls))
+    union = np.bincount(idx, weights=seg * (on[0] | on[1] if n_cls > 1 else on[0]), minlength=n) \
+        if n else np.zeros(0)
     return keys, lengths, inter0, union
 
 

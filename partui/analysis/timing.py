@@ -12,12 +12,13 @@ from kernels.pp.simulate import Timing
 from partui.analysis.sweep import clip, sweep
 
 ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
+ACTION_COLUMNS = ["rank", "track", "name", "cat", "kind", "ts", "dur", "end", "mb", "chunk", "cpu_us"]
 
 
 def actions(df: pd.DataFrame) -> pd.DataFrame:
     """The pipeline executor's action spans (F, B / BW, W, FB pairs)."""
-    return df[df["cat"].isin(ACTION_CATS) & df["chunk"].notna()
-              & df["kind"].isin(["compute", "container"])]
+    mask = (df["cat"].isin(ACTION_CATS) & df["chunk"].notna() & df["kind"].isin(["compute", "container"]))
+    return df.loc[mask.to_numpy(), ACTION_COLUMNS]  # narrow: a million-row take of every column is slow
 
 
 def pipeline_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:
@@ -68,10 +69,11 @@ def action_compute(df: pd.DataFrame) -> pd.DataFrame:
     return acts
 
 
-def action_costs(df: pd.DataFrame) -> dict:
+def action_costs(df: pd.DataFrame, acts: pd.DataFrame | None = None) -> dict:
     """Mean compute (us) of each action kind over all ranks and steps (the ideal simulation's uniform
-    Cost): an action's compute outside its waits, so a recv waited inside an F is not F's cost."""
-    acts = action_compute(df)
+    Cost): an action's compute outside its waits, so a recv waited inside an F is not F's cost.
+    `acts`: action_compute(df), when the caller has it."""
+    acts = action_compute(df) if acts is None else acts
     return acts.groupby(acts["cat"].astype(str))["compute"].mean().to_dict() if len(acts) else {}
 
 
@@ -81,15 +83,23 @@ def _step_of(x: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return pieces.assign(step=windows["step"].fillna(-1).to_numpy()[pieces["wid"].to_numpy()])
 
 
-def step_timings(df: pd.DataFrame, windows: pd.DataFrame) -> dict:
+def first_word(labels: pd.Series) -> np.ndarray:
+    """Each label's first word ("BW mb3 c0" -> "BW"), split once per distinct label."""
+    cat = pd.Categorical(labels)
+    words = np.array([str(c).split()[0] if str(c).split() else "" for c in cat.categories] + [""],
+                     dtype=object)
+    return words[cat.codes]  # code -1 (no label) takes the trailing ""
+
+
+def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | None = None) -> dict:
     """{step: Timing} in us, each step's own: per action (rank, kind, chunk, microbatch) its compute; per
     (rank, SEND | RECV) the mean post time; per rank dispatch, its pipeline window covered by no span
     on its compute track plus an FB pair's own time outside its compute and waits, shared over its
     actions; per edge (src, dst) the mean transfer time (args.transfer_us: the send's post to the
     recv's completion, where the receiver was already waiting), else the edge's mean over all
     steps, else all edges' mean, else none (the simulator's Cost.p2p, 0)."""
-    acts = _step_of(action_compute(df), windows)
-    acts = acts.assign(what=acts["name"].astype(str).str.split().str[0])
+    acts = _step_of(action_compute(df) if acts is None else acts, windows)
+    acts = acts.assign(what=first_word(acts["name"]))
     p2p = df[df["op"].isin(["send", "recv"]).fillna(False).to_numpy()]
     posts = _step_of(p2p.loc[p2p["cat"] == "post", ["rank", "ts", "end", "dur", "op"]], windows)
     recvs = p2p[(p2p["kind"] == "comm") & (p2p["op"] == "recv") & p2p["transfer_us"].notna()]
@@ -100,9 +110,9 @@ def step_timings(df: pd.DataFrame, windows: pd.DataFrame) -> dict:
     pipe = pipeline_windows(df, windows)
     gaps = pd.Series(dtype=float)
     if pipe is not None:
-        track = df[(df["track"] == "compute").to_numpy()
-                   & df["kind"].isin(["compute", "container", "wait"]).to_numpy()]
-        pieces = clip(track[["rank", "ts", "end"]], pipe)
+        on_track = (df["track"] == "compute").to_numpy() & df["kind"].isin(["compute", "container",
+                                                                              "wait"]).to_numpy()
+        pieces = clip(df.loc[on_track, ["rank", "ts", "end"]], pipe)  # narrow: clip copies rows
         keys, lengths, _, _ = sweep(pieces["wid"].to_numpy(), pieces["ts"].to_numpy(),
                                     pieces["end"].to_numpy(), np.zeros(len(pieces), dtype=np.int64), 1)
         covered = pd.Series(lengths[:, 0], index=keys).reindex(pipe["wid"].to_numpy(), fill_value=0.0)
