@@ -3,13 +3,14 @@
     from partui.analysis import load, overlap
     df = load("traces/run.json")      # reader: detects the format (partui_format, kineto)
     overlap(df, by="rank")            # metrics: or "step", "op"
+    overlap_views(df)                 # {"rank", "step", "op"}: shared work computed once
     fb_pair_a2a(df)                   # pairs: each all-to-all inside an F&B pair (fb_overlap)
 """
 from partui.analysis.events import COLUMNS, TraceError
-from partui.analysis.metrics import hta_overlap, overlap, oversubscription_note, step_times
+from partui.analysis.metrics import hta_overlap, overlap, overlap_views, oversubscription_note, step_times
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.pipeline import theoretical_bubble
 from partui.analysis.reader import detect, frame, load, read_doc
 
 __all__ = ["COLUMNS", "TraceError", "detect", "fb_pair_a2a", "frame", "hta_overlap", "load", "overlap",
-           "oversubscription_note", "pair_summary", "read_doc", "step_times", "theoretical_bubble"]
+           "overlap_views", "oversubscription_note", "pair_summary", "read_doc", "step_times", "theoretical_bubble"]

@@ -16,7 +16,8 @@ from partui.analysis.sweep import clip, sweep
 def outermost(spans: pd.DataFrame) -> pd.DataFrame:
     """Spans not nested in an earlier one of their rank (sorted by rank, start, longest first)."""
     rank, ts, end = spans["rank"].to_numpy(), spans["ts"].to_numpy(), spans["end"].to_numpy()
-    order = np.lexsort((-spans["dur"].to_numpy(), ts, rank))
+    ties = (rank[1:] == rank[:-1]) & (ts[1:] <= ts[:-1])  # the table comes sorted by (rank, ts)
+    order = np.lexsort((-spans["dur"].to_numpy(), ts, rank)) if ties.any() else np.arange(len(ts))
     rank, ts, end = rank[order], ts[order], end[order]
     prev_end = np.full(len(order), np.nan)  # the latest end before each span, within its rank
     cuts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])

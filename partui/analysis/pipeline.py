@@ -69,13 +69,9 @@ def stage_windows(res, measured: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "window", "busy"])
 
 
-def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None):
-    """For pipeline runs, per row of `keys` ([rank] or [rank, step]; default every rank), in the
-    rank's own pipeline windows (first to last action, as pipe_bubble_pct is measured, summed over the
-    steps of a rank row): the simulator's bubble % under each step's own timing (each rank's compute,
-    posts, dispatch and per-edge transfer: timing.step_timings), the simulator's ideal one (mean F, B,
-    W over ranks, comm free), and the published formula's bubble as a % of the ideal simulated step
-    (one figure: the formulas assume equal stages); None when it does not apply."""
+def simulated_steps(df: pd.DataFrame):
+    """The simulations of a pipeline trace: (per-step frame [stage, step, window, busy] under each
+    step's own timing, the ideal SimResult, the formula's bubble), or None when they do not apply."""
     if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
         return None
     acts = action_compute(df)  # once: both simulations take their costs from it
@@ -92,6 +88,22 @@ def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None):
                     for s, t in step_timings(df, windows, acts).items()]
     except (ValueError, TypeError):
         return None
+    sims = pd.concat(per_step) if per_step else pd.DataFrame(columns=["stage", "window", "busy", "step"])
+    return sims, ideal, formula
+
+
+def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None, sims=None):
+    """For pipeline runs, per row of `keys` ([rank] or [rank, step]; default every rank), in the
+    rank's own pipeline windows (first to last action, as pipe_bubble_pct is measured, summed over the
+    steps of a rank row): the simulator's bubble % under each step's own timing (each rank's compute,
+    posts, dispatch and per-edge transfer: timing.step_timings), the simulator's ideal one (mean F, B,
+    W over ranks, comm free), and the published formula's bubble as a % of the ideal simulated step
+    (one figure: the formulas assume equal stages); None when it does not apply. `sims`:
+    simulated_steps(df), when the caller has it."""
+    sims = simulated_steps(df) if sims is None else sims
+    if sims is None:
+        return None
+    per_step, ideal, formula = sims
     if keys is None:
         keys = pd.DataFrame({"rank": sorted(df["rank"].unique())})
     coords = (df.attrs.get("metadata") or {}).get("coords") or {}
@@ -101,9 +113,8 @@ def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None):
     ideal_w = stage_windows(ideal, measured=False).set_index("stage")
     with np.errstate(divide="ignore", invalid="ignore"):
         sim_ideal = 100 * (1 - ideal_w["busy"] / ideal_w["window"]).reindex(k["stage"]).to_numpy()
-        sims = pd.concat(per_step) if per_step else pd.DataFrame(columns=["stage", "window", "busy", "step"])
         on = ["stage", "step"] if "step" in k else ["stage"]
-        summed = sims.groupby(on)[["window", "busy"]].sum()
+        summed = per_step.groupby(on)[["window", "busy"]].sum()
         got = k.join(summed, on=on)
         sim = 100 * (1 - got["busy"] / got["window"]).to_numpy(dtype=float)
     return sim, sim_ideal, np.full(len(k), 100 * formula / ideal.makespan)

@@ -93,20 +93,36 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
 _CLASSES = {"compute": 0, "comm": 1, "wait": 2}
 
 
-def sweep_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def sweep_windows(df: pd.DataFrame, windows: pd.DataFrame, inner: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per window (index wid): merged compute, comm in flight, wait, compute-and-comm and their
-    union, in us, with compute counted only outside waits."""
-    kind = df["kind"].to_numpy(dtype=object)
-    cls = np.select([kind == k for k in _CLASSES], list(_CLASSES.values()), -1)
+    union, in us, with compute counted only outside waits. `inner` ([wid, w0, w1], a sub-window of
+    some windows: the pipeline's) adds `inner_compute`, the compute inside it, from the same sweep
+    (a fourth class whose intersection with compute is what it holds)."""
+    kind = df["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):  # test a few categories, not a million strings
+        of = np.array([_CLASSES.get(c, -1) for c in kind.cat.categories] + [-1])
+        cls = of[kind.cat.codes.to_numpy()]
+    else:
+        kind = kind.to_numpy(dtype=object)
+        cls = np.select([kind == k for k in _CLASSES], list(_CLASSES.values()), -1)
     keep = cls >= 0
     narrow = pd.DataFrame({"rank": df["rank"].to_numpy()[keep], "ts": df["ts"].to_numpy()[keep],
                            "end": df["end"].to_numpy()[keep], "cls": cls[keep]})  # clip copies rows
     iv = clip(narrow, windows)
-    keys, lengths, inter0, union = sweep(iv["wid"].to_numpy(), iv["ts"].to_numpy(),
-                                          iv["end"].to_numpy(), iv["cls"].to_numpy(), len(_CLASSES))
+    key, ts, end, c = iv["wid"].to_numpy(), iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["cls"].to_numpy()
+    n_cls = len(_CLASSES)
+    if inner is not None:
+        n_cls += 1
+        key = np.concatenate([key, inner["wid"].to_numpy()])
+        ts, end = np.concatenate([ts, inner["w0"].to_numpy()]), np.concatenate([end, inner["w1"].to_numpy()])
+        c = np.concatenate([c, np.full(len(inner), len(_CLASSES))])
+    keys, lengths, inter0, union = sweep(key, ts, end, c, n_cls)
     z = pd.DataFrame(0.0, index=windows["wid"].to_numpy(),
                      columns=["compute", "comm", "wait", "overlapped", "union"])
-    z.loc[keys, ["compute", "comm", "wait"]] = lengths
+    z.loc[keys, ["compute", "comm", "wait"]] = lengths[:, :3]
     z.loc[keys, "overlapped"] = inter0[:, 1]
     z.loc[keys, "union"] = union
+    if inner is not None:
+        z["inner_compute"] = 0.0
+        z.loc[keys, "inner_compute"] = inter0[:, 3]
     return z

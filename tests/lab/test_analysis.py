@@ -6,7 +6,7 @@ import pytest
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
 from partui.analysis.cpu import core_sharing_line
-from partui.bench.analysis import bench_analysis
+from partui.bench.analysis import bench_analysis, describe
 
 
 def X(rank, name, cat, ts, dur, tid=1, **args):
@@ -209,7 +209,9 @@ def test_bad_input_names_file_and_problem(tmp_path, content, problem):
 def test_bench_analysis_reports_phases_and_memory():
     res = bench_analysis(20_000)
     assert 19_000 <= res["events"] <= 23_000 and res["rows"][0] == 8 and res["rows"][1] == 80
-    assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0
+    assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0 and res["load_and_analyse_cpu_s"] > 0
+    text = describe(res)
+    assert "s CPU" in text and "load and analyse" in text and f"{res['events']:,} events" in text
 
 
 def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):
