@@ -12,6 +12,7 @@ COLUMNS = ["rank", "track", "tid", "name", "cat", "kind", "device", "ts", "dur",
 ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation",
             "transfer_us"]
 TEXT_ARGS = ("op", "group")  # the other args are numbers
+TOP_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 
 
 class TraceError(ValueError):
@@ -28,7 +29,7 @@ def _numbers(values: list) -> np.ndarray:
 
 def _labels(values) -> pd.Categorical:
     """A string column as a categorical: few distinct names, so comparisons test codes, not strings."""
-    return pd.Categorical(values)
+    return pd.Categorical(np.array(values, dtype=object))  # from an object array: ~1.5x faster than a list
 
 
 def slices(events: list) -> pd.DataFrame:
@@ -36,11 +37,10 @@ def slices(events: list) -> pd.DataFrame:
     column from the decoded dicts (no per-event row objects); string columns are categoricals."""
     xs = [e for e in events if e.get("ph") == "X"]
     args = [a if isinstance(a := e.get("args"), dict) else {} for e in xs]  # no args: NaN
-    ts = _numbers([e.get("ts") for e in xs])
+    cols = {f: [e.get(f) for e in xs] for f in TOP_FIELDS}  # a comprehension per field: the fastest here
+    ts = _numbers(cols["ts"])
     keep = ~np.isnan(ts)
-    dur = np.nan_to_num(_numbers([e.get("dur") for e in xs]), nan=0.0)
-    cols = {"name": [e.get("name") for e in xs], "cat": [e.get("cat") for e in xs],
-            "pid": [e.get("pid") for e in xs], "tid": [e.get("tid") for e in xs]}
+    dur = np.nan_to_num(_numbers(cols["dur"]), nan=0.0)
     df = pd.DataFrame({"name": _labels(cols["name"]), "cat": _labels(cols["cat"]),
                        "pid": _ids(cols["pid"]), "tid": _ids(cols["tid"]),
                        "ts": ts, "dur": dur})

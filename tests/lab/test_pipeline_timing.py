@@ -6,6 +6,7 @@ import pytest
 
 from partui.analysis import load, overlap
 from partui.analysis.sweep import windows_of
+from partui import tracefile
 from partui.analysis.timing import step_timings
 
 
@@ -64,3 +65,20 @@ def test_sim_bubble_replays_the_trace_and_keeps_the_ideal_beside_it(tmp_path):
     assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * (1 - 60 / 96), 100 * (1 - 48 / 70.75)])
     # the ideal: mean F 9, BW 18 everywhere, comm free: rank 0 idles B on 4 (F + B) + (F + B)
     assert r["sim_ideal_bubble_pct"].tolist() == pytest.approx([100 * 27 / 81, 0.0])
+
+
+def test_merge_times_a_transfer_only_where_the_receiver_already_waited():
+    def ev(pid, name, cat, ts, dur, **args):
+        return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 1, "ts": ts, "dur": dur, "args": args}
+    r0 = {"rank": 0, "t0_us": 0, "t1_us": 100, "events": [
+        ev(0, "send", "comm", 10, 50, op="send", peer=1, op_id=1), ev(0, "post send", "post", 10, 3, op_id=1),
+        ev(0, "send", "comm", 40, 50, op="send", peer=1, op_id=2), ev(0, "post send", "post", 40, 3, op_id=2)]}
+    r1 = {"rank": 1, "t0_us": 0, "t1_us": 100, "events": [
+        # waiting since 5, before the first post returned at 13: the bytes landed at 16
+        ev(1, "recv", "comm", 2, 14, op="recv", peer=0, op_id=7), ev(1, "wait recv", "wait", 5, 11, op_id=7),
+        # looked only at 60, long after the second post: its completion is when the rank looked
+        ev(1, "recv", "comm", 30, 30, op="recv", peer=0, op_id=8), ev(1, "wait recv", "wait", 60, 0.1, op_id=8)]}
+    doc = tracefile.build_doc([r0, r1])
+    recvs = sorted((e for e in doc["traceEvents"] if e.get("name") == "recv"), key=lambda e: e["ts"])
+    assert recvs[0]["args"]["transfer_us"] == pytest.approx(6.0)   # 16 - the send's post at 10
+    assert "transfer_us" not in recvs[1]["args"]
