@@ -56,8 +56,8 @@ class Timing:
     its post began."""
     compute: dict = field(default_factory=dict)    # (rank, kind, chunk[, mb]) -> compute of that action (F/B/W/BW/FB)
     dispatch: dict = field(default_factory=dict)   # rank -> rank time before each compute that is not compute
-    post: dict = field(default_factory=dict)       # (rank, "SEND" | "RECV") -> rank time to post one p2p op
-    latency: dict = field(default_factory=dict)    # (src rank, dst rank) -> SEND's post to data usable at dst
+    post: dict = field(default_factory=dict)       # (rank, "SEND" | "RECV"[, n]) -> rank time to post one (its n-th)
+    latency: dict = field(default_factory=dict)    # (src, dst[, n]) -> SEND's post to data usable at dst (n-th RECV)
 
     def __post_init__(self):
         for name in ("compute", "dispatch", "post", "latency"):
@@ -160,6 +160,7 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
     spans = [[] for _ in range(P)]
     post_spans = [[] for _ in range(P)]
     reached = [[] for _ in range(P)]             # a compute's dispatch done: it may still wait for its inputs
+    nth, from_peer, recv_n = {}, {}, {}          # posts counted per (rank, side), RECVs per (src, dst); RECV -> n
     held, peak = [0] * P, [0] * P
     done = set()                                 # (part, stage, mb) finished locally
     sent, posted = {}, {}                        # transfer key -> time the SEND / RECV was posted
@@ -213,7 +214,11 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
                 if send and (part, s.stage_of(r, a.chunk), a.mb) not in done:
                     raise ValueError(f"{s.name} rank {r}: {a} comes before the compute that produces its data")
                 book[k] = clock[r]
-                took = timing.post.get((r, "SEND" if send else "RECV"), 0.0)
+                side = "SEND" if send else "RECV"
+                nth[(r, side)] = n = nth.get((r, side), -1) + 1
+                took = timing.post.get((r, side, n), timing.post.get((r, side), 0.0))
+                if not send:                     # the n-th RECV from this peer, for its own transfer time
+                    from_peer[k[3:]] = recv_n[k] = from_peer.get(k[3:], -1) + 1
                 post_spans[r].append((clock[r], clock[r] + took, a))
                 clock[r] += took
                 (open_sends if send else open_recvs)[r].add(k)
@@ -231,7 +236,8 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
                 break
             blocked.pop(r, None)
             ready_at = clock[r] + timing.dispatch.get(r, 0.0)
-            start = max([ready_at] + [sent[k] + timing.latency.get(k[3:], cost.p2p) for k in wait_recv]
+            start = max([ready_at] + [sent[k] + timing.latency.get(k[3:] + (recv_n[k],), timing.latency.get(
+                             k[3:], cost.p2p)) for k in wait_recv]
                         + [posted[k] for k in wait_send])
             own = timing.compute.get((r, a.kind, a.chunk, a.mb), timing.compute.get((r, a.kind, a.chunk)))
             end = start + (dur[a.kind] if own is None else own)

@@ -37,9 +37,9 @@ COLUMNS = {
     "rest_ms": "window_ms - pipe_ms: loss all-reduce, mirror and grad sync, optimizer",
     "sim_bubble_pct": "the simulator's bubble for this rank's stage in its own pipeline window, "
                       "replaying each step under that step's own timing: each action's compute, "
-                      "the rank's mean post time of a send / recv and its dispatch between "
-                      "actions (rank time, not compute), and per edge the mean measured transfer "
-                      "(send's post to recv's completion, where the receiver already waited)",
+                      "each post's time and the rank's dispatch between actions (rank time, not "
+                      "compute), each transfer's measured time (send's post to recv's "
+                      "completion, where the receiver already waited; else its edge's mean)",
     "sim_ideal_bubble_pct": "the schedule's own bubble for this rank's stage: the simulator under "
                             "mean F / B / W over all ranks, comm free (transfers and posts take 0)",
     "formula_bubble_pct": "the published formula's bubble, as a % of the ideal simulated step",

@@ -93,17 +93,24 @@ def first_word(labels: pd.Series) -> np.ndarray:
 
 def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | None = None) -> dict:
     """{step: Timing} in us, each step's own: per action (rank, kind, chunk, microbatch) its compute; per
-    (rank, SEND | RECV) the mean post time; per rank dispatch, its pipeline window covered by no span
+    post (rank, SEND | RECV, n) its time, with each rank's mean as the fallback; per rank dispatch, its pipeline window covered by no span
     on its compute track plus an FB pair's own time outside its compute and waits, shared over its
-    actions; per edge (src, dst) the mean transfer time (args.transfer_us: the send's post to the
-    recv's completion, where the receiver was already waiting), else the edge's mean over all
-    steps, else all edges' mean, else none (the simulator's Cost.p2p, 0)."""
+    actions; per transfer (src, dst, n) its time where measured (args.transfer_us: the send's post to
+    the recv's completion, where the receiver was already waiting), else the edge's mean in the
+    step, over all steps, all edges' mean, or none (the simulator's Cost.p2p, 0)."""
     acts = _step_of(action_compute(df) if acts is None else acts, windows)
     acts = acts.assign(what=first_word(acts["name"]))
-    p2p = df[df["op"].isin(["send", "recv"]).fillna(False).to_numpy()]
+    p2p = df[(df["op"].isin(["send", "recv"]) & (df["group"].isna() | (df["group"] == "pp"))).to_numpy()]
+    # the n-th post of a side on a rank in a step is the n-th SEND / RECV of its action list, the n-th
+    # recv from a peer the n-th RECV from it (the executor posts in list order)
     posts = _step_of(p2p.loc[p2p["cat"] == "post", ["rank", "ts", "end", "dur", "op"]], windows)
-    recvs = p2p[(p2p["kind"] == "comm") & (p2p["op"] == "recv") & p2p["transfer_us"].notna()]
+    posts = posts.sort_values(["step", "rank", "ts"], kind="stable")
+    posts["n"] = posts.groupby(["step", "rank", "op"], observed=True).cumcount()
+    recvs = p2p[(p2p["kind"] == "comm") & (p2p["op"] == "recv")]
     recvs = _step_of(recvs[["rank", "ts", "end", "peer", "transfer_us"]], windows)
+    recvs = recvs.sort_values(["step", "rank", "ts"], kind="stable")
+    recvs["n"] = recvs.groupby(["step", "peer", "rank"]).cumcount()
+    recvs = recvs[recvs["transfer_us"].notna()]
     overall = recvs.groupby(["peer", "rank"])["transfer_us"].mean()
     everywhere = float(recvs["transfer_us"].mean()) if len(recvs) else np.nan
     ranks = sorted(int(r) for r in df["rank"].unique())
@@ -124,16 +131,22 @@ def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | N
         compute = mine.groupby(["rank", "what", "chunk", "mb"])["compute"].mean()  # one action each
         by_rank = mine.groupby("rank").agg(n=("aid", "size"), inner=("inner", "sum"), wid=("wid", "first"))
         dispatch = {int(r): float((gaps.get(row.wid, 0.0) + row.inner) / row.n) for r, row in by_rank.iterrows()}
-        p = posts[posts["step"] == step].groupby(["rank", "op"])["dur"].mean()
-        t = recvs[recvs["step"] == step].groupby(["peer", "rank"])["transfer_us"].mean()
+        mine_posts = posts[posts["step"] == step]
+        p = mine_posts.groupby(["rank", "op"], observed=True)["dur"].mean()
+        post = {(int(r), str(op).upper()): float(v) for (r, op), v in p.items()}
+        post.update({(int(r), str(op).upper(), int(n)): float(d) for r, op, n, d in
+                     zip(mine_posts["rank"], mine_posts["op"], mine_posts["n"], mine_posts["dur"])})
+        mine_recvs = recvs[recvs["step"] == step]
+        t = mine_recvs.groupby(["peer", "rank"])["transfer_us"].mean()
         latency = {}
         if np.isfinite(everywhere):
             for a in ranks:
                 for b in ranks:
                     if a != b:
                         latency[(a, b)] = float(t.get((a, b), overall.get((a, b), everywhere)))
+            latency.update({(int(a), int(b), int(n)): float(v) for a, b, n, v in
+                            zip(mine_recvs["peer"], mine_recvs["rank"], mine_recvs["n"], mine_recvs["transfer_us"])})
         out[step] = Timing(compute={(int(r), str(k), int(c), int(m)): float(v)
                                     for (r, k, c, m), v in compute.items()},
-                           dispatch=dispatch, post={(int(r), str(op).upper()): float(v) for (r, op), v in p.items()},
-                           latency=latency)
+                           dispatch=dispatch, post=post, latency=latency)
     return out

@@ -100,6 +100,11 @@ def test_timing_replays_a_hand_computed_timeline():
     assert r.reached == [[1, 15, 30, 68], [3, 26, 47, 57]]
     assert [(b, e) for b, e, _ in r.posts[1]] == [(0, 1), (42, 44), (44, 45), (73, 75)]
     assert r.makespan == 97 and r.busy == [60, 48]      # posts and dispatch hold a rank but are not busy
+    # one post and one transfer of their own: rank 0's second RECV takes 3, rank 1 -> 0's second transfer 10
+    own = Timing(compute=timing.compute, dispatch=timing.dispatch, post={**timing.post, (0, "RECV", 1): 3},
+                 latency={**timing.latency, (1, 0, 1): 10})
+    r = simulate(build_schedule("1f1b", 2, 2), Cost(), own)
+    assert r.reached[0][-1] == 70 and r.spans[0][-1][:2] == (83, 103)     # data at 73 + 10
     with pytest.raises(ValueError, match="timing latency must be >= 0"):
         Timing(latency={(0, 1): -1})
 

@@ -50,8 +50,13 @@ def test_step_timing_is_measured_from_the_trace(tmp_path):
                          (1, "F", 0, 0): 8, (1, "F", 0, 1): 8, (1, "BW", 0, 0): 16, (1, "BW", 0, 1): 16}
     # rank 0's window [0, 97] has 3 us on no span over 4 actions; rank 1's [3, 73] 4 us
     assert t.dispatch == {0: pytest.approx(0.75), 1: pytest.approx(1.0)}
-    assert t.post == {(0, "SEND"): 3, (0, "RECV"): 1, (1, "SEND"): 2, (1, "RECV"): 1}
-    assert t.latency == {(0, 1): 6, (1, 0): 6}
+    # each post by its place among the rank's posts of that side (its action list's order), the mean beside
+    assert t.post == {(0, "SEND"): 3, (0, "RECV"): 1, (1, "SEND"): 2, (1, "RECV"): 1,
+                      (0, "SEND", 0): 3, (0, "SEND", 1): 3, (0, "RECV", 0): 1, (0, "RECV", 1): 1,
+                      (1, "SEND", 0): 2, (1, "SEND", 1): 2, (1, "RECV", 0): 1, (1, "RECV", 1): 1}
+    # each measured transfer by its place among the recvs from that peer; rank 1's second recv found its
+    # bytes there (no wait): the edge's mean stands for it
+    assert t.latency == {(0, 1): 6, (1, 0): 6, (0, 1, 0): 6, (1, 0, 0): 6, (1, 0, 1): 6}
 
 
 def test_sim_bubble_replays_the_trace_and_keeps_the_ideal_beside_it(tmp_path):
