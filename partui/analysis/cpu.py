@@ -60,10 +60,14 @@ def core_sharing_line(table: pd.DataFrame) -> str | None:
     line = (f"core sharing: rank {int(worst['rank'])} was runnable but not running for "
             f"{worst['no_core_ms']:.1f} ms (all ranks: {no_core:.1f} ms, compute spans' wall time "
             f"outside waits less their thread CPU time)")
-    if "sim_bubble_pct" in table and table["sim_bubble_pct"].notna().any():
-        schedule = float((table["sim_bubble_pct"] / 100 * table["pipe_ms"]).sum())
+    own = "sim_ideal_bubble_pct" if "sim_ideal_bubble_pct" in table else "sim_bubble_pct"
+    if own in table and table[own].notna().any():
+        schedule = float((table[own] / 100 * table["pipe_ms"]).sum())
         measured = float((table["pipe_bubble_pct"] / 100 * table["pipe_ms"]).sum())
         which = "core sharing dominates" if no_core > schedule else "the schedule's bubble dominates"
         line += (f"; pipeline bubble measured {measured:.1f} ms over all ranks, the schedule's own "
-                 f"(simulated, same costs) {schedule:.1f} ms: {which}")
+                 f"(simulated, mean F / B / W, comm free) {schedule:.1f} ms: {which}")
+        if "sim_bubble_pct" in table and own != "sim_bubble_pct":
+            replay = float((table["sim_bubble_pct"] / 100 * table["pipe_ms"]).sum())
+            line += f"; replayed under the trace's own timing {replay:.1f} ms"
     return line

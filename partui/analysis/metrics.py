@@ -158,7 +158,8 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
         return None
     return (f"note: {ranks} ranks shared {cpus} CPU cores and took turns on them, so spans stretch and the "
             f"measured bubble includes time a rank was ready but had no core"
-            + ("; sim_bubble_pct is the schedule's own under the measured F/B/W times"
+            + ("; sim_ideal_bubble_pct is the schedule's own under the mean F/B/W times, "
+               "sim_bubble_pct its replay under the trace's own timing"
                if int((meta.get("plan") or {}).get("pp") or 1) > 1 else ""))
 
 
