@@ -88,7 +88,8 @@ def detect(doc) -> str:
     if not events:
         raise TraceError("the trace holds no events: record at least one step "
                          "(partui run --trace PATH --steps 2)")
-    odd = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
+    odd = None if set(map(type, events)) == {dict} else next(  # one C-level pass when all is well
+        (i for i, e in enumerate(events) if not isinstance(e, dict)), None)
     if odd is not None:
         raise TraceError(f"event {odd} is {type(events[odd]).__name__} {events[odd]!r:.40}, not a "
                          f"JSON object: the file is not a Chrome trace; record it again")
