@@ -59,6 +59,25 @@ def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.lexsort((t, k))
 
 
+def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.ndarray):
+    """Per key: the merged length of its intervals, (keys, lengths). Intervals in (rank, start) order
+    with keys rising within a rank, windows of a rank disjoint (what clip gives from the analysis
+    table) take one pass, no sort: each adds what it reaches past the latest end before it in its rank
+    (an earlier window's pieces end before a later one begins). Any other order takes the sweep."""
+    rising = (np.all(np.diff(rank) >= 0) and np.all((np.diff(ts) >= 0) | (np.diff(rank) > 0))
+              and np.all((np.diff(key) >= 0) | (np.diff(rank) > 0)))
+    if not rising:
+        keys, lengths, _, _ = sweep(key, ts, end, np.zeros(len(ts), dtype=np.int64), 1)
+        return keys, lengths[:, 0]
+    reach = np.full(len(ts), -np.inf)  # the latest end before each interval, within its rank
+    cuts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True]) if len(ts) else np.zeros(1, int)
+    for a, b in zip(cuts[:-1], cuts[1:]):  # a loop per rank, vectorized inside
+        reach[a + 1:b] = np.maximum.accumulate(end[a:b - 1])
+    adds = np.maximum(0.0, end - np.maximum(ts, reach))
+    keys, idx = np.unique(key, return_inverse=True)
+    return keys, np.bincount(idx.ravel(), weights=adds, minlength=len(keys))
+
+
 def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int):
     """Per key: merged length of each class, of each class's intersection with class 0, and of
     the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts

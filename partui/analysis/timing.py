@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kernels.pp.simulate import Timing
-from partui.analysis.sweep import clip, sweep
+from partui.analysis.sweep import clip, sweep, union_lengths
 
 ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
 ACTION_COLUMNS = ["rank", "track", "name", "cat", "kind", "ts", "dur", "end", "mb", "chunk", "cpu_us"]
@@ -120,9 +120,9 @@ def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | N
         on_track = (df["track"] == "compute").to_numpy() & df["kind"].isin(["compute", "container",
                                                                               "wait"]).to_numpy()
         pieces = clip(df.loc[on_track, ["rank", "ts", "end"]], pipe)  # narrow: clip copies rows
-        keys, lengths, _, _ = sweep(pieces["wid"].to_numpy(), pieces["ts"].to_numpy(),
-                                    pieces["end"].to_numpy(), np.zeros(len(pieces), dtype=np.int64), 1)
-        covered = pd.Series(lengths[:, 0], index=keys).reindex(pipe["wid"].to_numpy(), fill_value=0.0)
+        keys, lengths = union_lengths(pieces["wid"].to_numpy(), pieces["ts"].to_numpy(),
+                                      pieces["end"].to_numpy(), pieces["rank"].to_numpy())
+        covered = pd.Series(lengths, index=keys).reindex(pipe["wid"].to_numpy(), fill_value=0.0)
         gaps = pd.Series((pipe["w1"] - pipe["w0"]).to_numpy() - covered.to_numpy(),
                          index=pipe["wid"].to_numpy())
     acts = acts.assign(inner=(acts["dur"] - acts["waited"] - acts["compute"]).clip(lower=0))
