@@ -5,7 +5,8 @@ Pure Python, light to import; the rank side is partui.trace.
 Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
 lane holds non-overlapping ones; assigned here, after sends are ended at their recv's completion),
 1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `in_flight_between` (a pair
-is in flight from the send's post to the recv's completion), `bind_flows` (send -> recv arrows).
+is in flight from the send's post to the recv's completion), `transfer_times` (a pair's measured
+transfer, where the receiver was already waiting), `bind_flows` (send -> recv arrows).
 """
 from __future__ import annotations
 
@@ -93,6 +94,23 @@ def in_flight_between(pairs: list[tuple[dict, dict]]) -> None:
             r["ts"], r["dur"] = t0, r_end - t0
 
 
+def transfer_times(per_rank: list[dict], pairs: list[tuple[dict, dict]]) -> None:
+    """args.transfer_us on each recv slice whose rank was already waiting for it when the send's post
+    returned: the send's post to the recv's completion, the bytes' own transfer time (elsewhere the
+    completion is only when the receiver looked). The pipeline simulator's per-edge latency."""
+    posts, waits = {}, {}
+    for r in per_rank:
+        for e in r["events"]:
+            op_id = (e.get("args") or {}).get("op_id")
+            if op_id is not None and e.get("cat") in ("post", "wait"):
+                (posts if e["cat"] == "post" else waits)[(e["pid"], op_id)] = e
+    for s, r in pairs:
+        post = posts.get((s["pid"], (s.get("args") or {}).get("op_id")))
+        wait = waits.get((r["pid"], (r.get("args") or {}).get("op_id")))
+        if post is not None and wait is not None and wait["ts"] <= post["ts"] + post["dur"]:
+            r["args"] = dict(r.get("args") or {}, transfer_us=round(r["ts"] + r["dur"] - s["ts"], 3))
+
+
 def bind_flows(pairs: list[tuple[dict, dict]]) -> None:
     """One arrow per pair from the send slice to the recv slice, bound to the slices themselves
     (Chrome's bind_id with flow_out / flow_in): the older s / f events bind to whatever slice is
@@ -138,6 +156,7 @@ def build_doc(per_rank: list[dict], metadata: dict | None = None) -> dict:
     per_rank = [dict(r, events=[dict(e) for e in r["events"]]) for r in per_rank]  # callers' stay
     pairs = p2p_pairs(per_rank)
     in_flight_between(pairs)
+    transfer_times(per_rank, pairs)
     bind_flows(pairs)
     evs: list[dict] = []
     for r in sorted(per_rank, key=lambda r: r["rank"]):

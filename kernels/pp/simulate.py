@@ -12,12 +12,15 @@ W its weight-grad part, FB an overlapped forward + full backward pair (default F
 (backward-input only) costs B-W, "W" costs W, "BW" costs B. Costs are for one chunk of dualpipe/dualpipev
 (DeepSeek's unit) and for a rank's whole share of layers otherwise: an interleaved chunk (1/v of it) costs 1/v.
 Bubble of a rank = makespan - its busy time (idle between the step's start 0 and the step's end).
+Timing (optional) replays a recorded run honestly: each rank's own compute per action (or per kind and chunk), rank time
+spent posting each p2p op and dispatching each compute (not compute: it enters the bubble), and a transfer time
+per edge (src, dst) from a SEND's post to its data being usable at dst, in place of the uniform p2p.
 Activations held = forwards whose backward-input has not run yet (an FB pair counts its forward first).
 """
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernels.pp.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
 
@@ -45,6 +48,24 @@ class Cost:
         return self.F + self.B if self.FB is None else self.FB
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Measured times beyond Cost's uniform ones, in Cost's unit (each optional; missing keys fall back to Cost).
+    A compute action occupies its rank for dispatch + compute, but only compute counts as busy; a SEND / RECV
+    occupies its rank for its post time (never busy); a SEND's data is usable at dst latency[(src, dst)] after
+    its post began."""
+    compute: dict = field(default_factory=dict)    # (rank, kind, chunk[, mb]) -> compute of that action (F/B/W/BW/FB)
+    dispatch: dict = field(default_factory=dict)   # rank -> rank time before each compute that is not compute
+    post: dict = field(default_factory=dict)       # (rank, "SEND" | "RECV"[, n]) -> rank time to post one (its n-th)
+    latency: dict = field(default_factory=dict)    # (src, dst[, n]) -> SEND's post to data usable at dst (n-th RECV)
+
+    def __post_init__(self):
+        for name in ("compute", "dispatch", "post", "latency"):
+            bad = {k: v for k, v in getattr(self, name).items() if not v >= 0}
+            if bad:
+                raise ValueError(f"timing {name} must be >= 0, got {bad}")
+
+
 @dataclass
 class SimResult:
     schedule: Schedule
@@ -54,6 +75,8 @@ class SimResult:
     busy: list[float]
     bubble_per_rank: list[float]
     peak_activations: list[int]
+    posts: list[list[tuple[float, float, Action]]] = field(default_factory=list)  # per rank: SEND / RECV posts
+    reached: list[list[float]] = field(default_factory=list)  # per rank, per span: when the rank got to it
 
     @property
     def bubble(self) -> float:
@@ -127,13 +150,17 @@ def check_structure(s: Schedule) -> None:
                              f" and recvs {channels.get((src, dst, kind, False), [])} (mb, producer stage) do not pair in order")
 
 
-def run_dataflow(s: Schedule, cost: Cost, strict: bool = False) -> SimResult:
+def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing | None = None) -> SimResult:
     """Execute all ranks' lists as a dataflow; raise ValueError on a deadlock or a missing/misplaced transfer."""
     P = s.pp
+    timing = timing or Timing()
     dur = {"F": cost.F, "B": cost.B - cost.W if s.split_w else cost.B, "W": cost.W, "BW": cost.B, "FB": cost.fb}
     dur = {k: v * s.cost_scale for k, v in dur.items()}
     idx, clock = [0] * P, [0.0] * P
     spans = [[] for _ in range(P)]
+    post_spans = [[] for _ in range(P)]
+    reached = [[] for _ in range(P)]             # a compute's dispatch done: it may still wait for its inputs
+    nth, from_peer, recv_n = {}, {}, {}          # posts counted per (rank, side), RECVs per (src, dst); RECV -> n
     held, peak = [0] * P, [0] * P
     done = set()                                 # (part, stage, mb) finished locally
     sent, posted = {}, {}                        # transfer key -> time the SEND / RECV was posted
@@ -187,6 +214,13 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False) -> SimResult:
                 if send and (part, s.stage_of(r, a.chunk), a.mb) not in done:
                     raise ValueError(f"{s.name} rank {r}: {a} comes before the compute that produces its data")
                 book[k] = clock[r]
+                side = "SEND" if send else "RECV"
+                nth[(r, side)] = n = nth.get((r, side), -1) + 1
+                took = timing.post.get((r, side, n), timing.post.get((r, side), 0.0))
+                if not send:                     # the n-th RECV from this peer, for its own transfer time
+                    from_peer[k[3:]] = recv_n[k] = from_peer.get(k[3:], -1) + 1
+                post_spans[r].append((clock[r], clock[r] + took, a))
+                clock[r] += took
                 (open_sends if send else open_recvs)[r].add(k)
                 if k in waiting:
                     ready.append(waiting.pop(k))
@@ -201,9 +235,14 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False) -> SimResult:
                 blocked[r] = (a, missing[0])
                 break
             blocked.pop(r, None)
-            start = max([clock[r]] + [sent[k] + cost.p2p for k in wait_recv] + [posted[k] for k in wait_send])
-            end = start + dur[a.kind]
+            ready_at = clock[r] + timing.dispatch.get(r, 0.0)
+            start = max([ready_at] + [sent[k] + timing.latency.get(k[3:] + (recv_n[k],), timing.latency.get(
+                             k[3:], cost.p2p)) for k in wait_recv]
+                        + [posted[k] for k in wait_send])
+            own = timing.compute.get((r, a.kind, a.chunk, a.mb), timing.compute.get((r, a.kind, a.chunk)))
+            end = start + (dur[a.kind] if own is None else own)
             spans[r].append((start, end, a))
+            reached[r].append(ready_at)
             clock[r] = end
             open_recvs[r] -= wait_recv
             if strict:
@@ -228,12 +267,13 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False) -> SimResult:
         raise ValueError(f"{s.name}: transfers without a matching SEND/RECV: {sorted(unmatched)[:4]}")
     makespan = max(clock)
     busy = [sum(e - b for b, e, _ in spans[r]) for r in range(P)]
-    return SimResult(s, cost, spans, makespan, busy, [makespan - b for b in busy], peak)
+    return SimResult(s, cost, spans, makespan, busy, [makespan - b for b in busy], peak, post_spans, reached)
 
 
-def simulate(schedule: Schedule, cost: Cost | None = None) -> SimResult:
-    """Timeline of one step under `cost` (lenient semantics: sends never delay their sender)."""
-    return run_dataflow(schedule, cost or Cost(), strict=False)
+def simulate(schedule: Schedule, cost: Cost | None = None, timing: Timing | None = None) -> SimResult:
+    """Timeline of one step under `cost` and, where given, measured `timing` (lenient semantics: a send never
+    waits for its receiver)."""
+    return run_dataflow(schedule, cost or Cost(), strict=False, timing=timing)
 
 
 def formula_bubble(name: str, pp: int, cost: Cost, virtual: int = 1) -> tuple[float, str]:
@@ -251,44 +291,3 @@ def formula_bubble(name: str, pp: int, cost: Cost, virtual: int = 1) -> tuple[fl
     if key == "dualpipev":      # the README's PP counts stages: 2 per rank, so PP/2-1 = ranks-1
         return (pp - 1) * (FB + B - 3 * W), "(S/2-1)(F&B+B-3W), S=2P stages"
     raise ValueError(f"no bubble formula for schedule {name!r}")
-
-
-_ANSI = {("F", 0): "38;5;117", ("F", 1): "38;5;222", ("B", 0): "1;38;5;27", ("B", 1): "1;38;5;166",
-         ("W", 0): "38;5;245", ("W", 1): "38;5;245", ("FB", 0): "1;38;5;135", ("FB", 1): "1;38;5;135"}
-
-
-def text_timeline(result: SimResult, width: int = 160, color: bool = False) -> str:
-    """The schedule grid: a row per rank, a cell per time quantum holding the microbatch of the action that runs
-    then ('·' idle), and a legend line with the largest bubble, the published formula and activations held."""
-    s = result.schedule
-    durations = [e - b for spans in result.spans for b, e, _ in spans if e > b]
-    cell = len(str(s.microbatches - 1)) + 1
-    quantum = min(durations) if durations else 1.0
-    quantum = max(quantum, result.makespan / max(1, width // cell))   # at most `width` characters a row
-    columns = int(round(result.makespan / quantum + 0.4999)) if result.makespan else 0
-    label = len(str(s.pp - 1))
-    rows = []
-    for r, spans in enumerate(result.spans):
-        cells, j = [], 0
-        for c in range(columns):
-            mid = (c + 0.5) * quantum
-            while j < len(spans) and spans[j][1] <= mid:
-                j += 1
-            if j < len(spans) and spans[j][0] <= mid:
-                a = spans[j][2]
-                text = str(a.mb).rjust(cell)
-                if color:
-                    kind = "FB" if a.kind == "FB" else "B" if a.kind == "BW" else a.kind
-                    direction = s.direction_of(a.mb) if s.directions == 2 else int(a.chunk > 0)
-                    text = f"\x1b[{_ANSI[(kind, direction)]}m{text}\x1b[0m"
-            else:
-                text = "·".rjust(cell)
-            cells.append(text)
-        rows.append(f"rank {str(r).rjust(label)} │" + "".join(cells))
-    virtual = s.chunks_per_rank if s.name == "interleaved" else 1
-    formula, text = formula_bubble(s.name, s.pp, result.cost, virtual)
-    pct = 100 * result.bubble / result.makespan if result.makespan else 0.0
-    rows.append(f"{' ' * (label + 6)} bubble {result.bubble:g} = {pct:.1f}% (rank {result.bubble_rank}) · formula "
-                f"{text} = {formula:g} · activations held ≤ {max(result.peak_activations)}"
-                + (" · F light, B dark, W grey, FB purple, 2nd direction/chunk warm" if color else ""))
-    return "\n".join(rows)

@@ -3,15 +3,17 @@
     from partui.analysis import load, overlap
     df = load("traces/run.json")      # reader: detects the format (partui_format, kineto)
     overlap(df, by="rank")            # metrics: or "step", "op"
+    overlap_views(df)                 # {"rank", "step", "op"}: shared work computed once
     fb_pair_a2a(df)                   # pairs: each all-to-all inside an F&B pair (fb_overlap)
     saved(read_doc(path), link)       # whatif: what overlap saves under a link (replayed)
 """
 from partui.analysis.events import COLUMNS, TraceError
-from partui.analysis.metrics import hta_overlap, overlap, oversubscription_note, step_times
+from partui.analysis.metrics import hta_overlap, overlap, overlap_views, oversubscription_note, step_times
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.pipeline import theoretical_bubble
 from partui.analysis.reader import detect, frame, load, read_doc
 from partui.analysis.whatif import SAVED_DEFINITIONS, saved
 
-__all__ = ["COLUMNS", "SAVED_DEFINITIONS", "TraceError", "detect", "fb_pair_a2a", "frame", "hta_overlap", "load", "overlap",
-           "oversubscription_note", "pair_summary", "read_doc", "saved", "step_times", "theoretical_bubble"]
+__all__ = ["COLUMNS", "SAVED_DEFINITIONS", "TraceError", "detect", "fb_pair_a2a", "frame", "hta_overlap", "load",
+           "overlap", "overlap_views", "oversubscription_note", "pair_summary", "read_doc", "saved", "step_times",
+           "theoretical_bubble"]

@@ -15,9 +15,15 @@ from partui.analysis.sweep import clip, sweep
 
 def outermost(spans: pd.DataFrame) -> pd.DataFrame:
     """Spans not nested in an earlier one of their rank (sorted by rank, start, longest first)."""
-    s = spans.sort_values(["rank", "ts", "dur"], ascending=[True, True, False], kind="stable")
-    prev_end = s.groupby("rank")["end"].transform(lambda e: e.cummax().shift())
-    return s[~(s["ts"] < prev_end)]
+    rank, ts, end = spans["rank"].to_numpy(), spans["ts"].to_numpy(), spans["end"].to_numpy()
+    ties = (rank[1:] == rank[:-1]) & (ts[1:] <= ts[:-1])  # the table comes sorted by (rank, ts)
+    order = np.lexsort((-spans["dur"].to_numpy(), ts, rank)) if ties.any() else np.arange(len(ts))
+    rank, ts, end = rank[order], ts[order], end[order]
+    prev_end = np.full(len(order), np.nan)  # the latest end before each span, within its rank
+    cuts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    for a, b in zip(cuts[:-1], cuts[1:]):  # a loop per rank, vectorized inside
+        prev_end[a + 1:b] = np.maximum.accumulate(end[a:b - 1])
+    return spans.iloc[order[~(ts < prev_end)]]
 
 
 def core_sharing(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:
@@ -54,10 +60,14 @@ def core_sharing_line(table: pd.DataFrame) -> str | None:
     line = (f"core sharing: rank {int(worst['rank'])} was runnable but not running for "
             f"{worst['no_core_ms']:.1f} ms (all ranks: {no_core:.1f} ms, compute spans' wall time "
             f"outside waits less their thread CPU time)")
-    if "sim_bubble_pct" in table and table["sim_bubble_pct"].notna().any():
-        schedule = float((table["sim_bubble_pct"] / 100 * table["pipe_ms"]).sum())
+    own = "sim_ideal_bubble_pct" if "sim_ideal_bubble_pct" in table else "sim_bubble_pct"
+    if own in table and table[own].notna().any():
+        schedule = float((table[own] / 100 * table["pipe_ms"]).sum())
         measured = float((table["pipe_bubble_pct"] / 100 * table["pipe_ms"]).sum())
         which = "core sharing dominates" if no_core > schedule else "the schedule's bubble dominates"
         line += (f"; pipeline bubble measured {measured:.1f} ms over all ranks, the schedule's own "
-                 f"(simulated, same costs) {schedule:.1f} ms: {which}")
+                 f"(simulated, mean F / B / W, comm free) {schedule:.1f} ms: {which}")
+        if "sim_bubble_pct" in table and own != "sim_bubble_pct":
+            replay = float((table["sim_bubble_pct"] / 100 * table["pipe_ms"]).sum())
+            line += f"; replayed under the trace's own timing {replay:.1f} ms"
     return line

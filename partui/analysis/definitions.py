@@ -36,8 +36,13 @@ COLUMNS = {
     "pipe_bubble_pct": "100 - compute in the pipeline window / pipe_ms: the measured pipeline bubble",
     "rest_ms": "window_ms - pipe_ms: loss all-reduce, mirror and grad sync, optimizer",
     "sim_bubble_pct": "the simulator's bubble for this rank's stage in its own pipeline window, "
-                      "under the trace's mean F / B / W compute (kernels.pp.simulate)",
-    "formula_bubble_pct": "the published formula's bubble, as a % of the simulated step",
+                      "replaying each step under that step's own timing: each action's compute, "
+                      "each post's time and the rank's dispatch between actions (rank time, not "
+                      "compute), each transfer's measured time (send's post to recv's "
+                      "completion, where the receiver already waited; else its edge's mean)",
+    "sim_ideal_bubble_pct": "the schedule's own bubble for this rank's stage: the simulator under "
+                            "mean F / B / W over all ranks, comm free (transfers and posts take 0)",
+    "formula_bubble_pct": "the published formula's bubble, as a % of the ideal simulated step",
     "op": "comm op",
     "group": "process group",
     "ops": "number of ops",

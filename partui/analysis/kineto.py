@@ -46,6 +46,7 @@ def kineto_frame(doc: dict) -> pd.DataFrame:
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
     squashed = op.str.replace("_", "", regex=False)
     op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
-    df["op"] = df["op"].where(df["op"].notna(), op.where(comm))
-    df["group"] = df["group"].where(df["group"].notna(), np.where(comm, "world", None))
+    given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
+    df["op"] = given_op.where(given_op.notna(), op.where(comm))
+    df["group"] = given_group.where(given_group.notna(), np.where(comm, "world", None))
     return finish(df)

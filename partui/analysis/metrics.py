@@ -16,8 +16,9 @@ import pandas as pd
 from partui.analysis.cpu import core_sharing
 from partui.analysis.definitions import definitions
 from partui.analysis.events import TraceError
-from partui.analysis.pipeline import pipeline_windows, theoretical_bubble
+from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
+from partui.analysis.timing import pipeline_windows
 
 
 US_MS = 1e-3
@@ -27,43 +28,54 @@ def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
     """Per rank, per (rank, step), or per (op, group): times in ms and percentages; what each
     column counts (partui.analysis.definitions) is in `.attrs["definitions"]`. Only step windows are
     measured: time between steps (the controller, a user deciding) enters no figure."""
-    out = _overlap(df, by)
-    out.attrs["definitions"] = definitions(out.columns)
+    return overlap_views(df, (by,))[by]
+
+
+def overlap_views(df: pd.DataFrame, views=("rank", "step", "op")) -> dict:
+    """{view: overlap(df, view)} for several views of one trace, the per-window sweep, core sharing
+    and the pipeline simulations computed once for all of them."""
+    bad = [v for v in views if v not in ("rank", "step", "op")]
+    if bad:
+        raise ValueError(f"by must be rank, step or op, not {bad[0]!r}")
+    if "step" in views and not bool((df["kind"] == "step").any()):
+        raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
+    shared = _per_window(df) if set(views) & {"rank", "step"} else None
+    out = {}
+    for by in views:
+        table = _overlap_by_op(df) if by == "op" else _overlap(df, by, *shared)
+        table.attrs["definitions"] = definitions(table.columns)
+        out[by] = table
     return out
 
 
-def _overlap(df: pd.DataFrame, by: str) -> pd.DataFrame:
-    if by not in ("rank", "step", "op"):
-        raise ValueError(f"by must be rank, step or op, not {by!r}")
-    if by == "op":
-        return _overlap_by_op(df)
-    has_steps = bool((df["kind"] == "step").any())
-    if by == "step" and not has_steps:
-        raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
-    windows = windows_of(df, by_step=has_steps)
-    z = sweep_windows(df, windows)
+def _per_window(df: pd.DataFrame):
+    """(per-window sums in us, the pipeline simulations or None): what rank and step views share."""
+    windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
+    pipe = pipeline_windows(df, windows)
+    z = sweep_windows(df, windows, pipe)  # the pipeline windows' compute from the same sweep
     res = pd.DataFrame({"rank": windows["rank"].to_numpy(), "step": windows["step"].to_numpy(),
                         "window": (windows["w1"] - windows["w0"]).to_numpy()})
-    for col in z.columns:
+    for col in ("compute", "comm", "wait", "overlapped", "union"):
         res[col] = z[col].to_numpy()
     cores = core_sharing(df, windows)
     if cores is not None:
         res["cpu"], res["no_core"] = cores["cpu"].to_numpy(), cores["no_core"].to_numpy()
-    pipe = pipeline_windows(df, windows)
+    sims = None
     if pipe is not None:
-        zp = sweep_windows(df, pipe)
         res["pipe"] = np.nan
         res.loc[pipe["wid"].to_numpy(), "pipe"] = (pipe["w1"] - pipe["w0"]).to_numpy()
-        res["pipe_compute"] = 0.0
-        res.loc[pipe["wid"].to_numpy(), "pipe_compute"] = zp.loc[pipe["wid"], "compute"].to_numpy()
+        res["pipe_compute"] = z["inner_compute"].to_numpy()
+        sims = simulated_steps(df)
+    return res, sims
+
+
+def _overlap(df: pd.DataFrame, by: str, res: pd.DataFrame, sims) -> pd.DataFrame:
     if by == "rank":
-        sums = res.drop(columns="step").groupby("rank", as_index=False)
-        res = sums.sum(min_count=1)
+        res = res.drop(columns="step").groupby("rank", as_index=False).sum(min_count=1)
     out = _figures(res, by)
-    if pipe is not None:
-        theory = theoretical_bubble(df, ranks=out["rank"].to_numpy())
-        if theory is not None:    # the schedule's, under this trace's own F / B / W times
-            out["sim_bubble_pct"], out["formula_bubble_pct"] = theory
+    if sims is not None:      # the schedule's, under this trace's own timing and ideally
+        theory = theoretical_bubble(df, out[["rank"] + (["step"] if by == "step" else [])], sims)
+        out["sim_bubble_pct"], out["sim_ideal_bubble_pct"], out["formula_bubble_pct"] = theory
     return out
 
 
@@ -146,7 +158,8 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
         return None
     return (f"note: {ranks} ranks shared {cpus} CPU cores and took turns on them, so spans stretch and the "
             f"measured bubble includes time a rank was ready but had no core"
-            + ("; sim_bubble_pct is the schedule's own under the measured F/B/W times"
+            + ("; sim_ideal_bubble_pct is the schedule's own under the mean F/B/W times, "
+               "sim_bubble_pct its replay under the trace's own timing"
                if int((meta.get("plan") or {}).get("pp") or 1) > 1 else ""))
 
 

@@ -25,10 +25,11 @@ def partui_frame(doc: dict) -> pd.DataFrame:
     df["rank"] = df["pid"]
     names = pd.unique(df["track"].to_numpy(dtype=object))  # a few names: test those, not each row
     on_compute = df["track"].isin([n for n in names if str(n).startswith("compute")])
-    cat = df["cat"].astype(str)
+    cat = df["cat"]  # a categorical: each test below compares codes
     # a comm-category span on a compute track is the rank blocked on comm (older traces' ZeRO-3 wait)
-    df["kind"] = np.select([(cat == "comm") & ~on_compute, cat.isin(WAIT_CATS) | (cat == "comm"),
-                            cat == "step", cat.isin(CONTAINER_CATS), on_compute],
-                           ["comm", "wait", "step", "container", "compute"], "other")
-    df["device"] = "cpu"
+    kinds = ["comm", "wait", "step", "container", "compute", "other"]
+    code = np.select([(cat == "comm") & ~on_compute, cat.isin(WAIT_CATS) | (cat == "comm"),
+                      cat == "step", cat.isin(CONTAINER_CATS), on_compute], range(5), 5)
+    df["kind"] = pd.Categorical.from_codes(code, kinds)  # codes: no million-string column
+    df["device"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int64), ["cpu"])
     return finish(df)

@@ -1,6 +1,7 @@
-"""Pipeline figures of a trace: each rank's pipeline window in a step (its first to last F / B / W
-action), and the schedule's own bubble under the trace's F / B / W costs (kernels.pp.simulate),
-measured on the same basis so the two can be set side by side.
+"""The schedule's own bubble of a pipeline trace (kernels.pp.simulate), measured on the basis of
+pipe_bubble_pct (each rank's first to last action in a step) so the two can be set side by side: under
+each step's own timing (each rank's compute, post and dispatch times, the measured per-edge transfer:
+partui.analysis.timing) and ideally (mean F / B / W, comm free).
 """
 from __future__ import annotations
 
@@ -11,58 +12,19 @@ import pandas as pd
 
 from kernels.pp.schedules import build_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
-from partui.analysis.sweep import clip
-
-ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
-
-
-def actions(df: pd.DataFrame) -> pd.DataFrame:
-    """The pipeline executor's action spans (F, B / BW, W, FB pairs)."""
-    return df[df["cat"].isin(ACTION_CATS) & df["chunk"].notna()
-              & df["kind"].isin(["compute", "container"])]
+from partui.analysis.sweep import windows_of
+from partui.analysis.timing import action_compute, action_costs, step_timings
 
 
-def pipeline_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame | None:
-    """[wid, rank, step, w0, w1]: per step window, the rank's first action start to its last
-    action end (wid the step window's); None when the trace has no pipeline actions."""
-    acts = actions(df)
-    if not len(acts):
-        return None
-    pieces = clip(acts[["rank", "ts", "end"]], windows)
-    if not len(pieces):
-        return None
-    w = pieces.groupby("wid").agg(w0=("ts", "min"), w1=("end", "max"))
-    out = windows.set_index("wid").loc[w.index, ["rank", "step"]].join(w).reset_index()
-    return out.sort_values(["rank", "w0"])[["wid", "rank", "step", "w0", "w1"]].reset_index(drop=True)
-
-
-def action_costs(df: pd.DataFrame) -> dict:
-    """Mean compute time (us) inside each action kind: its span less the waits inside it, so a
-    recv waited inside an F is not counted as F's cost. Actions of a rank never overlap, so each
-    wait belongs to the last action that began before it (an as-of join, not a sweep)."""
-    acts = actions(df)
-    if not len(acts):
-        return {}
-    acts = acts.assign(aid=np.arange(len(acts)))[["rank", "ts", "end", "dur", "cat", "aid"]]
-    waits = df[df["kind"] == "wait"][["rank", "ts", "end"]]
-    left = waits.sort_values("ts", kind="stable")
-    joined = pd.merge_asof(left, acts.sort_values("ts", kind="stable")[["rank", "ts", "end", "aid"]]
-                           .rename(columns={"end": "a_end"}), on="ts", by="rank")
-    inside = (np.minimum(joined["end"], joined["a_end"]) - joined["ts"]).clip(lower=0).fillna(0.0)
-    waited = inside.groupby(joined["aid"]).sum()
-    busy = acts["dur"] - acts["aid"].map(waited).fillna(0.0)
-    return busy.groupby(acts["cat"].astype(str)).mean().to_dict()
-
-
-def simulated(df: pd.DataFrame):
-    """(SimResult, Cost, plan) of the trace's schedule (metadata plan.pp > 1) under the trace's own
-    mean F, B, W compute; None when it does not apply."""
+def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
+    """(Schedule, ideal Cost, plan) of the trace's pipeline (metadata plan.pp > 1) under its mean F, B, W
+    compute (acts: timing.action_compute(df), when the caller has it); None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
     plan = meta.get("plan") or {}
     pp = int(plan.get("pp") or 1)
     if pp <= 1:
         return None
-    mean = action_costs(df)
+    mean = action_costs(df, acts)
     f, b, w, fb = (float(mean.get(k, np.nan)) for k in ("F", "B", "W", "FB"))
     if not np.isfinite(f) or not np.isfinite(b):
         return None
@@ -71,38 +33,91 @@ def simulated(df: pd.DataFrame):
     try:  # virtual stages only mean something to the interleaved schedule
         sched = build_schedule(name, pp, int(plan.get("microbatches", 1)),
                                plan.get("virtual_stages") if name == "interleaved" else None)
-        cost = Cost(F=f, B=b + w, W=w)  # Cost.B is the full backward
-        if np.isfinite(fb):
-            cost = Cost(F=f, B=b + w, W=w, FB=fb)
+        cost = Cost(F=f, B=b + w, W=w) if not np.isfinite(fb) else Cost(F=f, B=b + w, W=w, FB=fb)
+        return sched, cost, plan
+    except (ValueError, TypeError):  # Cost.B is the full backward
+        return None
+
+
+def simulated(df: pd.DataFrame):
+    """(SimResult, Cost, plan) of the trace's schedule, ideal: mean F, B, W over all ranks and steps,
+    comm free (`--by schedule` measures lateness against it); None when it does not apply."""
+    found = _schedule(df)
+    if found is None:
+        return None
+    sched, cost, plan = found
+    try:
         return simulate(sched, cost), cost, plan
     except (ValueError, TypeError):
         return None
 
 
-def theoretical_bubble(df: pd.DataFrame, ranks=None):
-    """For pipeline runs, under the trace's own mean F, B, W compute: the simulator's bubble % per
-    rank in that rank's own pipeline window (first to last action, as pipe_bubble_pct is
-    measured), and the published formula's bubble as a % of the simulated step (one figure: the
-    formulas assume equal stages); None when it does not apply."""
-    sim = simulated(df)
-    if sim is None:
+def stage_windows(res, measured: bool = True) -> pd.DataFrame:
+    """Per stage: [stage, window, busy] of a simulated step. measured=True, on the basis of a recorded
+    action span: from when the rank reached its first compute (an action span begins before it waits
+    for its input) to its last compute's end and through the sends posted right after it (the
+    executor posts a compute's sends inside its span); else first compute start to last end."""
+    rows = []
+    for r, spans in enumerate(res.spans):
+        first, last = min(s[0] for s in spans), max(s[1] for s in spans)
+        if measured and res.reached:
+            first = min(res.reached[r])
+        for p0, p1, a in (res.posts[r] if res.posts else []):
+            if a.kind.startswith("SEND") and p0 == last:
+                last = p1
+        rows.append((r, last - first, sum(s[1] - s[0] for s in spans)))
+    return pd.DataFrame(rows, columns=["stage", "window", "busy"])
+
+
+def simulated_steps(df: pd.DataFrame):
+    """The simulations of a pipeline trace: (per-step frame [stage, step, window, busy] under each
+    step's own timing, the ideal SimResult, the formula's bubble), or None when they do not apply."""
+    if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
         return None
-    res, cost, plan = sim
+    acts = action_compute(df)  # once: both simulations take their costs from it
+    found = _schedule(df, acts)
+    if found is None:
+        return None
+    sched, cost, plan = found
     try:
+        ideal = simulate(sched, cost)
         formula = formula_bubble(plan.get("schedule", "1f1b"), int(plan["pp"]), cost,
                                  int(plan.get("virtual_stages") or 1))[0]
+        windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
+        per_step = [stage_windows(simulate(sched, cost, t)).assign(step=s)
+                    for s, t in step_timings(df, windows, acts).items()]
     except (ValueError, TypeError):
         return None
-    per_stage = []
-    for spans in res.spans:
-        first, last = min(s[0] for s in spans), max(s[1] for s in spans)
-        busy = sum(s[1] - s[0] for s in spans)
-        per_stage.append(100 * (1 - busy / (last - first)) if last > first else np.nan)
+    sims = pd.concat(per_step) if per_step else pd.DataFrame(columns=["stage", "window", "busy", "step"])
+    return sims, ideal, formula
+
+
+def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None, sims=None):
+    """For pipeline runs, per row of `keys` ([rank] or [rank, step]; default every rank), in the
+    rank's own pipeline windows (first to last action, as pipe_bubble_pct is measured, summed over the
+    steps of a rank row): the simulator's bubble % under each step's own timing (each rank's compute,
+    posts, dispatch and per-edge transfer: timing.step_timings), the simulator's ideal one (mean F, B,
+    W over ranks, comm free), and the published formula's bubble as a % of the ideal simulated step
+    (one figure: the formulas assume equal stages); None when it does not apply. `sims`:
+    simulated_steps(df), when the caller has it."""
+    sims = simulated_steps(df) if sims is None else sims
+    if sims is None:
+        return None
+    per_step, ideal, formula = sims
+    if keys is None:
+        keys = pd.DataFrame({"rank": sorted(df["rank"].unique())})
     coords = (df.attrs.get("metadata") or {}).get("coords") or {}
-    ranks = sorted(df["rank"].unique()) if ranks is None else list(ranks)
-    stage = [pp_coord(coords.get(str(r), ""), r) for r in ranks]
-    out = np.array([per_stage[s] if s < len(per_stage) else np.nan for s in stage])
-    return out, np.full(len(ranks), 100 * formula / res.makespan)
+    k = keys.assign(stage=[pp_coord(coords.get(str(r), ""), r) for r in keys["rank"]])
+    if "step" in k:
+        k["step"] = k["step"].astype(float)
+    ideal_w = stage_windows(ideal, measured=False).set_index("stage")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sim_ideal = 100 * (1 - ideal_w["busy"] / ideal_w["window"]).reindex(k["stage"]).to_numpy()
+        on = ["stage", "step"] if "step" in k else ["stage"]
+        summed = per_step.groupby(on)[["window", "busy"]].sum()
+        got = k.join(summed, on=on)
+        sim = 100 * (1 - got["busy"] / got["window"]).to_numpy(dtype=float)
+    return sim, sim_ideal, np.full(len(k), 100 * formula / ideal.makespan)
 
 
 def pp_coord(coords: str, rank: int) -> int:

@@ -16,15 +16,16 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.events import TraceError
-from partui.analysis.pipeline import actions, pp_coord, simulated
+from partui.analysis.pipeline import pp_coord, simulated
 from partui.analysis.sweep import clip, windows_of
+from partui.analysis.timing import actions
 
 WHY_SHARE = 0.05  # a cause must take over 5% of the action to be named
 
 
 def schedule_view(df: pd.DataFrame, step: int | None = None) -> pd.DataFrame:
     """One row per (rank, action) of `step` (default: the last step traced)."""
-    sim = simulated(df)
+    sim = simulated(df)  # the ideal: mean F / B / W, comm free, so lateness shows what comm and cores cost
     if sim is None:
         raise TraceError("no pipeline schedule in this trace (a partui trace of a run with --pp 2 "
                          "or more and F / B actions); use --by rank")

@@ -7,7 +7,7 @@ import argparse
 import json
 import statistics
 
-from partui.bench.analysis import bench_analysis
+from partui.bench.analysis import bench_analysis, describe
 from partui.bench.harness import table
 from partui.session import World
 
@@ -50,5 +50,5 @@ def main(argv) -> int:
     print(f"tracing overhead, world {args.world} {plan_kw or 'dp'} {args.model} "
           f"(median step of {args.rounds * args.steps}; target sparse <= 5%)")
     print(table(rows, ["mode", "step_ms", "overhead_pct"]))
-    print(f"\nanalysis of a synthetic trace: {json.dumps(ana)}")
+    print("\n" + describe(ana))
     return 0

@@ -7,7 +7,8 @@ import sys
 
 from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
 from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, validate
-from kernels.pp.simulate import Cost, formula_bubble, simulate, text_timeline
+from kernels.pp.simulate import Cost, formula_bubble, simulate
+from kernels.pp.timeline import text_timeline
 
 COST_KEYS = ("F", "B", "W", "FB", "p2p")
 DEFAULT_COST = "F=1,B=2,W=1"

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from kernels.pp.schedules import build_schedule
-from kernels.pp.simulate import Cost, formula_bubble, simulate, text_timeline
+from kernels.pp.simulate import Cost, Timing, formula_bubble, simulate
+from kernels.pp.timeline import text_timeline
 from partui.commands import simulate as cmd_simulate
 
 # F=1, B=2 (full backward), W=1, F&B=2.5: B-W = F and W <= B-W, where REFERENCES.md says the formulas are exact
@@ -81,6 +82,31 @@ def test_p2p_latency_adds_two_hops_per_stage_to_gpipe():
     d = 0.25
     r = simulate(build_schedule("gpipe", 4, 8), Cost(F=1, B=2, W=1, p2p=d))
     assert r.bubble == pytest.approx(3 * (1 + 2 + 2 * d))   # forward fill and backward drain each cross 3 links
+
+
+def test_timing_replays_a_hand_computed_timeline():
+    """1F1B, 2 ranks, 2 microbatches under measured timing: each rank's own compute, dispatch before
+    each compute, post times that hold the rank, and a transfer time per edge from the SEND's post."""
+    timing = Timing(compute={(0, "F", 0): 10, (0, "BW", 0): 20, (1, "F", 0): 8, (1, "BW", 0): 16},
+                    dispatch={0: 1, 1: 2}, post={(0, "SEND"): 3, (0, "RECV"): 1, (1, "SEND"): 2, (1, "RECV"): 1},
+                    latency={(0, 1): 5, (1, 0): 4})
+    r = simulate(build_schedule("1f1b", 2, 2), Cost(), timing)
+    # rank 0: F0 [1, 11], SEND_F0 posted 11-14, F1 [15, 25], SEND_F1 25-28, RECV_B0 28-29, BW0 reached at 30
+    # waits for rank 1's SEND_B0 (posted 42, + 4): [46, 66], RECV_B1 66-67, BW1 reached 68, data 73 + 4: [77, 97]
+    # rank 1: RECV_F0 0-1, F0 reached 3, data 11 + 5: [16, 24], BW0 [26, 42], SEND_B0 42-44, RECV_F1 44-45,
+    # F1 [47, 55] (data since 25 + 5), BW1 [57, 73], SEND_B1 73-75
+    assert [(b, e) for b, e, _ in r.spans[0]] == [(1, 11), (15, 25), (46, 66), (77, 97)]
+    assert [(b, e) for b, e, _ in r.spans[1]] == [(16, 24), (26, 42), (47, 55), (57, 73)]
+    assert r.reached == [[1, 15, 30, 68], [3, 26, 47, 57]]
+    assert [(b, e) for b, e, _ in r.posts[1]] == [(0, 1), (42, 44), (44, 45), (73, 75)]
+    assert r.makespan == 97 and r.busy == [60, 48]      # posts and dispatch hold a rank but are not busy
+    # one post and one transfer of their own: rank 0's second RECV takes 3, rank 1 -> 0's second transfer 10
+    own = Timing(compute=timing.compute, dispatch=timing.dispatch, post={**timing.post, (0, "RECV", 1): 3},
+                 latency={**timing.latency, (1, 0, 1): 10})
+    r = simulate(build_schedule("1f1b", 2, 2), Cost(), own)
+    assert r.reached[0][-1] == 70 and r.spans[0][-1][:2] == (83, 103)     # data at 73 + 10
+    with pytest.raises(ValueError, match="timing latency must be >= 0"):
+        Timing(latency={(0, 1): -1})
 
 
 def test_spans_respect_dependencies():

@@ -6,7 +6,7 @@ import pytest
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
 from partui.analysis.cpu import core_sharing_line
-from partui.bench.analysis import bench_analysis
+from partui.bench.analysis import bench_analysis, describe
 
 
 def X(rank, name, cat, ts, dur, tid=1, **args):
@@ -114,7 +114,7 @@ def test_pipeline_trace_gets_the_schedules_theoretical_bubble(tmp_path):
     # 1F1B, F=1, B=2 units: bubble (p-1)(F+B) = 3 of a makespan m(F+B) + 3 = 15 -> 20%.
     # In each rank's own window (first to last action, as measured): rank 0 runs F0 at 0 and
     # B3 ends at 15, busy 12 -> 20%; rank 1 runs F0 at 1 to B3 ending at 13, busy 12 -> 0%
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
+    assert r["sim_ideal_bubble_pct"].tolist() == pytest.approx([20.0, 0.0])
     assert r["formula_bubble_pct"].tolist() == pytest.approx([20.0, 20.0])
     # measured: actions [0, 370] per rank, 4 x (10 + 20) computing -> 1 - 120 / 370
     assert r["pipe_ms"].tolist() == pytest.approx([0.370, 0.370])
@@ -130,7 +130,7 @@ def test_pipeline_report_sets_the_formula_beside_the_simulator(tmp_path):
     assert r["formula_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18] * 2)
     # rank 0's window is the whole 18-unit step, so it agrees with the formula; rank 1 idles only
     # before its first F and after its last W, outside its own window
-    assert r["sim_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
+    assert r["sim_ideal_bubble_pct"].tolist() == pytest.approx([100 * 2 / 18, 0.0])
 
 
 def test_rank_figures_sum_the_steps_and_skip_the_time_between_them(tmp_path):
@@ -209,7 +209,9 @@ def test_bad_input_names_file_and_problem(tmp_path, content, problem):
 def test_bench_analysis_reports_phases_and_memory():
     res = bench_analysis(20_000)
     assert 19_000 <= res["events"] <= 23_000 and res["rows"][0] == 8 and res["rows"][1] == 80
-    assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0
+    assert res["load_and_analyse_s"] > 0 and res["peak_rss_mb"] > 0 and res["load_and_analyse_cpu_s"] > 0
+    text = describe(res)
+    assert "s CPU" in text and "load and analyse" in text and f"{res['events']:,} events" in text
 
 
 def test_a_wait_inside_a_compute_span_is_exposed_not_overlapped(tmp_path):

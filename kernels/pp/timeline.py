@@ -1,0 +1,44 @@
+"""The schedule grid of a simulated step as text: a row per rank, a cell per time quantum (`partui simulate`)."""
+from __future__ import annotations
+
+from kernels.pp.simulate import SimResult, formula_bubble
+
+_ANSI = {("F", 0): "38;5;117", ("F", 1): "38;5;222", ("B", 0): "1;38;5;27", ("B", 1): "1;38;5;166",
+         ("W", 0): "38;5;245", ("W", 1): "38;5;245", ("FB", 0): "1;38;5;135", ("FB", 1): "1;38;5;135"}
+
+
+def text_timeline(result: SimResult, width: int = 160, color: bool = False) -> str:
+    """The schedule grid: a row per rank, a cell per time quantum holding the microbatch of the action that runs
+    then ('·' idle), and a legend line with the largest bubble, the published formula and activations held."""
+    s = result.schedule
+    durations = [e - b for spans in result.spans for b, e, _ in spans if e > b]
+    cell = len(str(s.microbatches - 1)) + 1
+    quantum = min(durations) if durations else 1.0
+    quantum = max(quantum, result.makespan / max(1, width // cell))   # at most `width` characters a row
+    columns = int(round(result.makespan / quantum + 0.4999)) if result.makespan else 0
+    label = len(str(s.pp - 1))
+    rows = []
+    for r, spans in enumerate(result.spans):
+        cells, j = [], 0
+        for c in range(columns):
+            mid = (c + 0.5) * quantum
+            while j < len(spans) and spans[j][1] <= mid:
+                j += 1
+            if j < len(spans) and spans[j][0] <= mid:
+                a = spans[j][2]
+                text = str(a.mb).rjust(cell)
+                if color:
+                    kind = "FB" if a.kind == "FB" else "B" if a.kind == "BW" else a.kind
+                    direction = s.direction_of(a.mb) if s.directions == 2 else int(a.chunk > 0)
+                    text = f"\x1b[{_ANSI[(kind, direction)]}m{text}\x1b[0m"
+            else:
+                text = "·".rjust(cell)
+            cells.append(text)
+        rows.append(f"rank {str(r).rjust(label)} │" + "".join(cells))
+    virtual = s.chunks_per_rank if s.name == "interleaved" else 1
+    formula, text = formula_bubble(s.name, s.pp, result.cost, virtual)
+    pct = 100 * result.bubble / result.makespan if result.makespan else 0.0
+    rows.append(f"{' ' * (label + 6)} bubble {result.bubble:g} = {pct:.1f}% (rank {result.bubble_rank}) · formula "
+                f"{text} = {formula:g} · activations held ≤ {max(result.peak_activations)}"
+                + (" · F light, B dark, W grey, FB purple, 2nd direction/chunk warm" if color else ""))
+    return "\n".join(rows)
