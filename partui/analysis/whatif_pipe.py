@@ -3,7 +3,7 @@
 
 From the recorded trace (a pipeline run, pp >= 2):
     per microbatch, the whole model's F, B, W (and FB pair) = the trace's mean action of that kind
-        (its span less the waits inside it, partui.analysis.pipeline.action_costs) x the stages
+        (its span less the waits inside it, partui.analysis.timing.action_costs) x the stages
         one microbatch crosses (Schedule.stages: pp, pp x v interleaved, 2 pp for dualpipev)
     the activation bytes one microbatch sends = the mean bytes of the trace's pipeline sends
 For the new plan (pp', M'; the global batch and dp stay, so a microbatch holds M/M' of the tokens):
@@ -29,7 +29,7 @@ from kernels.pp.schedules import build_schedule
 from kernels.pp.simulate import Cost, simulate
 from kernels.validate import validate
 from partui.analysis.events import TraceError
-from partui.analysis.pipeline import action_costs, actions
+from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
 
 
