@@ -11,8 +11,7 @@ FIFO of its own. A hand-off between two chunks of one rank (DualPipeV's turn on 
 DualPipe keeps two copies of the model: rank r runs stage r of direction 0 and stage P-1-r of direction 1, so
 stage s's weights live on ranks s and P-1-s. Their grads are partial: each Param lists the "pp_mirror" group in
 `replicated_over` so the grad sync sums the two copies before dp sync, and both copies then take the same step.
-Every Param carries `meta["accumulations"]`: how many `accumulate` calls one step makes into it (one per
-microbatch passing its chunk: M, or M/2 for dualpipe), for a bucketed dp sync that fires on the last one.
+`meta["accumulations"]`: a Param's `accumulate` calls a step (M, or M/2 for dualpipe), for a dp sync firing on the last.
 """
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ class PipelineRunner:
                     prm.replicated_over.append("pp_mirror")
         self.dtype = next(iter(self._params.values())).data.dtype
         self.fb_order = "parts" if plan.fb_overlap else "forward-first"    # or "alternate": see _Step._FB
-        # fb_overlap: weight-grad parts fill where a part would wait for an all-to-all (kernels.pp.parts.run_pair)
-        self.fb_fill = True
+        self.fb_fill = True   # fb_overlap: W parts fill where a part would wait on an all-to-all (parts.run_pair)
         if plan.fb_overlap:   # the all-to-alls a pair hides: posted by the comm thread, counts sent early
             overlap_all_to_alls([layer for ch in self.chunks for layer in ch.layers])
         self._pair_orders = {}             # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
