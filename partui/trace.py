@@ -1,10 +1,14 @@
 """Per-rank trace recording (the rank side; partui.tracefile merges the ranks into one Chrome trace).
 
 Each worker runs a `RankTracer`: it is the `kernels.comm.events` recorder (compute spans, comm
-issue/complete/wait, counters) and, beside it, a viztracer in sparse mode (only @log_sparse
-functions) or, with sparse=False, full function tracing. `stop()` returns plain JSON-able Chrome
-events with pid = rank and ts in microseconds from perf_counter_ns; the controller stitches and
-merges them (partui.tracefile.merge: process/thread names and send->recv flow arrows).
+issue/complete/wait, counters) and, beside it, viztracer: sparse mode (the default) logs the
+functions partui.sparse_log wraps with viztracer's log_sparse (layer forward / backward_input /
+backward_weight, the optimizer step, each schedule action); sparse=False traces every Python call.
+The main thread's viztracer calls join the rank's compute track (same pid, tid, clock), so the call
+tree sits under the recorder's spans; viztracer's category "FEE" keeps them out of every figure
+(partui.analysis.definitions "python"). `stop()` returns plain JSON-able Chrome events with
+pid = rank and ts in microseconds from perf_counter_ns; the controller stitches and merges them
+(partui.tracefile.merge: process/thread names and send->recv flow arrows).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import threading
 import time
 
 from kernels.comm import events
+from partui.sparse_log import wrap_sparse
 from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, assign_comm_lanes
 
 
@@ -77,7 +82,9 @@ class RankTracer:
         with self._lock:
             issues, complete, waits = dict(self._issues), dict(self._complete), list(self._waits)
             posts = list(self._posts)
-        evs = self._compute_track(issues, waits, posts) + self._comm_tracks(issues, complete, waits)
+        evs = self._compute_track(issues, waits, posts)
+        nest_python(evs, viz_events)
+        evs += self._comm_tracks(issues, complete, waits)
         evs += [{"ph": "C", "name": n, "pid": self.rank, "tid": COMPUTE_TID, "ts": _us(t),
                  "args": v} for n, t, v in self._counters]
         return {"rank": self.rank, "coords": self.coords, "events": evs + viz_events,
@@ -129,43 +136,72 @@ class RankTracer:
         return ops
 
 
-# ---------------------------------------------------------------- viztracer, cheaply
+# ---------------------------------------------------------------- viztracer
+
+def nest_python(track: list[dict], viz_events: list[dict]) -> None:
+    """Move the main thread's viztracer calls (tid PY_TID) onto the compute track, in place, where
+    they nest among its spans: the Python call tree under each span. The recorder's spans keep
+    their places; a call one of them would cross (viztracer's clock is the TSC scaled to ours, and
+    a wait's span can start before the call that waits) stays on PY_TID. Times go to whole ns, as
+    the recorder's, so Perfetto's rounding cannot make a child outlast its parent."""
+    spans = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000), 0, e)
+             for e in track if e["tid"] == COMPUTE_TID]
+    for e in viz_events:
+        if e["tid"] == PY_TID and e.get("ph") == "X":
+            t0 = round(e["ts"] * 1000)
+            spans.append((t0, max(t0, round((e["ts"] + e.get("dur", 0)) * 1000)), 1, e))
+    spans.sort(key=lambda s: (s[0], s[0] - s[1], s[2]))  # parents first; a recorder span at a tie
+    stack = []  # the open spans, innermost last
+    for t0, t1, is_call, e in spans:
+        while stack and stack[-1][1] <= t0:
+            stack.pop()
+        if not is_call:
+            while stack and stack[-1][2] and stack[-1][1] < t1:  # calls it would cross stay aside
+                stack.pop()[3]["tid"] = PY_TID
+            stack.append((t0, t1, is_call, e))
+        elif not stack or t1 <= stack[-1][1]:
+            e.update(tid=COMPUTE_TID, ts=_us(t0), dur=_us(t1 - t0))
+            stack.append((t0, t1, is_call, e))
+
 
 def _start_viztracer(sparse: bool):
-    try:  # lazy and optional: viztracer is a heavy extra; without it the recorder's spans remain
-        from viztracer import VizTracer
-    except ImportError:
-        return None
+    """Sparse: viztracer's log_sparse around the functions partui.sparse_log names (no profile hook);
+    full: viztracer's profile hook on every Python call of every thread."""
+    from viztracer import VizTracer  # a design-card dependency; imported here to keep this module light
     if sparse:
         viz = VizTracer(tracer_entries=100_000, verbose=0, log_sparse=True)
         # Python < 3.12: the constructor already installed its profile hook (5x slower calls);
-        # sparse mode records only @log_sparse functions, which need no hook.
+        # log_sparse's wrappers add their events themselves and need no hook.
         if sys.getprofile() is viz:
             sys.setprofile(None)
         if getattr(getattr(threading, "_profile_hook", None), "__self__", None) is viz:
             threading.setprofile(None)
+        viz.undo_wraps = wrap_sparse(viz)
     else:
         viz = VizTracer(tracer_entries=2_000_000, verbose=0)
+        viz.undo_wraps = None
+    viz.sync_start = _clock_pair(viz)
+    if not sparse:
         viz.start()
     return viz
 
 
 def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
+    """This rank's viztracer events on our clock, pid = rank: the main thread's on tid PY_TID (stop()
+    moves its calls onto the compute track where they nest), other threads' on PY_TID + 1, ..."""
     if viz is None:
-        return [], {"available": False}
+        return [], {"mode": "off"}
     if viz.enable:
         viz.stop()
-    # viztracer reads CLOCK_MONOTONIC in us, as perf_counter does; measure any offset anyway
-    a = time.perf_counter_ns()
-    v = viz.getts()
-    b = time.perf_counter_ns()
-    offset_us = v - _us(a + b) / 2
+    if viz.undo_wraps is not None:
+        viz.undo_wraps()
+    to_ours = _clock_map(viz.sync_start, _clock_pair(viz))
     raw = viz.load()
     if sys.getprofile() is viz:
         sys.setprofile(None)
     if getattr(builtins, "__viz_tracer__", None) is viz:
         del builtins.__viz_tracer__
-    tids: dict = {}
+    tids: dict = {threading.main_thread().native_id: PY_TID}  # main: the one that joins compute
     names: dict = {}
     out = []
     for e in raw:
@@ -178,7 +214,31 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
         tid = tids.setdefault(e.get("tid"), PY_TID + len(tids))
         e = dict(e, pid=rank, tid=tid)
         if "ts" in e:
-            e["ts"] = e["ts"] - offset_us
+            e["ts"] = to_ours(e["ts"])
+        if "dur" in e:
+            e["dur"] = e["dur"] * to_ours.rate
         out.append(e)
     thread_names = {str(t): f"py {names.get(orig, orig)}" for orig, t in tids.items()}
-    return out, {"available": True, "clock_offset_us": offset_us, "threads": thread_names}
+    return out, {"mode": "sparse" if viz.log_sparse else "full", "clock_rate": to_ours.rate,
+                 "threads": thread_names}
+
+
+def _clock_pair(viz) -> tuple[float, float]:
+    """(our clock, viztracer's) in us, read together."""
+    a = time.perf_counter_ns()
+    v = viz.getts()
+    b = time.perf_counter_ns()
+    return _us(a + b) / 2, v
+
+
+def _clock_map(start: tuple, stop: tuple):
+    """viztracer's us -> ours: viztracer reads the TSC scaled by a factor it calibrated once, which
+    drifts from CLOCK_MONOTONIC (perf_counter's clock) by tens of us over a run; the line through
+    two readings, one at start and one at stop, removes the drift."""
+    (p0, v0), (p1, v1) = start, stop
+    rate = (p1 - p0) / (v1 - v0) if v1 - v0 > 1000 else 1.0  # under 1 ms: the offset alone
+
+    def to_ours(v: float) -> float:
+        return p0 + (v - v0) * rate
+    to_ours.rate = rate
+    return to_ours

@@ -13,6 +13,8 @@ TERMS = {
     "comm in flight": "an op from its issue to its transfer's completion, merged; a p2p pair "
                       "from the send's post to the recv's completion (gloo's p2p has no future: "
                       "the recv's wait tells when the bytes arrived)",
+    "python": "viztracer's Python function calls (cat FEE; on the compute track where they nest "
+              "under its spans): shown, never compute, comm or wait, so they change no figure",
     "window": "a rank's step spans, summed; time between steps (the controller, a user deciding) "
               "enters no figure; without step spans, the rank's first to last event",
 }

@@ -1,6 +1,6 @@
 """partui's own trace format (partui.tracefile: metadata.format "partui-trace/1") into the analysis
 table: pid is the rank, the recorder's categories say comm / wait / step / container, and the rest
-of a compute track is compute (definitions: partui.analysis.definitions)."""
+of a compute track is compute, but viztracer's calls (cat FEE) there, which are "other" (definitions: partui.analysis.definitions)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +11,7 @@ from partui.tracefile import FORMAT
 
 CONTAINER_CATS = ("FB", "microbatch")  # an F&B pair, a microbatch: structure, never compute
 WAIT_CATS = ("wait", "post")           # blocked on an op, or posting it: exposed, not compute
+PYTHON_CAT = "FEE"  # viztracer's function calls (partui.trace puts them on the compute track): other
 
 
 def is_partui(doc: dict) -> bool:
@@ -29,7 +30,8 @@ def partui_frame(doc: dict) -> pd.DataFrame:
     # a comm-category span on a compute track is the rank blocked on comm (older traces' ZeRO-3 wait)
     kinds = ["comm", "wait", "step", "container", "compute", "other"]
     code = np.select([(cat == "comm") & ~on_compute, cat.isin(WAIT_CATS) | (cat == "comm"),
-                      cat == "step", cat.isin(CONTAINER_CATS), on_compute], range(5), 5)
+                      cat == "step", cat.isin(CONTAINER_CATS), on_compute & (cat != PYTHON_CAT)],
+                     range(5), 5)
     df["kind"] = pd.Categorical.from_codes(code, kinds)  # codes: no million-string column
     df["device"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int64), ["cpu"])
     return finish(df)
