@@ -195,7 +195,7 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
         viz.stop()
     if viz.undo_wraps is not None:
         viz.undo_wraps()
-    to_ours = _clock_map(viz.sync_start, _clock_pair(viz))
+    to_ours = clock_map(viz.sync_start, _clock_pair(viz))
     raw = viz.load()
     if sys.getprofile() is viz:
         sys.setprofile(None)
@@ -225,13 +225,14 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
 
 def _clock_pair(viz) -> tuple[float, float]:
     """(our clock, viztracer's) in us, read together."""
+    viz.getts()  # viztracer calibrates its clock at its first reading: that one is off by ~50 us
     a = time.perf_counter_ns()
     v = viz.getts()
     b = time.perf_counter_ns()
     return _us(a + b) / 2, v
 
 
-def _clock_map(start: tuple, stop: tuple):
+def clock_map(start: tuple, stop: tuple):
     """viztracer's us -> ours: viztracer reads the TSC scaled by a factor it calibrated once, which
     drifts from CLOCK_MONOTONIC (perf_counter's clock) by tens of us over a run; the line through
     two readings, one at start and one at stop, removes the drift."""

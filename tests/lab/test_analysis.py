@@ -276,3 +276,18 @@ def test_an_older_traces_comm_span_on_the_compute_track_is_a_wait_not_an_op(tmp_
     assert df.loc[df["name"] == "param all-gather wait", "kind"].tolist() == ["wait"]
     assert len(overlap(df, "op")) == 0 and overlap(df, "rank").iloc[0]["compute_ms"] == \
         pytest.approx(0.080)
+
+
+def test_viztracer_calls_on_the_compute_track_change_no_figure(tmp_path):
+    # partui.trace puts viztracer's calls (cat FEE) on the compute track where they nest: one around
+    # the whole step, one in rank 0's gap [40, 50] between F and B, one inside its wait [40, 45]
+    calls = [X(0, "do (executor.py:162)", "FEE", 0, 100), X(0, "glue (x.py:1)", "FEE", 41, 8),
+             X(0, "Handle.wait (handles.py:87)", "FEE", 40, 5), X(1, "forward (m.py:3)", "FEE", 60, 30)]
+    plain = load(write(tmp_path, two_ranks(), "plain.json"))
+    traced = load(write(tmp_path, two_ranks() + calls, "traced.json"))
+    assert set(traced.loc[traced["cat"] == "FEE", "kind"]) == {"other"}
+    for by in ("rank", "step", "op"):
+        assert overlap(traced, by).equals(overlap(plain, by)), by
+    r = overlap(traced, "rank").set_index("rank")       # the hand-computed figures still hold
+    assert r.loc[0, "compute_ms"] == pytest.approx(0.060) and r.loc[0, "bubble_pct"] == pytest.approx(40.0)
+    assert r.loc[1, "compute_ms"] == pytest.approx(0.050)

@@ -16,8 +16,9 @@ from conftest import ROOT
 
 from kernels.comm import events
 from partui import tracefile
-from partui.trace import RankTracer
-from partui.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, merge, remove_stale_partials,
+from partui import sparse_log
+from partui.trace import RankTracer, nest_python
+from partui.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, merge, remove_stale_partials,
                              stitch, write_atomic)
 
 # shared/ sits beside the checkout (here and in CI)
@@ -89,6 +90,52 @@ def test_sparse_tracer_removes_its_profile_hook():
         assert sys.getprofile() is None
     finally:
         t.stop()
+
+
+
+def test_sparse_tracer_logs_a_layer_call_on_the_compute_track_and_unwraps_after():
+    import torch
+    from kernels.layers.base import Param
+    from kernels.layers.linear import Linear
+    from kernels.optim import Optimizer
+    plain = vars(Linear)["forward"], vars(Optimizer)["step"]
+    assert (Linear, "backward_weight") in sparse_log.targets()
+    lin = Linear(Param("w", torch.ones(3, 2)))
+    t = RankTracer(0, sparse=True).start()
+    try:
+        assert vars(Linear)["forward"] is not plain[0]      # wrapped while tracing
+        with events.span("F", "F"):
+            lin.forward(torch.ones(1, 2))
+    finally:
+        ev = t.stop()
+    assert (vars(Linear)["forward"], vars(Optimizer)["step"]) == plain   # and put back
+    f = [e for e in ev["events"] if e["name"] == "F"][0]
+    calls = [e for e in ev["events"] if e.get("cat") == "FEE"]
+    assert [c["name"].split(" (")[0] for c in calls] == ["forward"] and "linear.py" in calls[0]["name"]
+    c = calls[0]
+    assert c["pid"] == 0 and c["tid"] == COMPUTE_TID == f["tid"]
+    assert f["ts"] <= c["ts"] and c["ts"] + c["dur"] <= f["ts"] + f["dur"]   # under its span
+
+
+def _call(ts, dur):
+    return {"ph": "X", "name": f"call {ts}", "cat": "FEE", "pid": 0, "tid": PY_TID, "ts": ts, "dur": dur}
+
+
+def test_python_calls_join_the_compute_track_only_where_they_nest():
+    track = [{"ph": "X", "name": "F", "cat": "F", "pid": 0, "tid": COMPUTE_TID, "ts": 10.0, "dur": 10.0}]
+    around, inside, crosses_end, crosses_start = _call(5, 20), _call(12, 6), _call(15, 15), _call(8, 7)
+    inner = _call(13, 1)                                       # inside `inside`
+    nest_python(track, [around, inside, crosses_end, crosses_start, inner])
+    assert [c["tid"] for c in (around, inside, inner)] == [COMPUTE_TID] * 3
+    assert crosses_end["tid"] == PY_TID and crosses_start["tid"] == PY_TID
+    assert track[0]["tid"] == COMPUTE_TID and track[0]["ts"] == 10.0   # the recorder's span stays
+
+
+def test_viztracerclock_maps_onto_ours_through_two_readings():
+    from partui.trace import clock_map
+    to_ours = clock_map((1000.0, 50.0), (3000.0, 2050.2))    # viztracer ran 0.01% fast
+    assert to_ours(50.0) == 1000.0 and to_ours(2050.2) == pytest.approx(3000.0)
+    assert to_ours(1050.1) == pytest.approx(2000.0) and to_ours.rate == pytest.approx(2000 / 2000.2)
 
 
 def _fake_rank(rank, sends=(), recvs=()):
