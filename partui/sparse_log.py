@@ -13,6 +13,11 @@ from __future__ import annotations
 import inspect
 import sys
 
+from viztracer import log_sparse
+
+from kernels.layers.base import Layer
+from kernels.optim import Optimizer
+
 LAYER_METHODS = ("forward", "backward_input", "backward_weight")
 OPTIMIZER_METHODS = ("step", "update")  # update: the arithmetic, once per ZeRO / bucketed piece
 SYNC_METHODS = ("optimizer_step",)      # the engine's call: the grad sync runs its optimizer
@@ -37,8 +42,6 @@ def _classes_defining(package: str, names: tuple) -> list[type]:
 
 def targets() -> list[tuple[type, str]]:
     """(class, method name) of every function sparse mode logs, defined on that class itself."""
-    from kernels.layers.base import Layer
-    from kernels.optim import Optimizer
     groups = [(_subclasses(Layer), LAYER_METHODS), (_subclasses(Optimizer), OPTIMIZER_METHODS),
               (_classes_defining("kernels.dp", SYNC_METHODS), SYNC_METHODS),
               (_classes_defining("kernels.pp", ACTION_METHODS), ACTION_METHODS)]
@@ -49,7 +52,6 @@ def targets() -> list[tuple[type, str]]:
 def wrap_sparse(viz) -> callable:
     """Wrap every target with `log_sparse` bound to `viz` (a VizTracer made with log_sparse=True);
     returns the undo. The wrapper times a call with viz.getts() and adds one "X" event (cat FEE)."""
-    from viztracer import log_sparse
     if viz is None or not viz.log_sparse:
         raise ValueError("wrap_sparse needs a VizTracer made with log_sparse=True")
     saved = []

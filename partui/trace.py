@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from viztracer import VizTracer
+
 from kernels.comm import events
 from partui.sparse_log import wrap_sparse
 from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, assign_comm_lanes
@@ -167,7 +169,6 @@ def nest_python(track: list[dict], viz_events: list[dict]) -> None:
 def _start_viztracer(sparse: bool):
     """Sparse: viztracer's log_sparse around the functions partui.sparse_log names (no profile hook);
     full: viztracer's profile hook on every Python call of every thread."""
-    from viztracer import VizTracer  # a design-card dependency; imported here to keep this module light
     if sparse:
         viz = VizTracer(tracer_entries=100_000, verbose=0, log_sparse=True)
         # Python < 3.12: the constructor already installed its profile hook (5x slower calls);

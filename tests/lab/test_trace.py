@@ -328,3 +328,20 @@ def test_stale_partial_files_of_a_killed_writer_are_removed(tmp_path):
     assert not stale.exists() and not old.exists() and live.exists() and other.exists()
     assert (tmp_path / "t.json").exists()
     assert remove_stale_partials(str(tmp_path)) == []
+
+
+def test_bench_trace_quotes_each_modes_overhead_per_round_and_flags_noise():
+    from partui.bench.trace import overhead_rows, verdict
+    # round medians (ms): off 10, 20, 10; sparse +2%, +1%, +4%; full 2x, 2x, 3x
+    rows = {r["mode"]: r for r in overhead_rows({"off": [10.0, 20.0, 10.0], "sparse": [10.2, 20.2, 10.4],
+                                                 "full": [20.0, 40.0, 30.0]})}
+    assert rows["off"]["overhead_pct"] == 0 and verdict(rows["off"]) == "baseline"
+    assert rows["sparse"]["overhead_pct"] == pytest.approx(2.0) and rows["sparse"]["step_ms"] == 10.4
+    assert (rows["sparse"]["min_pct"], rows["sparse"]["max_pct"]) == pytest.approx((1.0, 4.0))
+    assert rows["full"]["overhead_pct"] == pytest.approx(100.0) and rows["full"]["max_pct"] == pytest.approx(200)
+    assert verdict(rows["sparse"]) == "rounds +1.0% .. +4.0%"
+    noisy = overhead_rows({"off": [10.0, 10.0, 10.0], "sparse": [9.8, 9.9, 10.3]})[1]
+    assert noisy["overhead_pct"] == pytest.approx(-1.0)
+    assert verdict(noisy).startswith("below the noise") and "-2.0% .. +3.0%" in verdict(noisy)
+    mixed = overhead_rows({"off": [10.0, 10.0, 10.0], "sparse": [9.9, 10.1, 10.2]})[1]
+    assert verdict(mixed) == "within the noise (rounds -1.0% .. +2.0%)"
