@@ -170,13 +170,7 @@ def _start_viztracer(sparse: bool):
     """Sparse: viztracer's log_sparse around the functions partui.sparse_log names (no profile hook);
     full: viztracer's profile hook on every Python call of every thread."""
     if sparse:
-        viz = VizTracer(tracer_entries=100_000, verbose=0, log_sparse=True)
-        # Python < 3.12: the constructor already installed its profile hook (5x slower calls);
-        # log_sparse's wrappers add their events themselves and need no hook.
-        if sys.getprofile() is viz:
-            sys.setprofile(None)
-        if getattr(getattr(threading, "_profile_hook", None), "__self__", None) is viz:
-            threading.setprofile(None)
+        viz = sparse_viztracer(100_000)
         viz.undo_wraps = wrap_sparse(viz)
     else:
         viz = VizTracer(tracer_entries=2_000_000, verbose=0)
@@ -185,6 +179,25 @@ def _start_viztracer(sparse: bool):
     if not sparse:
         viz.start()
     return viz
+
+
+def sparse_viztracer(entries: int) -> VizTracer:
+    """A VizTracer for log_sparse only. Python < 3.12: its constructor installs its profile hook
+    (5x slower calls); log_sparse's wrappers add their events themselves and need none."""
+    viz = VizTracer(tracer_entries=entries, verbose=0, log_sparse=True)
+    if sys.getprofile() is viz:
+        sys.setprofile(None)
+    if getattr(getattr(threading, "_profile_hook", None), "__self__", None) is viz:
+        threading.setprofile(None)
+    return viz
+
+
+def forget_viztracer(viz) -> None:
+    """Remove what a VizTracer left installed: its profile hook and its global registration."""
+    if sys.getprofile() is viz:
+        sys.setprofile(None)
+    if getattr(builtins, "__viz_tracer__", None) is viz:
+        del builtins.__viz_tracer__
 
 
 def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
@@ -198,10 +211,7 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
         viz.undo_wraps()
     to_ours = clock_map(viz.sync_start, _clock_pair(viz))
     raw = viz.load()
-    if sys.getprofile() is viz:
-        sys.setprofile(None)
-    if getattr(builtins, "__viz_tracer__", None) is viz:
-        del builtins.__viz_tracer__
+    forget_viztracer(viz)
     tids: dict = {threading.main_thread().native_id: PY_TID}  # main: the one that joins compute
     names: dict = {}
     out = []

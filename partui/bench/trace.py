@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
+
+from viztracer import log_sparse
 
 from partui.bench.analysis import bench_analysis, describe
 from partui.bench.harness import table
 from partui.session import World
+from partui.trace import forget_viztracer, sparse_viztracer
 
 
 MODES = ("off", "sparse", "full")
@@ -20,8 +24,10 @@ TARGET_SPARSE_PCT = 3.0
 def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> list[dict]:
     """Per mode: median step ms over all rounds, and its overhead against no tracing as the median
     of the rounds' ratios (each round runs the three modes back to back, so a round's ratio meets
-    the same machine load), with the spread (min, max) of those ratios."""
+    the same machine load), with the spread (min, max) of those ratios. The sparse row adds an
+    estimate no noise moves: its logged calls per step times log_sparse's cost per call."""
     times = {m: [] for m in MODES}  # per round: the median step of that mode
+    calls = {}                       # viztracer calls per step, the busiest rank
     with World() as w:
         w.plan("custom", model, world=world, **plan_kw)
         w.launch()
@@ -32,9 +38,34 @@ def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> 
                     w.trace_on(sparse=(mode == "sparse"))
                 lines = w.step(steps)
                 if mode != "off":
-                    w.trace_off(keep=False)
+                    window = w.trace_off(keep=False)
+                    calls[mode] = max(sum(e.get("cat") == "FEE" for e in r["events"]) for r in window) / steps
                 times[mode].append(statistics.median(ln["step_ms"] for ln in lines))
-    return overhead_rows(times)
+    rows = overhead_rows(times)
+    call_us = log_sparse_call_us()
+    for r in rows:
+        if r["mode"] == "sparse":  # noise-free: its calls times one call's cost, against off's step
+            r["calls_per_step"] = calls["sparse"]
+            r["est_pct"] = 100 * calls["sparse"] * call_us / 1000 / rows[0]["step_ms"]
+    return rows
+
+
+def log_sparse_call_us(n: int = 20_000) -> float:
+    """What log_sparse adds to one call, in us: a wrapped no-op against the bare one, here."""
+    viz = sparse_viztracer(n + 10)
+    try:
+        bare = lambda: None  # noqa: E731
+        wrapped = log_sparse(bare)
+        per = {}
+        for name, fn in (("bare", bare), ("wrapped", wrapped), ("bare", bare), ("wrapped", wrapped)):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            per[name] = min(per.get(name, float("inf")), (time.perf_counter_ns() - t0) / n / 1000)
+        return max(0.0, per["wrapped"] - per["bare"])
+    finally:
+        viz.clear()
+        forget_viztracer(viz)
 
 
 def overhead_rows(times: dict[str, list[float]]) -> list[dict]:
@@ -83,6 +114,9 @@ def main(argv) -> int:
           f"the rounds' median steps, overhead_pct the median over rounds of (mode / off in that "
           f"round - 1); goal sparse < {TARGET_SPARSE_PCT:g}%")
     print(table([dict(r, spread=verdict(r)) for r in rows], ["mode", "step_ms", "overhead_pct", "spread"]))
+    sparse = next(r for r in rows if r["mode"] == "sparse")
+    print(f"sparse, estimated: {sparse['calls_per_step']:.0f} logged calls per step (busiest rank) x "
+          f"log_sparse's cost per call measured here = {sparse['est_pct']:.2f}% of the off step")
     if ana is not None:
         print("\n" + describe(ana))
     return 0
