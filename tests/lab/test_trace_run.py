@@ -125,13 +125,16 @@ def test_full_trace_holds_the_whole_call_tree_under_the_spans(viz_traces):
         assert _depth(calls) >= _depth(_calls(sparse, rank)[0]) + 3
 
 
-def test_python_calls_change_no_overlap_figure_of_a_real_trace(viz_traces, tmp_path):
-    path, doc = viz_traces["full"]
-    bare = dict(doc, traceEvents=[e for e in doc["traceEvents"] if e.get("cat") != "FEE"])
-    bare_path = tmp_path / "bare.json"
-    bare_path.write_text(json.dumps(bare))
-    for by in ("rank", "step"):
-        assert overlap(load(path), by).equals(overlap(load(str(bare_path)), by)), by
+def test_python_calls_change_no_overlap_or_bubble_figure_of_a_real_trace(viz_traces, tmp_path):
+    for mode in ("full", "pp"):                    # pp: the pipeline's bubble columns too
+        path, doc = viz_traces[mode]
+        bare = dict(doc, traceEvents=[e for e in doc["traceEvents"] if e.get("cat") != "FEE"])
+        bare_path = tmp_path / f"bare-{mode}.json"
+        bare_path.write_text(json.dumps(bare))
+        for by in ("rank", "step"):
+            traced, plain = overlap(load(path), by), overlap(load(str(bare_path)), by)
+            assert traced.equals(plain), (mode, by)
+        assert mode == "full" or "pipe_bubble_pct" in traced.columns
 
 
 @pytest.mark.skipif(shutil.which("node") is None or not os.path.exists(CHECKER),
