@@ -115,8 +115,9 @@ def main(argv) -> int:
           f"round - 1); goal sparse < {TARGET_SPARSE_PCT:g}%")
     print(table([dict(r, spread=verdict(r)) for r in rows], ["mode", "step_ms", "overhead_pct", "spread"]))
     sparse = next(r for r in rows if r["mode"] == "sparse")
-    print(f"sparse, estimated: {sparse['calls_per_step']:.0f} logged calls per step (busiest rank) x "
-          f"log_sparse's cost per call measured here = {sparse['est_pct']:.2f}% of the off step")
+    print(f"sparse, viztracer's part estimated: {sparse['calls_per_step']:.0f} logged calls per step "
+          f"(busiest rank) x log_sparse's cost per call measured here = {sparse['est_pct']:.2f}% of "
+          f"the off step (the recorder's own spans come on top)")
     if ana is not None:
         print("\n" + describe(ana))
     return 0
