@@ -9,7 +9,7 @@ import statistics
 
 from partui.bench.analysis import bench_analysis, describe
 from partui.bench.harness import table
-from partui.session import World
+from partui.world import World
 
 
 def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> list[dict]:
