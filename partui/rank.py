@@ -9,6 +9,8 @@ reaches the controller with its rank and traceback.
 from __future__ import annotations
 
 
+import traceback
+
 import torch
 
 from kernels import comm
@@ -18,7 +20,6 @@ from kernels.engine import Engine
 from kernels.mesh import Plan
 from partui import snapshot
 from partui.trace import RankTracer
-from partui.worker import error_reply
 
 
 class InjectedFault(RuntimeError):
@@ -39,6 +40,12 @@ def join(rank: int, size: int, conn, timeout_s: float, backend: str = "gloo") ->
     comm.init(backend, rank, size, store=store, timeout_s=timeout_s)
 
 
+def error_reply(rank: int, e: BaseException) -> tuple:
+    """The one form of a rank's failure; the launcher raises it as RankError."""
+    return ("error", {"rank": rank, "error": f"{type(e).__name__}: {e}",
+                      "traceback": traceback.format_exc()})
+
+
 def new_state(rank: int) -> dict:
     return {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
 
@@ -46,8 +53,14 @@ def new_state(rank: int) -> dict:
 def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
     """A held rank: join, then answer the controller's commands until shutdown."""
     torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
-    if rendezvous:
-        join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))
+    try:
+        if rendezvous:
+            join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))
+    except (EOFError, BrokenPipeError):
+        raise                                          # the controller went away
+    except BaseException as e:  # noqa: BLE001 - a failure before the loop: report and exit
+        conn.send(error_reply(rank, e))
+        return
     conn.send(("ready", rank))
     state = new_state(rank)
     while True:
@@ -68,11 +81,14 @@ def run_once(rank: int, size: int, conn, rendezvous: bool, fn, args: tuple,
     deadline names only the ranks still working), then wait for the rest: rank 0's store lives
     until every rank is done."""
     torch.set_num_threads(1)                           # ranks share the machine's few cores
-    if rendezvous:
-        join(rank, size, conn, timeout_s)
-    conn.send(("ok", fn(rank, size, *args)))
-    comm.barrier()
-    comm.destroy()
+    try:
+        if rendezvous:
+            join(rank, size, conn, timeout_s)
+        conn.send(("ok", fn(rank, size, *args)))
+        comm.barrier()
+        comm.destroy()
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the launcher
+        conn.send(error_reply(rank, e))
 
 
 def _link(eng, spec: dict | None) -> dict | None:
