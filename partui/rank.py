@@ -28,7 +28,8 @@ class InjectedFault(RuntimeError):
 
 def join(rank: int, size: int, conn, timeout_s: float, backend: str = "gloo") -> None:
     """The rank's half of the rendezvous (partui.launch.Ranks.relay_port is the other): rank 0
-    serves the store on a loopback port the OS picks and tells the launcher, which tells the rest."""
+    serves the store on a loopback port the OS picks and tells the launcher, which tells the
+    rest."""
     if rank == 0:
         store, port = comm.store_server(size, timeout_s)
         conn.send(("port", port))

@@ -147,7 +147,7 @@ def test_partui_run_joins_a_torchrun_world():
     assert abs(lines[0]["loss"] - spawned[0]["loss"]) < 1e-6  # same world, same numbers
 
 
-# ---------------------------------------------------------------- the one-shot mode (partui.launch.run_world)
+# ---------------------------------------------------------------- one-shot worlds (launch.run_world)
 
 def _rank_1_hangs(rank, size, pid_dir):
     """Rank 0 answers at once; rank 1 never does (a deadlock as the launcher sees it)."""
@@ -182,7 +182,8 @@ def test_a_one_shot_world_returns_results_in_rank_order_and_names_a_rank_that_ra
     with pytest.raises(RankError) as e:
         run_world(2, _raises_on_rank_1, timeout_s=60, what="raising world")
     assert e.value.rank == 1 and "ValueError: rank 1 refuses" in e.value.error
-    assert str(e.value).startswith("raising world: rank 1: ValueError") and "Traceback" in str(e.value)
+    assert str(e.value).startswith("raising world: rank 1: ValueError")
+    assert "Traceback" in str(e.value)
 
 
 def _raises_on_rank_1(rank, size):
