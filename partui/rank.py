@@ -8,7 +8,6 @@ reaches the controller with its rank and traceback.
 """
 from __future__ import annotations
 
-
 import traceback
 
 import torch
