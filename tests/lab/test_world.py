@@ -1,4 +1,5 @@
-"""Launch, teardown, failure reporting, and the first multi-rank plan end to end."""
+"""Launch, teardown, failure reporting (held and one-shot worlds), and the first multi-rank plan
+end to end."""
 import os
 import signal
 import time
@@ -7,9 +8,10 @@ import pytest
 
 from conftest import check_plan, run_cli
 from kernels.mesh import Plan
-from partui.plans import build_plan
 from partui.controller import Controller
-from partui.launch import RankError
+from partui.launch import RankError, WorldTimeout
+from partui.plans import build_plan
+from worlds import run_world
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -147,7 +149,7 @@ def test_partui_run_joins_a_torchrun_world():
     assert abs(lines[0]["loss"] - spawned[0]["loss"]) < 1e-6  # same world, same numbers
 
 
-# ---------------------------------------------------------------- one-shot worlds (launch.run_world)
+# ---------------------------------------------------------------- one-shot worlds (tests/worlds.py)
 
 def _rank_1_hangs(rank, size, pid_dir):
     """Rank 0 answers at once; rank 1 never does (a deadlock as the launcher sees it)."""
@@ -159,7 +161,6 @@ def _rank_1_hangs(rank, size, pid_dir):
 
 
 def test_a_one_shot_world_that_deadlocks_is_killed_at_its_deadline_naming_the_silent_rank(tmp_path):
-    from partui.launch import WorldTimeout, run_world
     t0 = time.monotonic()
     with pytest.raises(WorldTimeout) as e:
         run_world(2, _rank_1_hangs, str(tmp_path), timeout_s=15, what="hanging world")
@@ -177,7 +178,6 @@ def _results_in_rank_order(rank, size):
 
 
 def test_a_one_shot_world_returns_results_in_rank_order_and_names_a_rank_that_raises():
-    from partui.launch import run_world
     assert run_world(3, _results_in_rank_order, timeout_s=60) == [0, 10, 20]
     with pytest.raises(RankError) as e:
         run_world(2, _raises_on_rank_1, timeout_s=60, what="raising world")
