@@ -1,8 +1,10 @@
-"""The rank-side loop: setup(plan), step(n), snapshot(query), trace(on/off), shutdown.
+"""The rank side, written once: joining the world (the rendezvous), the commands setup(plan),
+step(n), snapshot(query), link, trace(on/off), and the loops that run them.
 
-Runs only in a rank process (partui.worker.worker_main imports it there; the fork server preloads
-it). Every command gets one reply: ("ok", payload) or ("error", {rank, error, traceback}), so an
-exception in any rank reaches the controller with its rank and traceback.
+Runs only in a rank process: partui.worker's entry points import it there (the fork server
+preloads it), and partui.torchrun runs the same commands on each of torchrun's ranks. Every command
+gets one reply: ("ok", payload) or ("error", {rank, error, traceback}), so an exception in any rank
+reaches the controller with its rank and traceback.
 """
 from __future__ import annotations
 
@@ -23,20 +25,44 @@ class InjectedFault(RuntimeError):
     """Raised on purpose (Controller.inject_fault) to test failure handling end to end."""
 
 
-def serve(rank: int, world: int, conn, opts: dict) -> None:
+def join(rank: int, size: int, conn, timeout_s: float, backend: str = "gloo") -> None:
+    """The rank's half of the rendezvous (partui.launch.Ranks.relay_port is the other): rank 0
+    serves the store on a loopback port the OS picks and tells the launcher, which tells the
+    rest."""
+    if rank == 0:
+        store, port = comm.store_server(size, timeout_s)
+        conn.send(("port", port))
+    else:
+        kind, port = conn.recv()
+        if kind != "port":
+            raise RuntimeError(f"rank {rank} got {kind!r} from the launcher where the port was due")
+        store = comm.store_client(port, size, timeout_s)
+    comm.init(backend, rank, size, store=store, timeout_s=timeout_s)
+
+
+def error_reply(rank: int, e: BaseException) -> tuple:
+    """The one form of a rank's failure; the launcher raises it as RankError."""
+    return ("error", {"rank": rank, "error": f"{type(e).__name__}: {e}",
+                      "traceback": traceback.format_exc()})
+
+
+def new_state(rank: int) -> dict:
+    return {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
+
+
+def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
+    """A held rank: join, then answer the controller's commands until shutdown."""
     torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
-    timeout = opts.get("timeout_s", 60.0)
-    if world > 1:
-        if rank == 0:
-            store, port = comm.store_server(world, timeout)
-            conn.send(("port", port))
-        else:
-            kind, port = conn.recv()
-            assert kind == "port"
-            store = comm.store_client(port, world, timeout)
-        comm.init(opts.get("backend", "gloo"), rank, world, store=store, timeout_s=timeout)
+    try:
+        if rendezvous:
+            join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))
+    except (EOFError, BrokenPipeError):
+        raise                                          # the controller went away
+    except BaseException as e:  # noqa: BLE001 - a failure before the loop: report and exit
+        conn.send(error_reply(rank, e))
+        return
     conn.send(("ready", rank))
-    state = {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
+    state = new_state(rank)
     while True:
         cmd, payload = conn.recv()
         if cmd == "shutdown":
@@ -45,9 +71,24 @@ def serve(rank: int, world: int, conn, opts: dict) -> None:
         try:
             conn.send(("ok", handle(state, cmd, payload or {})))
         except BaseException as e:  # noqa: BLE001 - every failure goes to the controller
-            conn.send(("error", {"rank": rank, "error": f"{type(e).__name__}: {e}",
-                                 "traceback": traceback.format_exc()}))
+            conn.send(error_reply(rank, e))
     comm.destroy()
+
+
+def run_once(rank: int, size: int, conn, rendezvous: bool, fn, args: tuple,
+             timeout_s: float) -> None:
+    """A one-shot rank: join, fn(rank, size, *args), its result to the launcher at once (so a
+    deadline names only the ranks still working), then wait for the rest: rank 0's store lives
+    until every rank is done."""
+    torch.set_num_threads(1)                           # ranks share the machine's few cores
+    try:
+        if rendezvous:
+            join(rank, size, conn, timeout_s)
+        conn.send(("ok", fn(rank, size, *args)))
+        comm.barrier()
+        comm.destroy()
+    except BaseException as e:  # noqa: BLE001 - every failure goes to the launcher
+        conn.send(error_reply(rank, e))
 
 
 def _link(eng, spec: dict | None) -> dict | None:
@@ -63,7 +104,8 @@ def handle(state: dict, cmd: str, payload: dict):
                      rank=state["rank"], seed=payload.get("seed", 0),
                      optim=payload.get("optim", "adamw"), lr=payload.get("lr"),
                      backward=payload.get("backward", "hand"),
-                     weight_decay=payload.get("weight_decay"))
+                     weight_decay=payload.get("weight_decay"),
+                     device=payload.get("device") or "cpu")
         state["engine"] = eng
         info = snapshot.rank_info(eng)
         info["link"] = _link(eng, payload.get("link"))

@@ -1,9 +1,10 @@
 """`partui run` under torchrun: join the launcher's world instead of spawning one.
 
 RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT come from torchrun; NCCL when CUDA is present
-(each rank on cuda:LOCAL_RANK), gloo otherwise. Every rank runs its engine; each step's summaries
-are gathered to rank 0, which makes the same step lines and summary as a spawned world
-(partui.results) and hands them to the caller.
+(each rank on cuda:LOCAL_RANK), gloo otherwise. Every rank runs the same commands a spawned rank
+serves (partui.rank.handle: setup, step), so the rank's setup and step loop are written once;
+their replies come to rank 0 by collectives instead of pipes, which makes the same step lines and
+summary as a spawned world (partui.results) and hands them to the caller.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import time
 import torch
 
 from kernels import comm
-from kernels.engine import Engine
-from partui import snapshot
+from partui.controller import setup_payload
+from partui.rank import handle, new_state
 from partui.results import step_line, summarize
 
 
@@ -57,13 +58,13 @@ def run_joined(world, steps: int, on_step=None) -> dict | None:
     t0 = time.perf_counter()
     comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
     try:
-        eng = Engine(plan, cfg, rank=rank, seed=world.seed, optim=world.optim, lr=world.lr,
-                     backward=world.backward, weight_decay=world.weight_decay, device=device)
-        infos = gather(snapshot.rank_info(eng), device)
+        state = new_state(rank)
+        payload = setup_payload(plan, cfg, device=device, **world.training())
+        infos = gather(handle(state, "setup", payload), device)
         launch_s, t1 = time.perf_counter() - t0, time.perf_counter()
         lines = []
         for _ in range(steps):
-            items = gather(snapshot.step_item(eng), device)
+            items = gather(handle(state, "step", {"n": 1})[0], device)
             if rank == 0:
                 lines.append(step_line(items))
                 if on_step is not None:

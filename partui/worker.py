@@ -1,11 +1,10 @@
-"""The entry point of a rank process (partui.world starts it): runs partui.rank's loop and reports a
-failure before the loop to the controller. Light to import, so the controller never loads torch."""
+"""The entry points of a rank process (partui.launch starts them): a held rank runs partui.rank's
+command loop, a one-shot rank runs one fn; partui.rank reports every failure to the launcher with
+the rank and its traceback. Light to import, so the launcher never loads torch."""
 from __future__ import annotations
 
-import sys
 import threading
 import time
-import traceback
 
 
 HEARTBEAT_S = 0.5      # how often a rank stamps its slot of the controller's heartbeat array
@@ -17,22 +16,23 @@ def _beat(beats, rank: int) -> None:
         time.sleep(HEARTBEAT_S)
 
 
-def worker_main(rank: int, world: int, conn, opts: dict, beats=None) -> None:
-    """Process entry point (spawned by partui.world). `beats`: a shared array the rank stamps from
-    a thread while the process runs, so a stopped or frozen rank is told from a slow one."""
+def worker_main(rank: int, world: int, conn, rendezvous: bool, opts: dict, beats=None) -> None:
+    """A held rank (forked by partui.launch's fork server). `beats`: a shared array the rank stamps
+    from a thread while the process runs, so a stopped or frozen rank is told from a slow one."""
     if beats is not None:
         beats[rank] = time.monotonic()
         threading.Thread(target=_beat, args=(beats, rank), daemon=True, name="heartbeat").start()
     try:
         # lazy: rank-only code (torch, the engine); the fork server has preloaded it already
         from partui.rank import serve
-        serve(rank, world, conn, opts)
+        serve(rank, world, conn, rendezvous, opts)
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass  # the controller went away: exit quietly
-    except BaseException as e:  # noqa: BLE001 - a failure before the loop: report and exit
-        try:
-            conn.send(("error", {"rank": rank, "error": f"{type(e).__name__}: {e}",
-                                 "traceback": traceback.format_exc()}))
-        except Exception:  # noqa: BLE001
-            pass
-        sys.exit(1)
+
+
+def one_shot_main(rank: int, size: int, conn, rendezvous: bool, fn, args: tuple,
+                  timeout_s: float) -> None:
+    """A one-shot rank (forked by partui.launch.run_world): partui.rank.run_once sends fn's result,
+    or its failure, to the launcher."""
+    from partui.rank import run_once    # lazy, as above
+    run_once(rank, size, conn, rendezvous, fn, args, timeout_s)

@@ -1,104 +1,165 @@
-"""Launch and tear down a gloo world of rank processes, and the controller that talks to them.
+"""`World`: the one controller of a live gloo world (its ranks started by partui.launch).
+`partui run`, the app, the REPL, scripts and notebooks all drive it.
 
-Ranks are forked from a fork server that has imported torch once, so a 4-rank world is ready
-in about the time of one torch import. Every wait is bounded; a rank that raises or dies
-surfaces as RankError with its rank and traceback; close() leaves no process behind.
+    from partui import World
+    w = World(check=True)          # training options: seed, optim, lr, weight_decay, backward, check
+    w.plan("zero2", dp=2)          # validated Plan (partui.plans.build_plan); nothing started yet
+    w.launch()                     # rank processes + engines (+ the reference, with check)
+    w.step(2); w.show(1, "optim")  # step lines, one rank's optimizer state: Rows (partui.tables),
+                                   # printed as tables, .to_pandas() for DataFrames
+    w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
+    w.summary(); w.close()
+    World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.link); or
+    w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
+
+Every method is safe to call from a worker thread: one lock serialises talk to the ranks.
+A rank failure closes the world (its peers may be stuck in a collective) and raises RankError;
+`reset()` (or `launch()`) brings the same plan back. Light to import: torch loads with the first
+plan, pandas with the first report.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import importlib.metadata
+import os
+import threading
 import time
-from multiprocessing import forkserver
-from multiprocessing.connection import wait as mp_wait
 
-from partui.worker import worker_main
+from kernels.link import LinkModel, check_link
+from kernels.mesh import Plan
+from partui.machine import usable_cpus
+from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
+from partui.results import step_line, summarize
+from partui.tables import Rows, show_rows, step_rows
+from partui.tracefile import merge, stitch
+from partui.controller import Controller
+from partui.launch import RankError, WorldTimeout
 
-DEFAULT_TIMEOUT_S = 120.0
-_ctx = None
-
-
-class RankError(RuntimeError):
-    """A rank raised or died. `.rank`, `.error`, `.traceback` say which and why."""
-
-    def __init__(self, rank: int, error: str, tb: str = ""):
-        super().__init__(f"rank {rank}: {error}")
-        self.rank, self.error, self.traceback = rank, error, tb
+SHOW_WHAT = ("params", "grad", "optim")
+TRACE_DIR = "traces"
 
 
-class WorldTimeout(RuntimeError):
-    pass
+def past(line: dict) -> dict:
+    """A step line once a newer one is shown: every rank's row and ledger go (~8.5 KB of a world-4
+    line), what the summary aggregates stays (loss, step time, check errors, load figures)."""
+    return {k: v for k, v in line.items() if k not in ("ledgers", "ranks")}
 
 
-class RankStalled(RankError):
-    """A rank stopped making progress: its heartbeat went silent (stopped, frozen, starved)."""
-
-
-STALL_S = 8.0    # a heartbeat older than this names the rank (it stamps every 0.5 s)
-POLL_S = 1.0     # how often a waiting controller looks at the heartbeats
-
-
-def _mp_context():
-    """A fork server that preloads torch and the engine: children start warm."""
-    global _ctx
-    if _ctx is None:
-        _ctx = mp.get_context("forkserver")
-        _ctx.set_forkserver_preload(["torch", "kernels.engine", "partui.rank"])
-    return _ctx
-
-
-def warm_up() -> None:
-    """Start the fork server now (it imports torch once), e.g. while a UI draws its first frame."""
-    _mp_context()
-    forkserver.ensure_running()
-
-
-class Controller:
-    """N rank processes and a pipe to each. Use as a context manager or call close()."""
-
-    def __init__(self, size: int, timeout_s: float = DEFAULT_TIMEOUT_S):
-        self.size, self.timeout_s = size, timeout_s
-        self.procs: list = []
-        self.conns: list = []
+class World:
+    def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
+                 lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
+                 check: bool = False, reference: str = "hand", link: str | None = None,
+                 ranks_per_node: int | None = None):
+        self.timeout_s, self.seed, self.optim, self.lr = timeout_s, seed, optim, lr
+        self.reference = reference                 # what check=True holds the plan to
+        check_link(link, ranks_per_node, ranks_per_node or 1)
+        self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
+        self.link: dict | None = None      # the installed LinkModel (as a dict), from rank 0
+        self.backward, self.weight_decay, self.check = backward, weight_decay, check
+        self.preset: str | None = None
+        self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
-        self.setup_payload: dict | None = None
-        self.closed = False
-        self.beats = None        # one heartbeat stamp (time.monotonic) per rank, shared memory
+        self.history: list[dict] = []      # one step line per step since launch (the last in full)
+        self.launch_s = 0.0
+        self.recording = False
+        self._traced: list[list[dict]] = []  # one list per recorded window, one entry per rank
+        self._traced_steps: list[int] = []
+        self._window_from = 0                # where the open window's steps start in _traced_steps
+        self.trace_path: str | None = None
+        self.trace_meta: dict = {}           # the saved trace's plan, steps and time (trace_about)
+        self.model = "tiny"
+        self._lock = threading.RLock()
 
-    # ---------------------------------------------------------------- lifecycle
-    @classmethod
-    def launch(cls, size: int, timeout_s: float = DEFAULT_TIMEOUT_S, on_progress=None) -> "Controller":
-        if size < 1:
-            raise ValueError(f"world size {size} must be >= 1")
-        w = cls(size, timeout_s)
-        ctx = _mp_context()
-        say = on_progress or (lambda msg: None)
-        w.beats = ctx.Array("d", size, lock=False)
+    # ---------------------------------------------------------------- plan and lifecycle
+    def plan(self, preset: str = "custom", model: str = "tiny", **fields) -> Plan:
+        """Validate and remember a plan (closing a running world); `launch()` starts it. Fields are
+        Plan fields and model overrides (layers, dim, heads, kv_heads, seq, batch, vocab)."""
+        model_kw = {k: fields.pop(k) for k in MODEL_FIELDS if k in fields}
+        plan, cfg = build_plan(preset, model, model_kw, **fields)
+        check_backward(plan, self.backward)
+        if self.link_spec:
+            check_link(self.link_spec["text"], self.link_spec["ranks_per_node"], plan.world)
+        if self.check:
+            check_reference(plan, cfg, self.reference)
+        with self._lock:
+            self.close()
+            self.preset, self.current_plan, self.cfg, self.model = preset, plan, cfg, model
+        return plan
+
+    @property
+    def launched(self) -> bool:
+        return self.controller is not None and not self.controller.closed
+
+    @property
+    def failed(self) -> bool:
+        """Whether a checked step since launch failed against the reference."""
+        return any("check" in ln for ln in self.history)
+
+    def launch(self, on_progress=None) -> list[dict]:
+        """Start the ranks and build every engine; per rank its info (label, role, ledger)."""
+        if self.current_plan is None:
+            raise RuntimeError("no plan yet: call plan('dp', dp=2) (or `plan dp dp=2`) first")
+        with self._lock:
+            self.close()
+            say = on_progress or (lambda msg: None)
+            t0 = time.perf_counter()
+            ctl = Controller.launch(self.current_plan.world, self.timeout_s, on_progress)
+            self.launch_s = time.perf_counter() - t0
+            say("building engines")
+            try:
+                self.infos = ctl.setup(self.current_plan, self.cfg, link=self.link_spec,
+                                       **self.training())
+                self.link = self.infos[0].get("link")
+                self.checker = self._checker() if self.check else None
+            except BaseException:
+                ctl.close()
+                raise
+            self.controller, self.history = ctl, []
+            say(f"{self.current_plan.world} ranks ready")
+            return self.infos
+
+    def training(self) -> dict:
+        """The training options every rank's engine is built with (partui.controller.setup_payload)."""
+        return {"seed": self.seed, "optim": self.optim, "lr": self.lr, "backward": self.backward,
+                "weight_decay": self.weight_decay}
+
+    def _checker(self):
+        # lazy: the single-process reference imports torch; only a checked world needs it
+        from partui.checker import Checker
+        return Checker(self.current_plan, self.cfg, self.seed, self.optim, self.lr,
+                       self.weight_decay, self.reference)
+
+    def set_link(self, link: str | None, ranks_per_node: int | None = None) -> dict | None:
+        """Switch the emulated link (a preset, `alpha_us=A,gbps=B`, or None for none) between
+        steps; a preset is calibrated again. Returns the installed model as a dict."""
+        world = self.current_plan.world if self.current_plan else (ranks_per_node or 1)
+        check_link(link, ranks_per_node, world)
+        with self._lock:
+            self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
+            self.link = self._guard(lambda c: c.link(self.link_spec)) if self.launched else None
+            return self.link
+
+    def link_text(self) -> str:
+        """The installed link in words ("no emulated link" without one)."""
+        return LinkModel.from_dict(self.link).describe() if self.link else "no emulated link"
+
+    def reset(self, on_progress=None) -> list[dict]:
+        """The same plan from step 0 (a fresh world)."""
+        return self.launch(on_progress)
+
+    def close(self, wait_s: float = 30.0) -> None:
+        """Tear the ranks down (waiting up to wait_s for a step in flight); never raises."""
+        got = self._lock.acquire(timeout=wait_s)
         try:
-            say(f"starting {size} rank processes")
-            for r in range(size):
-                parent, child = ctx.Pipe()
-                p = ctx.Process(target=worker_main, daemon=True, name=f"partui-rank{r}",
-                                args=(r, size, child, {"timeout_s": timeout_s}, w.beats))
-                p.start()
-                child.close()
-                w.procs.append(p)
-                w.conns.append(parent)
-            if size > 1:
-                kind, port = w._recv(0, timeout_s)
-                if kind != "port":
-                    raise RankError(0, f"unexpected first message {kind!r}")
-                for r in range(1, size):
-                    w.conns[r].send(("port", port))
-                say(f"rendezvous on 127.0.0.1:{port}")
-            for r in range(size):
-                kind, _ = w._recv(r, timeout_s)
-                if kind == "error":
-                    raise RankError(r, str(_))
-            say(f"{size} ranks ready")
-        except BaseException:
-            w.close()
-            raise
-        return w
+            if self.controller is not None:
+                self.controller.close()
+            self.controller, self.recording = None, False
+            self._traced, self._traced_steps = [], []
+        finally:
+            if got:
+                self._lock.release()
+
+    def pids(self) -> list[int]:
+        return self.controller.pids() if self.controller is not None else []
 
     def __enter__(self):
         return self
@@ -106,154 +167,173 @@ class Controller:
     def __exit__(self, *exc):
         self.close()
 
-    def close(self, grace_s: float = 3.0) -> None:
-        """Ask every rank to exit, then terminate and kill what is left; never raises."""
-        if self.closed:
-            return
-        self.closed = True
-        for c in self.conns:
-            try:
-                c.send(("shutdown", None))
-            except (OSError, BrokenPipeError, EOFError):
-                pass
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-        for p in self.procs:
-            p.join(1.0)
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
-        for c in self.conns:
-            c.close()
+    def __repr__(self) -> str:
+        if self.current_plan is None:
+            return "World(no plan: w.plan('dp', dp=2))"
+        state = f"step {len(self.history)}" if self.launched else "not launched"
+        return f"World({self.current_plan.describe()} · world {self.current_plan.world} · {state})"
 
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+    # ---------------------------------------------------------------- training
+    def _ctl(self):
+        if not self.launched:
+            if self.current_plan is None:
+                raise RuntimeError("no world: plan('dp', dp=2) then launch()")
+            self.launch()
+        return self.controller
 
-    # ---------------------------------------------------------------- messaging
-    def _recv(self, r: int, timeout_s: float):
-        """One message from rank r, or RankError if it died, WorldTimeout if it is silent."""
-        conn, proc = self.conns[r], self.procs[r]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorldTimeout(f"rank {r} did not answer within {timeout_s:.0f} s")
-            ready = mp_wait([conn, proc.sentinel], timeout=left)
-            if conn in ready:
-                try:
-                    return conn.recv()
-                except EOFError:
-                    raise RankError(r, f"rank {r} closed its pipe (exit code {proc.exitcode})")
-            if proc.sentinel in ready:
-                if conn.poll(0):
-                    continue
-                proc.join(0.5)
-                raise RankError(r, f"process died with exit code {proc.exitcode}")
-
-    def call(self, cmd: str, payload: dict | None = None, timeout_s: float | None = None) -> list:
-        """Send a command to every rank and gather the replies in rank order. On any rank's
-        error the world is closed (the others may be stuck in a collective) and RankError raised."""
-        if self.closed:
-            raise RuntimeError("the world is closed: launch a new one")
-        timeout_s = timeout_s or self.timeout_s
-        for r, c in enumerate(self.conns):
-            try:
-                c.send((cmd, payload))
-            except OSError:
-                self.close()
-                raise RankError(r, f"process died with exit code {self.procs[r].exitcode}")
-        replies: list = [None] * self.size
-        pending = set(range(self.size))
-        deadline = time.monotonic() + timeout_s
+    def _guard(self, fn):
+        """Run fn(controller); a failed world is dropped so the next call can relaunch."""
         try:
-            while pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorldTimeout(f"ranks {sorted(pending)} did not answer {cmd!r} within "
-                                       f"{timeout_s:.0f} s")
-                waitables = {self.conns[r]: r for r in pending}
-                waitables.update({self.procs[r].sentinel: r for r in pending})
-                ready = mp_wait(list(waitables), timeout=min(left, POLL_S))
-                if not ready:
-                    self._check_heartbeats()
-                for obj in ready:
-                    r = waitables[obj]
-                    if r not in pending:
-                        continue
-                    msg = self._poll(r)
-                    if msg is None:
-                        if obj is self.procs[r].sentinel:
-                            self.procs[r].join(0.5)
-                            raise RankError(r, f"process died with exit code "
-                                               f"{self.procs[r].exitcode}")
-                        continue
-                    kind, body = msg
-                    if kind == "error":
-                        raise RankError(body["rank"], body["error"], body.get("traceback", ""))
-                    replies[r] = body
-                    pending.discard(r)
-        except BaseException:
-            self.close()
+            return fn(self._ctl())
+        except (RankError, WorldTimeout):
+            self.controller, self.recording = None, False
             raise
-        return replies
 
-    def _check_heartbeats(self) -> None:
-        """RankStalled naming the first rank whose heartbeat is older than STALL_S."""
-        if self.beats is None:
-            return
-        now = time.monotonic()
-        for r, stamp in enumerate(self.beats):
-            if stamp and now - stamp > STALL_S and self.procs[r].is_alive():
-                raise RankStalled(r, f"stopped making progress (pid {self.procs[r].pid}): "
-                                     f"no heartbeat for {now - stamp:.0f} s (stopped, frozen or "
-                                     f"starved of CPU); the world was closed")
+    def step(self, n: int = 1) -> Rows:
+        """n steps; one step line per step (partui.results), checked against the reference when
+        the world was made with check=True. Prints as a table; `.to_pandas()` is a DataFrame."""
+        if n < 1:
+            raise ValueError(f"step {n}: the number of steps must be >= 1")
+        with self._lock:
+            first = len(self.history)
+            per_rank = self._guard(lambda c: c.step(n, check=self.check))
+            lines = []
+            for i in range(n):
+                items = [r[i] for r in per_rank]
+                line = step_line(items)
+                if self.checker is not None:
+                    self.checker.step(items, line)
+                lines.append(line)
+            if self.history and "ledgers" in self.history[-1]:
+                self.history[-1] = past(self.history[-1])
+            self.history += [past(ln) for ln in lines[:-1]] + lines[-1:]
+            if self.recording:
+                self._traced_steps += range(first, first + n)
+            return step_rows(lines)
 
-    def _poll(self, r: int):
-        """A waiting message from rank r, None if there is none; RankError if its pipe broke."""
-        try:
-            if not self.conns[r].poll(0):
-                return None
-            return self.conns[r].recv()
-        except (EOFError, OSError):
-            self.procs[r].join(0.5)
-            raise RankError(r, f"process died with exit code {self.procs[r].exitcode}")
+    def run(self, n: int, on_step=None, should_stop=None, trace_steps=None,
+            sparse: bool = True) -> list[dict]:
+        """n single steps, calling on_step(line) after each; stops early when should_stop().
+        trace_steps (step numbers since launch): record those steps, one window per run of them."""
+        out = []
+        for _ in range(n):
+            if should_stop is not None and should_stop():
+                break
+            at = len(self.history)
+            if trace_steps and at in trace_steps:
+                self.trace_on(sparse)
+            line = self.step(1)[0]
+            if trace_steps and self.recording and at + 1 not in trace_steps:
+                self.trace_off()
+            out.append(line)
+            if on_step is not None:
+                on_step(line)
+        return step_rows(out)
 
-    # ---------------------------------------------------------------- verbs
-    def setup(self, plan, cfg, seed: int = 0, optim: str = "adamw", lr=None,
-              backward: str = "hand", weight_decay=None, link: dict | None = None) -> list[dict]:
-        self.setup_payload = {"plan": plan.to_dict(), "cfg": cfg.to_dict(), "seed": seed,
-                              "optim": optim, "lr": lr, "backward": backward,
-                              "weight_decay": weight_decay, "link": link}
-        self.infos = self.call("setup", self.setup_payload)
-        return self.infos
+    def losses(self) -> list[float]:
+        return [ln["loss"] for ln in self.history]
 
-    def step(self, n: int = 1, check: bool = False) -> list[list[dict]]:
-        """Per rank, a list of n step summaries."""
-        return self.call("step", {"n": n, "check": check})
+    def summary(self) -> dict:
+        """The run so far (partui.results.summarize): what `partui run` prints last."""
+        if self.current_plan is None:
+            raise RuntimeError("no plan yet: nothing to summarise")
+        out = summarize(self.current_plan, self.cfg, self.infos, self.history, self.launch_s,
+                        checked=self.check, trace_path=self.trace_path)
+        if self.link:
+            out["link"] = dict(self.link, describe=self.link_text())
+        return out
 
+    # ---------------------------------------------------------------- inspection
     def snapshot(self, full: list[str] | None = None) -> list[dict]:
-        return self.call("snapshot", {"full": full or []})
+        with self._lock:
+            return self._guard(lambda c: c.snapshot(full))
 
-    def link(self, link: dict | None) -> dict | None:
-        """Install an emulated link on every rank ({"text", "ranks_per_node"}; None: none)."""
-        return self.call("link", link)[0]
+    def show(self, rank: int, what: str = "params", name: str | None = None) -> Rows:
+        """Rows of one rank's params, grads or optimizer state; `name` filters (substring). Prints
+        as a table; `.to_pandas()` is a DataFrame."""
+        what = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(what, what)
+        if what not in SHOW_WHAT:
+            raise ValueError(f"show {what!r}: pick one of {', '.join(SHOW_WHAT)}")
+        world = self.current_plan.world if self.current_plan else 0
+        if not 0 <= rank < max(world, 1):
+            raise ValueError(f"rank {rank} is outside the world of {world}: pick 0..{world - 1}")
+        snap = self.snapshot()[rank]
+        rows = {"optim": snap["optimizer"], "grad": snap["params"]}.get(what, snap["params"] + snap["state"])
+        if name:
+            rows = [r for r in rows if name in r["name"]]
+            if not rows:
+                raise ValueError(f"rank {rank} holds no parameter matching {name!r}")
+        return show_rows(rows, what, f"rank {rank} {what}")
 
-    def inject_fault(self, rank: int, step: int) -> None:
-        """Make `rank` raise when it reaches `step` (for testing failure handling)."""
-        if self.closed:
-            raise RuntimeError("the world is closed")
-        self.conns[rank].send(("fault", {"step": step}))
-        kind, body = self._recv(rank, self.timeout_s)
-        if kind == "error":
-            raise RankError(rank, body["error"], body.get("traceback", ""))
+    # ---------------------------------------------------------------- tracing
+    def trace_on(self, sparse: bool = True) -> None:
+        with self._lock:
+            if not self.recording:
+                self._guard(lambda c: c.trace_start(sparse))
+                self.recording, self._window_from = True, len(self._traced_steps)
 
-    def trace_start(self, sparse: bool = True) -> None:
-        self.call("trace_start", {"sparse": sparse})
+    def trace_off(self, keep: bool = True) -> list[dict]:
+        """Stop recording; the window joins the next trace_save unless keep=False (benches).
+        Returns the window (one dict per rank, its "events"); [] when nothing was recording."""
+        with self._lock:
+            if not self.recording:
+                return []
+            window = self._guard(lambda c: c.trace_stop())
+            self.recording = False
+            if keep:
+                self._traced.append(window)
+            else:
+                del self._traced_steps[self._window_from:]
+            return window
 
-    def trace_stop(self) -> list[dict]:
-        return self.call("trace_stop", {})
+    def trace_save(self, name: str = "", command: str = "partui app") -> str:
+        """Merge what was recorded into one Chrome trace (Perfetto; `partui report`): NAME.json or
+        NAME.json.gz as given, else traces/NAME.json. Returns the path."""
+        with self._lock:
+            self.trace_off()
+            if not self._traced:
+                raise RuntimeError("nothing recorded: trace_on(), step, then trace_save(name)")
+            name = name or time.strftime("app-%Y%m%d-%H%M%S")
+            path = name if name.endswith((".json", ".json.gz")) else os.path.join(TRACE_DIR,
+                                                                                   name + ".json")
+            steps = self._traced_steps or [len(self.history)]
+            meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
+                    "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),
+                    "steps": [min(steps), max(steps)], "ranks": [i["label"] for i in self.infos],
+                    "command": command, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            routing = {str(ln["step"]): ln["moe_layers"] for ln in self.history
+                       if ln["step"] in set(steps) and "moe_layers" in ln}
+            if routing:   # the routing observatory of the traced steps, for `partui report --routing`
+                meta["routing"] = routing
+            if self.link:
+                meta["link"] = dict(self.link, describe=self.link_text())
+            self.trace_path = merge(stitch(self._traced), path, meta)
+            self.trace_meta = meta
+            self._traced, self._traced_steps = [], []
+            return self.trace_path
 
+    def recorded_steps(self) -> list[int]:
+        """Steps recorded since the last save (the open window's too)."""
+        return list(self._traced_steps)
+
+    def trace_about(self) -> str:
+        """Whose trace the last save is and when it was recorded; flags one of an earlier plan."""
+        if self.trace_path is None:
+            return "no trace saved yet"
+        m = self.trace_meta
+        plan = Plan.from_dict(m["plan"])
+        first, last = m["steps"]
+        steps = f"step {first}" if first == last else f"steps {first}–{last}"
+        out = f"trace of {plan.describe()} · world {plan.world} · {steps} · saved {m['saved_at']}"
+        if self.current_plan is not None and self.current_plan.to_dict() != m["plan"]:
+            out += f" · an earlier world's, not the running {self.current_plan.describe()}"
+        return out
+
+    def report(self, by: str = "rank", path: str | None = None):
+        """The overlap table (pandas DataFrame) of the last saved trace, by rank, step or op."""
+        # lazy: the analysis imports pandas; the app loads it on its first report, not at start
+        from partui.analysis import load, overlap
+        path = path or self.trace_path
+        if path is None:
+            raise RuntimeError("no trace saved yet: trace_on(), step, trace_save(name), report()")
+        return overlap(load(path), by=by)

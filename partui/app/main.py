@@ -1,4 +1,4 @@
-"""`partui`: the terminal app. A client of partui.session.World; launches, steps, snapshots and
+"""`partui`: the terminal app. A client of partui.world.World; launches, steps, snapshots and
 trace analysis run in thread workers, so keys are handled while the ranks work."""
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from partui.app.screens.style import CSS
 from partui.app.screens.trace_actions import TraceMixin
 from partui.app.widgets.command_line import CommandLine
 from partui.plans import PRESETS, build_plan
-from partui.session import World
-from partui.world import RankError, WorldTimeout, warm_up
+from partui.world import World
+from partui.launch import RankError, WorldTimeout, warm_up
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from kernels.context import build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.engine import Engine
 
-from partui import forkworld
+from partui import launch
 from partui.plans import build_plan
 
 TORCH_CP_NOTE = ("torch's own context_parallel does not run on CPU in torch 2.13 (\"Operator "
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
         return 2
     opts = {"model": model, "modes": modes, "steps": args.steps, "warmup": args.warmup}
     try:
-        per_rank = dict(enumerate(forkworld.run_world(
+        per_rank = dict(enumerate(launch.run_world(
             args.cp, _rank_rows, opts, timeout_s=args.timeout, what=f"cp {args.cp} world",
             fix="try fewer --steps, a shorter --seq or a larger --timeout")))
     except (RuntimeError, TimeoutError) as e:

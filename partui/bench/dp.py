@@ -14,107 +14,73 @@ import json
 import statistics
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from kernels import comm
 from kernels.data import dp_slice, global_batch
 from kernels.engine import Engine
 from partui.bench.harness import table
+from partui.launch import run_world
 from partui.bench.torch_models import TorchLlama
 from partui.plans import build_plan
 
 VARIANTS = ("dp", "ddp", "zero3", "fsdp2")
 
 
-def _rank_main(rank: int, world: int, port: int, opts: dict, out_q) -> None:
-    torch.set_num_threads(1)
-    try:
-        store = comm.store_client(port, world + 1, 60.0)
-        comm.init("gloo", rank, world, store=store, timeout_s=120.0)
-        model, bucket = {"batch": opts["batch"]}, opts["bucket_mb"]
-        ours = {}
-        for name, preset in (("dp", "dp-bucketed"), ("zero3", "zero3")):
-            plan, cfg = build_plan(preset, opts["model"], model, dp=world, bucket_mb=bucket)
-            ours[name] = Engine(plan, cfg, rank, optim="adamw")
-        from torch.distributed.fsdp import fully_shard  # lazy: FSDP2 is a heavy torch extra
-        ddp = DDP(TorchLlama(cfg), bucket_cap_mb=bucket)
-        fsdp = TorchLlama(cfg)
-        for blk in fsdp.layers:
-            fully_shard(blk)
-        fully_shard(fsdp)
-        torch_opt = {"ddp": (ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3, betas=(0.9, 0.95))),
-                     "fsdp2": (fsdp, torch.optim.AdamW(fsdp.parameters(), lr=1e-3,
-                                                       betas=(0.9, 0.95)))}
-        denom = cfg.batch * cfg.seq
+def _rank_main(rank: int, world: int, opts: dict) -> dict:
+    """One rank of a bench world (partui.launch.run_world: gloo joined, one torch thread)."""
+    model, bucket = {"batch": opts["batch"]}, opts["bucket_mb"]
+    ours = {}
+    for name, preset in (("dp", "dp-bucketed"), ("zero3", "zero3")):
+        plan, cfg = build_plan(preset, opts["model"], model, dp=world, bucket_mb=bucket)
+        ours[name] = Engine(plan, cfg, rank, optim="adamw")
+    from torch.distributed.fsdp import fully_shard  # lazy: FSDP2 is a heavy torch extra
+    ddp = DDP(TorchLlama(cfg), bucket_cap_mb=bucket)
+    fsdp = TorchLlama(cfg)
+    for blk in fsdp.layers:
+        fully_shard(blk)
+    fully_shard(fsdp)
+    torch_opt = {"ddp": (ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-3, betas=(0.9, 0.95))),
+                 "fsdp2": (fsdp, torch.optim.AdamW(fsdp.parameters(), lr=1e-3,
+                                                   betas=(0.9, 0.95)))}
+    denom = cfg.batch * cfg.seq
 
-        def torch_step(name, step):
-            model, opt = torch_opt[name]
-            ids, tg = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, step)
-            loss = model(dp_slice(ids, rank, world), dp_slice(tg, rank, world), denom)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            total = torch.tensor([loss.item()], dtype=torch.float64)  # as Engine.step: global loss
-            dist.all_reduce(total)
+    def torch_step(name, step):
+        model, opt = torch_opt[name]
+        ids, tg = global_batch(cfg.batch, cfg.seq, cfg.vocab, 0, step)
+        loss = model(dp_slice(ids, rank, world), dp_slice(tg, rank, world), denom)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        total = torch.tensor([loss.item()], dtype=torch.float64)  # as Engine.step: global loss
+        dist.all_reduce(total)
 
-        times = {v: [] for v in VARIANTS}
-        overlap = {"dp": [], "zero3": []}
-        wait = {"dp": [], "zero3": []}      # ms blocked on comm in the step (sync + loss)
-        for step in range(opts["warmup"] + opts["steps"]):
-            k = step % len(VARIANTS)
-            for v in VARIANTS[k:] + VARIANTS[:k]:
-                dist.barrier()
-                t0 = time.perf_counter()
-                if v in ours:
-                    res = ours[v].step()
-                else:
-                    torch_step(v, step)
-                ms = torch.tensor([(time.perf_counter() - t0) * 1e3])
-                dist.all_reduce(ms, op=dist.ReduceOp.MAX)     # a step ends on its slowest rank
-                if step >= opts["warmup"]:
-                    times[v].append(ms.item())
-                    if v in overlap and "grad_sync_overlap" in res.extra:
-                        overlap[v].append(res.extra["grad_sync_overlap"])
-                    if v in wait:
-                        wait[v].append(res.wait_ms)
-        if rank == 0:
-            out_q.put(("ok", {"times": {v: statistics.median(t) for v, t in times.items()},
-                              "overlap": {v: statistics.mean(o) if o else None
-                                          for v, o in overlap.items()},
-                              "wait": {v: statistics.median(w) for v, w in wait.items()},
-                              "n_params": cfg.n_params()}))
-        dist.barrier()
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        out_q.put(("error", f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"))
-    finally:
-        comm.destroy()
-
-
-def run_world(world: int, opts: dict, timeout_s: float) -> dict:
-    ctx = mp.get_context("spawn")
-    store, port = comm.store_server(world + 1, 60.0)   # the parent holds the store: port 0, no race
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, opts, q), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        kind, body = q.get(timeout=timeout_s)
-    finally:
-        for p in procs:
-            p.join(10)
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-        del store
-    if kind == "error":
-        raise RuntimeError(body)
-    return body
+    times = {v: [] for v in VARIANTS}
+    overlap = {"dp": [], "zero3": []}
+    wait = {"dp": [], "zero3": []}      # ms blocked on comm in the step (sync + loss)
+    for step in range(opts["warmup"] + opts["steps"]):
+        k = step % len(VARIANTS)
+        for v in VARIANTS[k:] + VARIANTS[:k]:
+            dist.barrier()
+            t0 = time.perf_counter()
+            if v in ours:
+                res = ours[v].step()
+            else:
+                torch_step(v, step)
+            ms = torch.tensor([(time.perf_counter() - t0) * 1e3])
+            dist.all_reduce(ms, op=dist.ReduceOp.MAX)     # a step ends on its slowest rank
+            if step >= opts["warmup"]:
+                times[v].append(ms.item())
+                if v in overlap and "grad_sync_overlap" in res.extra:
+                    overlap[v].append(res.extra["grad_sync_overlap"])
+                if v in wait:
+                    wait[v].append(res.wait_ms)
+    return {"times": {v: statistics.median(t) for v, t in times.items()},
+            "overlap": {v: statistics.mean(o) if o else None for v, o in overlap.items()},
+            "wait": {v: statistics.median(w) for v, w in wait.items()},
+            "n_params": cfg.n_params()}
 
 
 def main(argv: list[str]) -> int:
@@ -141,7 +107,11 @@ def main(argv: list[str]) -> int:
             "warmup": args.warmup, "bucket_mb": args.bucket_mb}
     rows = []
     for w in worlds:
-        r = run_world(w, opts, args.timeout)
+        try:
+            r = run_world(w, _rank_main, opts, timeout_s=args.timeout, what=f"dp {w} world")[0]
+        except (RuntimeError, TimeoutError) as e:
+            print(f"partui bench dp: {e}", file=sys.stderr)
+            return 1
         t = r["times"]
         rows.append({"world": w, "dp_ms": t["dp"], "ddp_ms": t["ddp"],
                      "dp/ddp": t["dp"] / t["ddp"], "zero3_ms": t["zero3"],

@@ -17,14 +17,9 @@ emulated interconnect (kernels/link.py), which is where overlap can pay.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
 import sys
-import traceback
 
-import torch
-
-from kernels import comm
 from kernels.calibrate import install_link
 from kernels.link import LinkModel, check_link
 from kernels.engine import Engine
@@ -32,6 +27,7 @@ from kernels.intervals import length, merge
 from partui.analysis import frame, overlap
 from partui.bench.harness import table, traced_step
 from partui.commands.flags import add_link_arguments, flagify
+from partui.launch import run_world
 from partui.plans import build_plan
 from partui.tracefile import build_doc
 
@@ -61,56 +57,33 @@ def a2a_figures(per_rank: dict) -> tuple[float, float, float, float]:
     return float(row["comm_ms"].sum()), float(row["overlapped_ms"].sum()), expert_ms, compute_ms
 
 
-def _rank(rank, world, port, opts, q):
-    try:
-        torch.set_num_threads(1)
-        store = comm.store_client(port, world, 120)
-        comm.init("gloo", rank, world, store=store, timeout_s=120)
-        engines = []
-        for _name, ep, dispatch, overlap in VARIANTS:
-            plan, cfg = build_plan("custom", opts["model"], opts["overrides"], world=world,
-                                   ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
-                                   capacity_factor=opts["cf"], overlap=overlap)
-            eng = Engine(plan, cfg, rank=rank, optim="sgd")
-            for layer in eng.layers:
-                if getattr(getattr(layer, "mlp", None), "is_moe", False):
-                    layer.mlp.dispatch = dispatch
-            engines.append(eng)
-        link = install_link(opts["link"], opts["ranks_per_node"], engines[0].cfg, world)
-        if rank == 0 and link is not None:
-            q.put(("link", link.to_dict()))
-        out = [[] for _ in VARIANTS]
-        for rnd in range(opts["warmup"] + opts["steps"]):
-            for v, eng in enumerate(engines):
-                res, recorded = traced_step(eng, rank)
-                if rnd >= opts["warmup"]:
-                    out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))   # 6 figures
-        q.put((rank, out))
-        comm.destroy()
-    except BaseException:  # noqa: BLE001 - the parent prints it
-        q.put((rank, traceback.format_exc()))
+def _rank(rank, world, opts):
+    """One rank of the bench world (partui.launch.run_world): (the installed link as a dict or
+    None, per variant per measured step its 6 figures)."""
+    engines = []
+    for _name, ep, dispatch, overlap in VARIANTS:
+        plan, cfg = build_plan("custom", opts["model"], opts["overrides"], world=world,
+                               ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
+                               capacity_factor=opts["cf"], overlap=overlap)
+        eng = Engine(plan, cfg, rank=rank, optim="sgd")
+        for layer in eng.layers:
+            if getattr(getattr(layer, "mlp", None), "is_moe", False):
+                layer.mlp.dispatch = dispatch
+        engines.append(eng)
+    link = install_link(opts["link"], opts["ranks_per_node"], engines[0].cfg, world)
+    out = [[] for _ in VARIANTS]
+    for rnd in range(opts["warmup"] + opts["steps"]):
+        for v, eng in enumerate(engines):
+            res, recorded = traced_step(eng, rank)
+            if rnd >= opts["warmup"]:
+                out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))   # 6 figures
+    return (link.to_dict() if link is not None else None), out
 
 
 def measure(world: int, opts: dict) -> list[dict]:
-    store, port = comm.store_server(world, 120)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, opts, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        got = [q.get(timeout=opts["timeout"]) for _ in range(len(procs) + bool(opts["link"]))]
-        results = {r: res for r, res in got if r != "link"}
-        opts["installed"] = next((res for r, res in got if r == "link"), None)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    del store
-    for rank, res in results.items():
-        if isinstance(res, str):
-            raise RuntimeError(f"rank {rank} failed:\n{res}")
+    got = run_world(world, _rank, opts, timeout_s=opts["timeout"], what=f"ep {world} world")
+    opts["installed"] = got[0][0]
+    results = {r: out for r, (_link, out) in enumerate(got)}
     rows = []
     for v, (name, *_rest) in enumerate(VARIANTS):
         per_rank = [results[r][v] for r in range(world)]
@@ -167,7 +140,7 @@ def main(argv: list[str]) -> int:
             "overrides": {k: getattr(a, k) for k in ("layers", "dim", "seq", "batch")}}
     try:
         rows = measure(a.world, opts)
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError, TimeoutError) as e:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
     print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms", "expert_ms",

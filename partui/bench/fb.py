@@ -27,7 +27,7 @@ from kernels.context import build_groups
 from kernels.engine import Engine
 from kernels.intervals import length, merge
 from kernels.link import LinkModel, check_link
-from partui import forkworld
+from partui import launch
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
     rows, installed = [], None
     for w in worlds:
         try:
-            res = forkworld.run_world(w, _rank, opts, timeout_s=args.timeout, what=f"fb world {w}",
+            res = launch.run_world(w, _rank, opts, timeout_s=args.timeout, what=f"fb world {w}",
                                       fix="try fewer --steps or --schedules, or a larger --timeout")
         except (RuntimeError, TimeoutError) as e:
             print(f"partui bench fb: {e}", file=sys.stderr)

@@ -27,7 +27,7 @@ from kernels.context import build_groups
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.layers import rope_tables
-from partui import forkworld
+from partui import launch
 from partui.bench.harness import table
 from partui.plans import build_plan
 
@@ -213,7 +213,7 @@ def main(argv: list[str]) -> int:
     rows = []
     for w in worlds:
         try:
-            res = forkworld.run_world(w, _rank_times, opts, timeout_s=args.timeout, what=f"pp {w} world",
+            res = launch.run_world(w, _rank_times, opts, timeout_s=args.timeout, what=f"pp {w} world",
                                       fix="try fewer --rounds or --schedules, or a larger --timeout")[0]
         except (RuntimeError, TimeoutError) as e:
             print(f"partui bench pp: {e}", file=sys.stderr)

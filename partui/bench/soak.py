@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 
-from partui.session import World
+from partui.world import World
 
 
 def rss_kib(pid: int) -> int:

@@ -26,7 +26,7 @@ from torch import nn
 from kernels.weights import init_params
 from kernels.data import global_batch
 from kernels.engine import Engine
-from partui import forkworld
+from partui import launch
 from partui.plans import MODEL_FIELDS, build_plan
 
 
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
     table = []
     for n in sizes:
         try:
-            per_rank = forkworld.run_world(
+            per_rank = launch.run_world(
                 n, _rank_rows, opts, timeout_s=args.timeout, what=f"tp {n} world",
                 fix="try fewer --steps, a smaller model or a larger --timeout")
             res = summarise(dict(enumerate(per_rank)), args.warmup)

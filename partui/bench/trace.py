@@ -13,8 +13,8 @@ from viztracer import log_sparse
 
 from partui.bench.analysis import bench_analysis, describe
 from partui.bench.harness import table
-from partui.session import World
 from partui.trace import forget_viztracer, sparse_viztracer
+from partui.world import World
 
 
 MODES = ("off", "sparse", "full")

@@ -30,7 +30,7 @@ from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
 from partui.bench.harness import table
 from partui.commands.whatif import measured_step_ms, predict
-from partui.session import World
+from partui.world import World
 
 PLANS = {  # name: World.plan fields
     "dp2-zero2": {"dp": 2, "zero": 2},

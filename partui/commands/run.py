@@ -12,9 +12,9 @@ import sys
 from partui.commands.flags import add_run_arguments, flagify, plan_fields, world_options
 from partui.machine import usable_cpus
 from partui.results import line_text, public, summary_text
-from partui.session import World
+from partui.world import World
 from partui.torchrun import run_joined, under_torchrun
-from partui.world import RankError, WorldTimeout
+from partui.launch import RankError, WorldTimeout
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -2,8 +2,6 @@
 (routing oracle and gradients against the single-process layer), and bad input."""
 import importlib.util
 import json
-import multiprocessing as mp
-import traceback
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -17,6 +15,7 @@ from kernels.weights import init_params
 from kernels.ep.build import build_moe
 from kernels.layers.base import Ctx
 from kernels.stats import StepStats
+from worlds import run_world
 
 EP2 = ("--experts", 4, "--ep", 2)
 
@@ -59,16 +58,8 @@ def test_bad_input_exits_2(args, message):
 
 # ---------------------------------------------------------------- a 2-rank world, layer level
 
-def _rank_main(rank, world, port, q):
-    try:
-        torch.set_num_threads(1)
-        store = comm.store_client(port, world, 60)
-        comm.init("gloo", rank, world, store=store, timeout_s=60)
-        group = comm.new_groups("ep", [list(range(world))])
-        q.put((rank, _layer_checks(rank, world, group)))
-        comm.destroy()
-    except BaseException:  # noqa: BLE001 - the parent asserts on it
-        q.put((rank, traceback.format_exc()))
+def _rank_main(rank, world):
+    return _layer_checks(rank, world, comm.new_groups("ep", [list(range(world))]))
 
 
 def _layer_checks(rank, world, group):
@@ -121,26 +112,10 @@ def _layer_checks(rank, world, group):
 
 @pytest.mark.timeout(300)
 def test_layer_dispatch_modes_on_two_ranks():
-    world = 2
-    store, port = comm.store_server(world, 60)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(q.get(timeout=240) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    for rank, errs in results.items():
-        assert isinstance(errs, dict), f"rank {rank} failed:\n{errs}"
+    for rank, errs in enumerate(run_world(2, _rank_main, timeout_s=240)):
         bad = {k: v for k, v in errs.items() if v > 1e-10}
         assert not bad, f"rank {rank}: {bad}"
         assert len(errs) == 2 * 3 * 2 * 7
-    del store
 
 
 # ---------------------------------------------------------------- the overlap runner's order

@@ -1,21 +1,18 @@
 """ZeRO-1/2/3 end to end against the single-process reference (--check: every gradient
 element within 2e-5 of the dense fp32 reference, loss too), and the flat layout's bookkeeping."""
-import traceback
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import kernels.engine as engine
 from conftest import check_plan
-from kernels import comm
 from kernels.check import Reference, compare_pieces
 from kernels.config import make_config
 from kernels.dp.buckets import FlatUnit, flat_blocks, global_pieces
 from kernels.dp.zero import layer_key
 from kernels.layers import Param
 from kernels.mesh import Plan
+from worlds import run_world
 
 PAD_MODEL = ("--dim", 40, "--heads", 4, "--kv-heads", 2)   # block numel 18320: not divisible by 3
 
@@ -90,49 +87,32 @@ BF16_GRAD_ATOL = 3e-2     # the old absolute bf16 bound of --check (now partui.c
 BF16_GRAD_RTOL = 0.05     # max error / max |grad| of a tensor, bf16 has 8 mantissa bits
 
 
-def _bf16_rank(rank, world, port, zero, q):
-    torch.set_num_threads(1)
+def _bf16_rank(rank, world, zero):
+    """Rank `rank`'s bf16 engine against the mixed reference: per step (max abs grad err,
+    max |grad|, loss err, missing pieces), and the ledger."""
     init, build = engine.init_params, engine.build_model
     engine.init_params = lambda cfg, seed, dtype=None: init(cfg, seed, torch.bfloat16)
     engine.build_model = lambda cfg, seed, dtype=None, *a, **k: build(cfg, seed, torch.bfloat16,
                                                                        *a, **k)
-    try:
-        comm.init("gloo", rank, world, store=comm.store_client(port, world + 1), timeout_s=60)
-        cfg = make_config("tiny", layers=2)
-        eng = engine.Engine(Plan(dp=world, zero=zero, dtype="bf16", bucket_mb=0.05), cfg, rank)
-        ref = Reference(eng.plan, cfg, dtype=torch.bfloat16)
-        errs = []
-        for _ in range(3):
-            res = eng.step()
-            mine = [None] * world
-            dist.all_gather_object(mine, eng.grad_pieces())
-            ref_loss, ref_grads = ref.step()
-            cmp = compare_pieces(mine, {n: g.float() for n, g in ref_grads.items()})
-            scale = max(g.float().abs().max().item() for g in ref_grads.values())
-            errs.append((cmp["max_abs_err"], scale, abs(res.loss - ref_loss), cmp["missing"]))
-        if rank == 0:
-            q.put(("ok", errs, eng.sync.ledger()))
-        dist.barrier()
-    except BaseException as e:  # noqa: BLE001 - every failure goes to the parent
-        q.put(("error", f"{e}\n{traceback.format_exc()}", None))
-    finally:
-        comm.destroy()
+    cfg = make_config("tiny", layers=2)
+    eng = engine.Engine(Plan(dp=world, zero=zero, dtype="bf16", bucket_mb=0.05), cfg, rank)
+    ref = Reference(eng.plan, cfg, dtype=torch.bfloat16)
+    errs = []
+    for _ in range(3):
+        res = eng.step()
+        mine = [None] * world
+        dist.all_gather_object(mine, eng.grad_pieces())
+        ref_loss, ref_grads = ref.step()
+        cmp = compare_pieces(mine, {n: g.float() for n, g in ref_grads.items()})
+        scale = max(g.float().abs().max().item() for g in ref_grads.values())
+        errs.append((cmp["max_abs_err"], scale, abs(res.loss - ref_loss), cmp["missing"]))
+    return errs, eng.sync.ledger()
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("zero", [0, 2, 3])
 def test_bf16_mixed_precision_matches_the_mixed_reference(zero):
-    world = 2
-    store, port = comm.store_server(world + 1)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_bf16_rank, args=(r, world, port, zero, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    kind, errs, led = q.get(timeout=240)
-    for p in procs:
-        p.join(20)
-    assert kind == "ok", errs
+    errs, led = run_world(2, _bf16_rank, zero, timeout_s=240)[0]   # forked: the bf16 patch stays in the ranks
     print(f"ZeRO-{zero} bf16 (max abs grad err, max |grad|, loss err, missing) per step:", errs)
     for err, scale, loss_err, missing in errs:
         assert not missing

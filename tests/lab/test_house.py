@@ -30,9 +30,9 @@ LOCAL_IMPORTS_ALLOWED = {
         "app's first frame (partui bench app: target 1.5 s)",
     ("partui/app/screens/mesh.py", "partui.layout"):
         "the layout builds each rank's engine (torch), which the app loads after its first frame",
-    ("partui/session.py", "partui.analysis"):
+    ("partui/world.py", "partui.analysis"):
         "the analysis imports pandas; the app loads it on its first report, not at start",
-    ("partui/session.py", "partui.checker"):
+    ("partui/world.py", "partui.checker"):
         "the single-process reference imports torch; only a checked world needs it",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",

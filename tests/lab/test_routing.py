@@ -158,7 +158,7 @@ def test_routing_report_refuses_a_file_without_routing(tmp_path):
 @pytest.mark.timeout(600)
 def test_selection_bias_is_shown_as_state_beside_the_params():
     """The bias a snapshot shows after step n is the one step n + 1 routes with (its figures say so)."""
-    from partui.session import World
+    from partui.world import World
     with World(timeout_s=300) as w:
         w.plan("deepseek", ep=2, dp=2)
         w.step(2)

@@ -9,8 +9,8 @@ import pytest
 
 from kernels.mesh import PlanError
 from partui.plans import PRESETS, build_plan, plan_fields
-from partui.session import World
-from partui.world import RankError
+from partui.world import World
+from partui.launch import RankError
 
 pytestmark = pytest.mark.timeout(300)
 

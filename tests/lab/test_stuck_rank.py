@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import ROOT
-from partui.session import World
-from partui.world import RankStalled
+from partui.world import World
+from partui.launch import RankStalled
 
 
 def _alive(pid: int) -> bool:

@@ -2,7 +2,6 @@
 2-rank gloo run, Perfetto, atomic write."""
 import gzip
 import json
-import multiprocessing as mp
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT
+from worlds import run_world
 
 from kernels.comm import events
 from partui import tracefile
@@ -225,59 +225,36 @@ def test_merge_of_nothing_is_a_clear_error(tmp_path):
 
 # ---------------------------------------------------------------- a real 2-rank gloo run
 
-def _rank_main(rank, store, out_q):
+def _rank_main(rank, size):
     import torch
-    torch.set_num_threads(1)
     from kernels import comm
     from kernels.comm.events import counter, span
-    comm.init("gloo", rank, 2, f"file://{store}", timeout_s=30)
-    try:
-        world = comm.world_group()
-        t = RankTracer(rank, f"dp{rank} pp{rank}").start()
-        x = torch.ones(1 << 14)
-        for step in range(2):
-            with span("step", "step", step=step):
-                with span("F", "F", step=step, mb=0, layer=0):
-                    x = x * 1.0001
-                h = comm.all_reduce(x, world, async_op=True)
-                with span("B", "B", step=step, mb=0):
-                    y = (x @ x).item()
-                h.wait()
-                buf = torch.zeros(256)
-                if rank == 0:
-                    comm.send(torch.full((256,), float(y)), 1, world, tag=step)
-                else:
-                    comm.recv(buf, 0, world, tag=step)
-                counter("memory", bytes=int(x.numel() * 4))
-                with span("optimizer", "optimizer", step=step):
-                    x.mul_(0.5)
-        out_q.put(t.stop())
-    finally:
-        comm.destroy()
+    world = comm.world_group()
+    t = RankTracer(rank, f"dp{rank} pp{rank}").start()
+    x = torch.ones(1 << 14)
+    for step in range(2):
+        with span("step", "step", step=step):
+            with span("F", "F", step=step, mb=0, layer=0):
+                x = x * 1.0001
+            h = comm.all_reduce(x, world, async_op=True)
+            with span("B", "B", step=step, mb=0):
+                y = (x @ x).item()
+            h.wait()
+            buf = torch.zeros(256)
+            if rank == 0:
+                comm.send(torch.full((256,), float(y)), 1, world, tag=step)
+            else:
+                comm.recv(buf, 0, world, tag=step)
+            counter("memory", bytes=int(x.numel() * 4))
+            with span("optimizer", "optimizer", step=step):
+                x.mul_(0.5)
+    return t.stop()
 
 
 @pytest.fixture(scope="module")
 def gloo_trace(tmp_path_factory):
     d = tmp_path_factory.mktemp("gloo")
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, str(d / "store"), q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    per_rank, deadline = [], time.monotonic() + 120
-    while len(per_rank) < 2 and time.monotonic() < deadline:
-        try:
-            per_rank.append(q.get(timeout=1))
-        except Exception:  # queue.Empty: fail fast if a rank died instead of waiting out the clock
-            if any(p.exitcode not in (None, 0) for p in procs):
-                break
-    for p in procs:
-        if p.exitcode is None and len(per_rank) < 2:
-            p.kill()
-    assert len(per_rank) == 2, f"ranks exited with {[p.exitcode for p in procs]}"
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    per_rank = run_world(2, _rank_main, timeout_s=120)
     return merge(per_rank, str(d / "run.json"), {"plan": {"dp": 2}, "steps": [0, 1]})
 
 

@@ -1,4 +1,5 @@
-"""Launch, teardown, failure reporting, and the first multi-rank plan end to end."""
+"""Launch, teardown, failure reporting (held and one-shot worlds), and the first multi-rank plan
+end to end."""
 import os
 import signal
 import time
@@ -7,8 +8,10 @@ import pytest
 
 from conftest import check_plan, run_cli
 from kernels.mesh import Plan
+from partui.controller import Controller
+from partui.launch import RankError, WorldTimeout
 from partui.plans import build_plan
-from partui.world import Controller, RankError
+from worlds import run_world
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -144,3 +147,46 @@ def test_partui_run_joins_a_torchrun_world():
     assert lines[-1]["summary"]["backend"] == "gloo" and lines[-1]["summary"]["world"] == 2
     spawned = run_cli("run", "--dp", 2, "--steps", 2, "--json", "--layers", 2, check_rc=0).lines
     assert abs(lines[0]["loss"] - spawned[0]["loss"]) < 1e-6  # same world, same numbers
+
+
+# ---------------------------------------------------------------- one-shot worlds (tests/worlds.py)
+
+def _rank_1_hangs(rank, size, pid_dir):
+    """Rank 0 answers at once; rank 1 never does (a deadlock as the launcher sees it)."""
+    with open(os.path.join(pid_dir, str(rank)), "w") as f:
+        f.write(str(os.getpid()))
+    if rank == 1:
+        time.sleep(600)
+    return rank
+
+
+def test_a_one_shot_world_that_deadlocks_is_killed_at_its_deadline_naming_the_silent_rank(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(WorldTimeout) as e:
+        run_world(2, _rank_1_hangs, str(tmp_path), timeout_s=15, what="hanging world")
+    took = time.monotonic() - t0
+    assert e.value.ranks == [1]
+    assert "hanging world did not finish within 15 s (rank(s) [1] gave no result" in str(e.value)
+    assert 15 <= took < 25, took          # at the deadline, not at rank 1's 600 s sleep
+    pids = [int((tmp_path / str(r)).read_text()) for r in range(2)]
+    assert not any(_alive(p) for p in pids)   # both killed: rank 1 asleep, rank 0 in its barrier
+
+
+def _results_in_rank_order(rank, size):
+    time.sleep(0.2 * (size - rank))            # the last rank answers first
+    return rank * 10
+
+
+def test_a_one_shot_world_returns_results_in_rank_order_and_names_a_rank_that_raises():
+    assert run_world(3, _results_in_rank_order, timeout_s=60) == [0, 10, 20]
+    with pytest.raises(RankError) as e:
+        run_world(2, _raises_on_rank_1, timeout_s=60, what="raising world")
+    assert e.value.rank == 1 and "ValueError: rank 1 refuses" in e.value.error
+    assert str(e.value).startswith("raising world: rank 1: ValueError")
+    assert "Traceback" in str(e.value)
+
+
+def _raises_on_rank_1(rank, size):
+    if rank == 1:
+        raise ValueError("rank 1 refuses")
+    return rank

@@ -8,7 +8,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
 from partui.plans import PRESETS
-from partui.world import RankError, WorldTimeout
+from partui.launch import RankError, WorldTimeout
 
 
 class CommandsProvider(Provider):

@@ -8,7 +8,7 @@ from textual.widgets import Button, Input
 from kernels.link import LinkModel
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
-from partui.world import RankError, WorldTimeout
+from partui.launch import RankError, WorldTimeout
 
 
 class TraceMixin:

@@ -1,0 +1,141 @@
+"""`Controller`: the held world's end of the pipes. It starts its ranks through the one launcher
+(partui.launch, a fork server that has imported torch once, so a 4-rank world is ready in about
+the time of one torch import), sends each command to every rank and gathers the replies. Every
+wait is bounded; a rank that raises or dies surfaces as RankError with its rank and traceback, a
+silent heartbeat as RankStalled; close() leaves no process behind.
+"""
+from __future__ import annotations
+
+import time
+
+from partui.launch import (DEFAULT_TIMEOUT_S, RankError, RankStalled, Ranks, WorldTimeout,
+                           held_context)
+from partui.worker import worker_main
+
+STALL_S = 8.0    # a heartbeat older than this names the rank (it stamps every 0.5 s)
+
+
+def setup_payload(plan, cfg, seed: int = 0, optim: str = "adamw", lr=None, backward: str = "hand",
+                  weight_decay=None, link: dict | None = None, device: str | None = None) -> dict:
+    """What partui.rank's setup command builds an engine from (spawned or under torchrun)."""
+    return {"plan": plan.to_dict(), "cfg": cfg.to_dict(), "seed": seed, "optim": optim, "lr": lr,
+            "backward": backward, "weight_decay": weight_decay, "link": link, "device": device}
+
+
+class Controller:
+    """N held rank processes and a pipe to each. Use as a context manager or call close()."""
+
+    def __init__(self, ranks: Ranks, timeout_s: float = DEFAULT_TIMEOUT_S, beats=None):
+        self.ranks, self.size, self.timeout_s = ranks, ranks.size, timeout_s
+        self.infos: list[dict] = []
+        self.setup_payload: dict | None = None
+        self.closed = False
+        self.beats = beats       # one heartbeat stamp (time.monotonic) per rank, shared memory
+
+    # ---------------------------------------------------------------- lifecycle
+    @classmethod
+    def launch(cls, size: int, timeout_s: float = DEFAULT_TIMEOUT_S, on_progress=None) -> "Controller":
+        if size < 1:
+            raise ValueError(f"world size {size} must be >= 1")
+        ctx = held_context()
+        say = on_progress or (lambda msg: None)
+        beats = ctx.Array("d", size, lock=False)
+        say(f"starting {size} rank processes")
+        w = cls(Ranks(ctx, size, worker_main, ({"timeout_s": timeout_s}, beats), size > 1),
+                timeout_s, beats)
+        try:
+            deadline = time.monotonic() + timeout_s
+            port = w.ranks.relay_port(deadline, w._late("start"))
+            if port is not None:
+                say(f"rendezvous on 127.0.0.1:{port}")
+            w.ranks.gather(range(size), deadline, w._late("start"), expect="ready")
+            say(f"{size} ranks ready")
+        except BaseException:
+            w.close()
+            raise
+        return w
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self, grace_s: float = 3.0) -> None:
+        """Ask every rank to exit, then terminate and kill what is left; never raises."""
+        if not self.closed:
+            self.closed = True
+            self.ranks.close(grace_s, ask=("shutdown", None))
+
+    def pids(self) -> list[int]:
+        return self.ranks.pids()
+
+    # ---------------------------------------------------------------- messaging
+    def _late(self, cmd: str):
+        timeout_s = self.timeout_s
+        return lambda ranks: WorldTimeout(f"ranks {ranks} did not answer {cmd!r} within "
+                                          f"{timeout_s:.0f} s", ranks)
+
+    def call(self, cmd: str, payload: dict | None = None, timeout_s: float | None = None) -> list:
+        """Send a command to every rank and gather the replies in rank order. On any rank's
+        error the world is closed (the others may be stuck in a collective) and RankError raised."""
+        if self.closed:
+            raise RuntimeError("the world is closed: launch a new one")
+        timeout_s = timeout_s or self.timeout_s
+        for r, c in enumerate(self.ranks.conns):
+            try:
+                c.send((cmd, payload))
+            except OSError:
+                self.close()
+                raise RankError(r, f"process died with exit code {self.ranks.procs[r].exitcode}")
+        try:
+            replies = self.ranks.gather(range(self.size), time.monotonic() + timeout_s,
+                                        self._late(cmd), idle=self._check_heartbeats)
+        except BaseException:
+            self.close()
+            raise
+        return [replies[r] for r in range(self.size)]
+
+    def _check_heartbeats(self) -> None:
+        """RankStalled naming the first rank whose heartbeat is older than STALL_S."""
+        if self.beats is None:
+            return
+        now = time.monotonic()
+        for r, stamp in enumerate(self.beats):
+            proc = self.ranks.procs[r]
+            if stamp and now - stamp > STALL_S and proc.is_alive():
+                raise RankStalled(r, f"stopped making progress (pid {proc.pid}): "
+                                     f"no heartbeat for {now - stamp:.0f} s (stopped, frozen or "
+                                     f"starved of CPU); the world was closed")
+
+    # ---------------------------------------------------------------- verbs
+    def setup(self, plan, cfg, **training) -> list[dict]:
+        """Build every rank's engine (training: setup_payload's options); per rank its info."""
+        self.setup_payload = setup_payload(plan, cfg, **training)
+        self.infos = self.call("setup", self.setup_payload)
+        return self.infos
+
+    def step(self, n: int = 1, check: bool = False) -> list[list[dict]]:
+        """Per rank, a list of n step summaries."""
+        return self.call("step", {"n": n, "check": check})
+
+    def snapshot(self, full: list[str] | None = None) -> list[dict]:
+        return self.call("snapshot", {"full": full or []})
+
+    def link(self, link: dict | None) -> dict | None:
+        """Install an emulated link on every rank ({"text", "ranks_per_node"}; None: none)."""
+        return self.call("link", link)[0]
+
+    def inject_fault(self, rank: int, step: int) -> None:
+        """Make `rank` raise when it reaches `step` (for testing failure handling)."""
+        if self.closed:
+            raise RuntimeError("the world is closed")
+        self.ranks.conns[rank].send(("fault", {"step": step}))
+        self.ranks.gather([rank], time.monotonic() + self.timeout_s, self._late("fault"))
+
+    def trace_start(self, sparse: bool = True) -> None:
+        self.call("trace_start", {"sparse": sparse})
+
+    def trace_stop(self) -> list[dict]:
+        return self.call("trace_stop", {})
+
