@@ -1,6 +1,8 @@
 """torch.profiler (Kineto) traces into the analysis table.
 
-GPU Kineto traces: NCCL kernels are comm, every other kernel compute (HTA's classes). CPU Kineto
+GPU Kineto traces: kernels (and memcpys) of a comm family (comm_kernels.FAMILIES: NCCL, RCCL, DeepEP,
+NVSHMEM, peer-to-peer memcpy, plus the user's --comm-kernels patterns) are comm, every other kernel
+compute; memcpy / memset outside a family are neither. CPU Kineto
 traces (gloo): `gloo:*` record_functions (in flight on gloo's thread) and `c10d::*` calls are comm,
 `aten::*` ops compute, `ProfilerStep#N` the step windows.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.comm_kernels import family_of
 from partui.analysis.events import finish, slices, track_names
 
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
@@ -20,7 +23,7 @@ def is_kineto(doc: dict) -> bool:
     return "schemaVersion" in doc or "distributedInfo" in doc or "deviceProperties" in doc
 
 
-def kineto_frame(doc: dict) -> pd.DataFrame:
+def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     events = doc["traceEvents"]
     df = slices(events)
     df["track"] = track_names(df, events)
@@ -34,8 +37,9 @@ def kineto_frame(doc: dict) -> pd.DataFrame:
     df["device"] = np.where(kernel, "gpu", "cpu")
     step_no = name.str.extract(r"^ProfilerStep#(\d+)$", expand=False)
     df["step"] = pd.to_numeric(step_no, errors="coerce")
-    if gpu:  # HTA's classes: NCCL kernels against all other kernels; CPU ops are not counted
-        comm = kernel & lower.str.contains("nccl")
+    if gpu:  # comm families against all other kernels; CPU ops are not counted
+        family = family_of(df["name"], kernel.to_numpy(), comm_kernels)
+        comm = pd.Series(pd.notna(family), index=df.index)
         compute = (cat == "kernel") & ~comm
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
         comm = lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains(
@@ -44,6 +48,8 @@ def kineto_frame(doc: dict) -> pd.DataFrame:
     df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
+    short = name.str.extract(r"^(?:void )?([\w:]+)", expand=False)  # a DeepEP kernel: its C++ name
+    op = op.fillna(short.where(comm))
     squashed = op.str.replace("_", "", regex=False)
     op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
