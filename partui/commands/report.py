@@ -156,7 +156,9 @@ def run(args) -> int:
         out = render(table, args.format)
         gpu_blocks = gpu_sections(df, args.format) if other is None and args.by == "rank" else []
         if args.format == "json" and gpu_blocks:
-            out = json.dumps({**json.loads(out), **dict(gpu_blocks)})
+            doc = {**json.loads(out), **dict(gpu_blocks)}
+            doc["definitions"].update(definitions([c for _, rows in gpu_blocks for r in rows[:1] for c in r]))
+            out = json.dumps(doc)
         elif args.format in ("table", "markdown"):
             out += "".join(f"\n\n{name}:\n{block}" for name, block in gpu_blocks)
         cpu_only = cpu_only_note(df)
