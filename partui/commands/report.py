@@ -15,6 +15,7 @@ from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscri
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
@@ -145,8 +146,8 @@ def run(args) -> int:
         other = load(args.vs, args.comm_kernels) if args.vs else None
         if other is not None:
             table = compare(df, other)
-        elif args.by == "pair":
-            table = fb_pair_a2a(df)
+        elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
+            table = kineto_pairs(df) if is_part_trace(df) else fb_pair_a2a(df)
         elif args.by == "schedule":
             table = schedule_view(df, args.step)
         else:
@@ -165,7 +166,7 @@ def run(args) -> int:
         if cpu_only:
             print(cpu_only, file=sys.stderr)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
-            out += "\n" + pair_summary(table)
+            out += "\n" + (kineto_pair_summary(table) if is_part_trace(df) else pair_summary(table))
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
         notes = [oversubscription_note(df), core_sharing_line(table)] if (

@@ -109,3 +109,21 @@ def test_against_hta_itself_on_nccl_data(tmp_path):
     ours = hta_overlap(load(str(one)))
     assert theirs["comp_comm_overlap_pctg"].tolist() == pytest.approx(ours["comm_comp_overlap_pct"].tolist(),
                                                                       abs=0.01)
+
+
+@needs
+def test_deepseek_by_pair_lists_four_layers_of_parts_and_their_all_to_alls(capsys):
+    kernels = [e for e in events(DEEPSEEK) if e.get("cat") == "kernel"]
+    comm = merged([(e["ts"], e["ts"] + e["dur"]) for e in kernels if "dpsk::ep::" in e["name"]])
+    compute = merged([(e["ts"], e["ts"] + e["dur"]) for e in kernels if "dpsk::ep::" not in e["name"]])
+    assert main(["report", DEEPSEEK, "--by", "pair", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    names = ["combine(B)", "attn(F)", "mlp(B)", "dispatch(F)", "dispatch(B)", "mlp(W)", "mlp(F)", "attn(B)",
+             "attn(W)", "combine(F)"]
+    assert [(r["layer_k"], r["annotation"]) for r in rows] == [(k, n) for k in range(4) for n in names]
+    a2a = [r for r in rows if r["part"] in ("DISPATCH", "COMBINE")]
+    assert all(r["a2a_ms"] > 0 and r["under"] for r in a2a)          # each flew, under some part
+    assert all(r["a2a_ms"] == 0 and r["gpu_ms"] > 0 for r in rows if r not in a2a)
+    # every DeepEP kernel was launched by a dispatch / combine part: their exposed time is the trace's
+    exposed_us = sum(b - a for a, b in comm) - covered(comm, compute)
+    assert sum(r["a2a_exposed_ms"] for r in a2a) == pytest.approx(exposed_us / 1e3, abs=1e-2)
