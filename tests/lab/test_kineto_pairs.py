@@ -57,3 +57,38 @@ def test_the_cli_reads_the_parts_and_the_names_are_data(trace, capsys, monkeypat
                                       (r"^fwd_a2a_dispatch$(?P<side>)", "DISPATCH")])
     t = kineto_pairs(load(path)).set_index("annotation")
     assert t.loc["fwd_a2a_dispatch", "a2a_exposed_ms"] == pytest.approx(0.06)
+
+
+def serial_parts_trace() -> dict:
+    """One layer's parts one after the other, each launching one kernel that runs alone for a known time
+    (us): attn(F) 10, dispatch(F) 20 (DeepEP), mlp(F) 30, mlp(B) 50, attn(B) 40, mlp(W) 6, attn(W) 5."""
+    parts = [("attn(F)", "gemm", 10), ("dispatch(F)", "dpsk::ep::dispatch", 20), ("mlp(F)", "gemm", 30),
+             ("mlp(B)", "gemm", 50), ("attn(B)", "gemm", 40), ("mlp(W)", "gemm", 6), ("attn(W)", "gemm", 5)]
+    ev, gpu_t = [], 1000
+    for i, (name, kernel, dur) in enumerate(parts, start=1):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                   "ts": 10 * i + 1, "dur": 1, "args": {"correlation": i}})
+        ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": gpu_t, "dur": dur,
+                   "args": {"correlation": i, "stream": 7}})
+        gpu_t += dur
+    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": ev}
+
+
+def test_simulate_plans_the_traces_measured_parts_beside_the_recorded_pair(tmp_path, capsys):
+    from kernels.pp.part_costs import PartCost, pair_timeline
+    path = tmp_path / "serial.json"
+    path.write_text(json.dumps(serial_parts_trace()))
+    args = ["simulate", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--parts", str(path), "--fb-overlap"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "ATTN=0.010 MLP=0.030 ATTN_B=0.040 MLP_B=0.050 ATTN_W=0.005 MLP_W=0.006 A2A=0.020" in out
+    plan = pair_timeline(PartCost(ATTN=0.01, MLP=0.03, COMBINE=0, A2A=0.02, ATTN_B=0.04, MLP_B=0.05,
+                                  ATTN_W=0.005, MLP_W=0.006, layers=1)).makespan
+    assert f"recorded pair: {0.161:.3f} ms (the parts' GPU window); planner's pair: {plan:.3f} ms" in out
+    assert "recorded W parts: B ATTN_W after B MLP_W, B MLP_W after B ATTN" in out
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5, "args": {"stream": 7}}]}
+    path.write_text(json.dumps(doc))
+    assert main(args) == 2
+    assert "no part annotations" in capsys.readouterr().err
