@@ -29,30 +29,35 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     df["track"] = track_names(df, events)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
-    name = df["name"].astype(str)
-    lower = name.str.lower()
-    cat = df["cat"].astype(str).str.lower()
-    kernel = cat.isin(["kernel", "gpu_memcpy", "gpu_memset"])
+    # every string test runs once per distinct name or category (a few thousand), then spreads by code
+    names = pd.Series(df["name"].cat.categories.astype(str))
+    ncode = df["name"].cat.codes.to_numpy()
+    cat = np.append(df["cat"].cat.categories.astype(str).str.lower().to_numpy(), "")[df["cat"].cat.codes.to_numpy()]
+    kernel = np.isin(cat, ["kernel", "gpu_memcpy", "gpu_memset"])
     gpu = kernel.any()
     df["device"] = np.where(kernel, "gpu", "cpu")
-    step_no = name.str.extract(r"^ProfilerStep#(\d+)$", expand=False)
-    df["step"] = pd.to_numeric(step_no, errors="coerce")
+    step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
+    df["step"] = _spread(step_no, ncode, np.nan)
+    lower = names.str.lower()
     if gpu:  # comm families against all other kernels; CPU ops are not counted
-        family = family_of(df["name"], kernel.to_numpy(), comm_kernels)
-        comm = pd.Series(pd.notna(family), index=df.index)
+        comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
         compute = (cat == "kernel") & ~comm
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
-        comm = lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains(
-            "nccl")
-        compute = (cat == "cpu_op") & lower.str.startswith("aten::") & ~comm
-    df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
+        by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
+        comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
+        compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
+    df["kind"] = np.select([comm, compute, ~np.isnan(df["step"].to_numpy())], ["comm", "compute", "step"], "other")
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
-    short = name.str.extract(r"^(?:void )?([\w:]+)", expand=False)  # a DeepEP kernel: its C++ name
-    op = op.fillna(short.where(comm))
-    squashed = op.str.replace("_", "", regex=False)
-    op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
+    op = op.fillna(names.str.extract(r"^(?:void )?([\w:]+)", expand=False))  # a DeepEP kernel: its C++ name
+    op = op.str.replace("_", "", regex=False).map(OP_NAMES).fillna(op)  # c10d::allreduce_ = gloo:all_reduce
+    op = pd.Series(_spread(op.to_numpy(dtype=object), ncode, None), index=df.index)
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
     df["op"] = given_op.where(given_op.notna(), op.where(comm))
     df["group"] = given_group.where(given_group.notna(), np.where(comm, "world", None))
     return finish(df)
+
+
+def _spread(per_name: np.ndarray, codes: np.ndarray, missing):
+    """A per-category value for each row (code -1, a missing name: `missing`)."""
+    return np.append(per_name, np.array([missing], dtype=per_name.dtype if missing is not None else object))[codes]

@@ -53,8 +53,11 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     gpu = _gpu_kernels(df)
     if not len(gpu):
         return pd.DataFrame(columns=STREAM_COLUMNS)
-    pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), gpu["track"].astype(str).to_numpy()])
+    track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")
+    pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), track.cat.codes.to_numpy()])
     code, uniq = pd.factorize(pair)
+    uniq = [(r, tracks[t]) for r, t in uniq]
     comm = (gpu["kind"] == "comm").to_numpy()
     keys, busy, _, _ = sweep(code, gpu["ts"].to_numpy(), gpu["end"].to_numpy(), np.zeros(len(gpu), np.int64), 1)
     ck, cbusy, _, _ = sweep(code[comm], gpu["ts"].to_numpy()[comm], gpu["end"].to_numpy()[comm],
