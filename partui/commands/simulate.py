@@ -10,6 +10,8 @@ from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_tim
 from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, validate
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from kernels.pp.timeline import text_timeline
+from partui.analysis.events import TraceError
+from partui.analysis.pair_plan import from_trace
 
 COST_KEYS = ("F", "B", "W", "FB", "p2p")
 DEFAULT_COST = "F=1,B=2,W=1"
@@ -76,8 +78,6 @@ def run(args) -> int:
             raise ValueError("give --cost or --parts, not both: --parts derives F, B, W and the pair's cost")
         recorded = None
         if args.parts is not None and os.path.exists(args.parts):   # a trace: its measured parts
-            from partui.analysis import TraceError
-            from partui.analysis.pair_plan import from_trace
             try:
                 parts, recorded = from_trace(args.parts)
             except TraceError as exc:
