@@ -14,6 +14,7 @@ import pandas as pd
 from partui.analysis.comm_kernels import family_of
 from partui.analysis.events import finish, slices, track_names
 
+KINDS = ["comm", "compute", "step", "other"]
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
             "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
@@ -35,7 +36,7 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     cat = np.append(df["cat"].cat.categories.astype(str).str.lower().to_numpy(), "")[df["cat"].cat.codes.to_numpy()]
     kernel = np.isin(cat, ["kernel", "gpu_memcpy", "gpu_memset"])
     gpu = kernel.any()
-    df["device"] = np.where(kernel, "gpu", "cpu")
+    df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
     step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
     df["step"] = _spread(step_no, ncode, np.nan)
     lower = names.str.lower()
@@ -46,11 +47,18 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
         by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
         comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
         compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
-    df["kind"] = np.select([comm, compute, ~np.isnan(df["step"].to_numpy())], ["comm", "compute", "step"], "other")
+    df["kind"] = pd.Categorical.from_codes(np.select([comm, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2], 3),
+                                           KINDS)
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
     op = op.fillna(names.str.extract(r"^(?:void )?([\w:]+)", expand=False))  # a DeepEP kernel: its C++ name
     op = op.str.replace("_", "", regex=False).map(OP_NAMES).fillna(op)  # c10d::allreduce_ = gloo:all_reduce
+    if df["op"].isna().all() and df["group"].isna().all():  # Kineto's own: no partui args, build as codes
+        per_name, labels = pd.factorize(op.to_numpy(dtype=object))   # NaN -> -1
+        codes = np.where(comm, np.append(per_name, -1)[ncode], -1)
+        df["op"] = pd.Categorical.from_codes(codes, pd.Index(labels, dtype=object))
+        df["group"] = pd.Categorical.from_codes(np.where(comm, 0, -1), ["world"])
+        return finish(df)
     op = pd.Series(_spread(op.to_numpy(dtype=object), ncode, None), index=df.index)
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
     df["op"] = given_op.where(given_op.notna(), op.where(comm))

@@ -138,3 +138,13 @@ def test_a_cpu_only_kineto_file_says_so_and_analyses_cpu_ops(tmp_path, capsys):
     assert str(path) in captured.err and "no GPU kernels" in captured.err and "CPU ops" in captured.err
     row = json.loads(captured.out)["rows"][0]
     assert (row["compute_ms"], row["comm_ms"], row["overlapped_ms"]) == pytest.approx((0.1, 0.1, 0.05))
+
+
+def test_the_kineto_bench_case_loads_and_reports_its_synthetic_trace():
+    from partui.bench.analysis import bench_kineto, describe_kineto, synthetic_kineto
+    doc = synthetic_kineto(2_000)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 2_000 and len(doc["traceEvents"]) == 2 * 2_000 + 3 + 2
+    res = bench_kineto(2_000)
+    assert res["kernels"] == 2_000 and res["load_and_report_s"] > 0 and res["load_and_report_cpu_s"] > 0
+    assert "2,000 kernels" in describe_kineto(res) and "goal under 5 s" in describe_kineto(res)
