@@ -159,6 +159,7 @@ def run(args) -> int:
         if args.format == "json" and gpu_blocks:
             doc = {**json.loads(out), **dict(gpu_blocks)}
             doc["definitions"].update(definitions([c for _, rows in gpu_blocks for r in rows[:1] for c in r]))
+            doc["notes"] = family_lines(df)     # the no-comm-kernel warning reaches json readers too
             out = json.dumps(doc)
         elif args.format in ("table", "markdown"):
             out += "".join(f"\n\n{name}:\n{block}" for name, block in gpu_blocks)

@@ -80,6 +80,8 @@ def test_no_comm_kernel_in_a_multi_rank_job_warns_never_a_silent_zero(tmp_path, 
     path.write_text(json.dumps(kineto([("sm90_gemm", 7, 0, 100), ("fancy_alltoall", 8, 0, 50)], world=8)))
     lines = family_lines(load(str(path)))
     assert len(lines) == 1 and "world_size is 8" in lines[0] and "--comm-kernels" in lines[0]
+    assert main(["report", str(path), "--format", "json"]) == 0
+    assert "--comm-kernels" in json.loads(capsys.readouterr().out)["notes"][0]
     assert main(["report", str(path), "--comm-kernels", "alltoall"]) == 0
     assert "warning" not in capsys.readouterr().out
     path.write_text(json.dumps(kineto([("sm90_gemm", 7, 0, 100)], world=1)))
