@@ -17,6 +17,13 @@ TERMS = {
               "under its spans): shown, never compute, comm or wait, so they change no figure",
     "window": "a rank's step spans, summed; time between steps (the controller, a user deciding) "
               "enters no figure; without step spans, the rank's first to last event",
+    "torch.profiler GPU traces": "compute is every kernel that is not comm, on any stream, merged; comm "
+                                 "in flight is the comm kernels (a family of comm_kernels.FAMILIES: NCCL, "
+                                 "RCCL, DeepEP, NVSHMEM, peer-to-peer memcpy, or --comm-kernels REGEX), "
+                                 "merged; other memcpy / memset are neither. A comm kernel beside a compute "
+                                 "kernel is overlapped, not hidden: DeepEP and NCCL kernels hold SMs while "
+                                 "they wait for remote data, so the compute beside them ran on fewer SMs; "
+                                 "only gpu_exposed_comm_ms (no compute kernel running at all) is certain loss",
 }
 
 COLUMNS = {
@@ -74,9 +81,39 @@ COLUMNS = {
     "bias_min": "--routing: smallest DeepSeek selection bias this step routed with",
     "bias_max": "--routing: largest DeepSeek selection bias this step routed with",
     "eN": "--routing: tokens expert N got",
-    "comm_comp_overlap_pct": "HTA's per-rank overlap (torch.profiler GPU traces): NCCL kernels "
-                             "against the other kernels, after HTA's filter: kernels launched before "
-                             "the last ProfilerStep (--include-last-step: up to its end)",
+    "comm_comp_overlap_pct": "HTA's per-rank overlap under HTA's rule (torch.profiler GPU traces): "
+                             "kernels named ^nccl.*Kernel against the other kernels (names holding "
+                             "Memcpy / Memset are neither; other comm families do not enter), each "
+                             "merged, times rounded inward to whole us as HTA's parser does; after HTA's "
+                             "filter: kernels launched before the last ProfilerStep (--include-last-step: "
+                             "up to its end)",
+    "gpu_window_ms": "the rank's GPU window: its first kernel's start to its last kernel's end",
+    "kernel_compute_ms": "non-comm kernels on any stream, merged, in the GPU window",
+    "kernel_comm_ms": "comm kernels (any family), merged",
+    "kernel_overlapped_ms": "comm kernels running while a compute kernel ran (overlapped, not hidden: "
+                            "the comm kernel held SMs the compute could not use)",
+    "gpu_exposed_comm_ms": "kernel_comm_ms - kernel_overlapped_ms: a comm kernel running while no "
+                           "compute kernel ran on any stream",
+    "compute_idle_ms": "gpu_window_ms - kernel_compute_ms: the window no compute kernel covered",
+    "kernel_overlap_pct": "kernel_overlapped_ms / kernel_comm_ms",
+    "stream": "a GPU stream (Kineto's track name)",
+    "kernels": "kernels and memcpys run on it",
+    "comm_kernels": "those of a comm family",
+    "busy_ms": "its kernels merged",
+    "comm_busy_ms": "its comm kernels merged",
+    "busy_pct": "busy_ms / the rank's gpu_window_ms",
+    "pair": "--by pair: the F&B pair (partui's FB span; a torch.profiler trace: the annotation holding the parts)",
+    "layer_k": "--by pair on a torch.profiler trace: the k-th annotation of this name on the rank (its layer)",
+    "part": "--by pair: the planner's part (kernels/pp/fb_order.py) the annotation names (kineto_pairs.PART_NAMES)",
+    "annotation": "--by pair: the user annotation as recorded, e.g. dispatch(F)",
+    "launched": "--by pair: GPU kernels launched while the annotation was open (launch correlation ids)",
+    "gpu_ms": "--by pair: those kernels merged: the part's GPU time",
+    "a2a_ms": "--by pair: its comm kernels merged: the all-to-all it flew",
+    "a2a_under_ms": "--by pair: a2a_ms while a compute kernel (any part's) ran",
+    "a2a_exposed_ms": "--by pair: a2a_ms while no compute kernel ran",
+    "under": "--by pair: the other parts whose compute kernels ran beside its all-to-all",
+    "family": "comm kernel family (comm_kernels.FAMILIES, or --comm-kernels)",
+    "kernel_ms": "the family's kernels' durations summed (not merged)",
 }
 
 

@@ -1,6 +1,8 @@
 """torch.profiler (Kineto) traces into the analysis table.
 
-GPU Kineto traces: NCCL kernels are comm, every other kernel compute (HTA's classes). CPU Kineto
+GPU Kineto traces: kernels (and memcpys) of a comm family (comm_kernels.FAMILIES: NCCL, RCCL, DeepEP,
+NVSHMEM, peer-to-peer memcpy, plus the user's --comm-kernels patterns) are comm, every other kernel
+compute; memcpy / memset outside a family are neither. CPU Kineto
 traces (gloo): `gloo:*` record_functions (in flight on gloo's thread) and `c10d::*` calls are comm,
 `aten::*` ops compute, `ProfilerStep#N` the step windows.
 """
@@ -9,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.comm_kernels import family_of
 from partui.analysis.events import finish, slices, track_names
 
+KINDS = ["comm", "compute", "step", "other"]
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
             "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
@@ -20,33 +24,48 @@ def is_kineto(doc: dict) -> bool:
     return "schemaVersion" in doc or "distributedInfo" in doc or "deviceProperties" in doc
 
 
-def kineto_frame(doc: dict) -> pd.DataFrame:
+def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     events = doc["traceEvents"]
     df = slices(events)
     df["track"] = track_names(df, events)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
-    name = df["name"].astype(str)
-    lower = name.str.lower()
-    cat = df["cat"].astype(str).str.lower()
-    kernel = cat.isin(["kernel", "gpu_memcpy", "gpu_memset"])
+    # every string test runs once per distinct name or category (a few thousand), then spreads by code
+    names = pd.Series(df["name"].cat.categories.astype(str))
+    ncode = df["name"].cat.codes.to_numpy()
+    cat = np.append(df["cat"].cat.categories.astype(str).str.lower().to_numpy(), "")[df["cat"].cat.codes.to_numpy()]
+    kernel = np.isin(cat, ["kernel", "gpu_memcpy", "gpu_memset"])
     gpu = kernel.any()
-    df["device"] = np.where(kernel, "gpu", "cpu")
-    step_no = name.str.extract(r"^ProfilerStep#(\d+)$", expand=False)
-    df["step"] = pd.to_numeric(step_no, errors="coerce")
-    if gpu:  # HTA's classes: NCCL kernels against all other kernels; CPU ops are not counted
-        comm = kernel & lower.str.contains("nccl")
+    df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
+    step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
+    df["step"] = _spread(step_no, ncode, np.nan)
+    lower = names.str.lower()
+    if gpu:  # comm families against all other kernels; CPU ops are not counted
+        comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
         compute = (cat == "kernel") & ~comm
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
-        comm = lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains(
-            "nccl")
-        compute = (cat == "cpu_op") & lower.str.startswith("aten::") & ~comm
-    df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
+        by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
+        comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
+        compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
+    df["kind"] = pd.Categorical.from_codes(np.select([comm, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2], 3),
+                                           KINDS)
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
-    squashed = op.str.replace("_", "", regex=False)
-    op = squashed.map(OP_NAMES).fillna(op)  # c10d::allreduce_ and gloo:all_reduce are one op
+    op = op.fillna(names.str.extract(r"^(?:void )?([\w:]+)", expand=False))  # a DeepEP kernel: its C++ name
+    op = op.str.replace("_", "", regex=False).map(OP_NAMES).fillna(op)  # c10d::allreduce_ = gloo:all_reduce
+    if df["op"].isna().all() and df["group"].isna().all():  # Kineto's own: no partui args, build as codes
+        per_name, labels = pd.factorize(op.to_numpy(dtype=object))   # NaN -> -1
+        codes = np.where(comm, np.append(per_name, -1)[ncode], -1)
+        df["op"] = pd.Categorical.from_codes(codes, pd.Index(labels, dtype=object))
+        df["group"] = pd.Categorical.from_codes(np.where(comm, 0, -1), ["world"])
+        return finish(df)
+    op = pd.Series(_spread(op.to_numpy(dtype=object), ncode, None), index=df.index)
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
     df["op"] = given_op.where(given_op.notna(), op.where(comm))
     df["group"] = given_group.where(given_group.notna(), np.where(comm, "world", None))
     return finish(df)
+
+
+def _spread(per_name: np.ndarray, codes: np.ndarray, missing):
+    """A per-category value for each row (code -1, a missing name: `missing`)."""
+    return np.append(per_name, np.array([missing], dtype=per_name.dtype if missing is not None else object))[codes]

@@ -10,6 +10,8 @@ the merged lengths, their intersection and their union, with no Python loop per 
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -173,20 +175,32 @@ def step_times(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"step": g.index.astype(int), "step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()})
 
 
+HTA_COMM = re.compile(r"^nccl.*Kernel")  # HTA's communication kernels (hta/utils/utils.py)
+HTA_MEMORY = re.compile(r"Memcpy|Memset")  # HTA's memory kernels: neither comm nor compute
+
+
 def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """HTA's comm-comp overlap % per rank: GPU kernels only, NCCL against the other kernels
-    (memcpy / memset are neither), each merged. HTA's filter first (Trace.load_traces): with two
-    or more ProfilerStep#N, only kernels launched (by correlation id) from CPU events that start
-    before the last step begins count; include_last_profiler_step=True keeps those starting up to
-    the last step's end. On CPU traces there are no kernels and, as with HTA, the figure is NaN."""
+    """HTA's comm-comp overlap % per rank, under HTA's rule (definitions: comm_comp_overlap_pct):
+    GPU events (kernels, memcpys, memsets) only; a name matching ^nccl.*Kernel is comm, a name holding
+    Memcpy or Memset neither, every other kernel compute; each class merged. Times are first rounded
+    inward to whole us as HTA's JSON parser does (start up, end down; a kernel shorter than that
+    vanishes). HTA's filter first (Trace.load_traces): with two or more ProfilerStep#N, only kernels
+    launched (by correlation id) from CPU events that start before the last step begins count;
+    include_last_profiler_step=True keeps those starting up to the last step's end. On CPU traces
+    there are no kernels and, as with HTA, the figure is NaN. The comm families of the other figures
+    (comm_kernels.py) do not enter: this is HTA's number, for comparison with HTA."""
     ranks = sorted(df["rank"].unique())
     gpu = hta_kernels(df, include_last_profiler_step)
-    gpu = gpu[gpu["kind"].isin(["compute", "comm"])]
+    name = gpu["name"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    labels = pd.Series(name.cat.categories.astype(str))  # each distinct name tested once
+    per_name = np.append(np.select([labels.str.match(HTA_COMM).to_numpy(), labels.str.contains(HTA_MEMORY).to_numpy()],
+                                   [1, -1], 0), -1)
+    cls = per_name[name.cat.codes.to_numpy()]
+    ts, end = np.ceil(gpu["ts"].to_numpy()), np.floor(gpu["end"].to_numpy())
+    keep = (cls >= 0) & (end > ts)
     out = pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": np.nan})
-    if len(gpu):
-        cls = (gpu["kind"] == "comm").to_numpy().astype(np.int64)
-        keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy(), gpu["ts"].to_numpy(),
-                                          gpu["end"].to_numpy(), cls, 2)
+    if keep.any():
+        keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy()[keep], ts[keep], end[keep], cls[keep], 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(lengths[:, 1] > 0, 100 * inter0[:, 1] / lengths[:, 1], np.nan)
         out = out.set_index("rank")
@@ -196,15 +210,17 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
 
 
 def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """The GPU kernels HTA keeps (see hta_overlap)."""
+    """The GPU events HTA keeps (see hta_overlap); CPU times rounded inward as HTA's parser does."""
     gpu = df[df["device"] == "gpu"]
     steps = df[(df["device"] == "cpu") & df["name"].str.startswith("ProfilerStep#").fillna(False)]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
         return gpu
     cpu = df[df["device"] == "cpu"]
+    steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
     last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
     bound = cpu["rank"].map(last["end" if include_last_profiler_step else "start"])
-    kept = cpu[(cpu["ts"] <= bound) if include_last_profiler_step else (cpu["ts"] < bound)]
+    start = np.ceil(cpu["ts"])
+    kept = cpu[(start <= bound) if include_last_profiler_step else (start < bound)]
     launched = pd.MultiIndex.from_frame(kept[["rank", "correlation"]].dropna())
     mine = pd.MultiIndex.from_frame(gpu[["rank", "correlation"]])
     return gpu[mine.isin(launched)]

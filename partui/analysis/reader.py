@@ -10,6 +10,7 @@ import zlib
 
 import pandas as pd
 
+from partui.analysis.comm_kernels import families
 from partui.analysis.events import TraceError
 from partui.analysis.kineto import is_kineto, kineto_frame
 from partui.analysis.partui_format import is_partui, partui_frame
@@ -48,14 +49,14 @@ def read_doc(path: str) -> dict:
         raise TraceError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
 
 
-def load_rank_files(folder: str) -> pd.DataFrame:
+def load_rank_files(folder: str, comm_kernels=()) -> pd.DataFrame:
     """Every *.json / *.json.gz in `folder`, each one rank's torch.profiler trace (its rank from
     distributedInfo.rank, else its place in name order), as one table."""
     names = sorted(n for n in os.listdir(folder) if n.endswith(TRACE_SUFFIXES))
     if not names:
         raise TraceError(f"{folder}: no .json or .json.gz traces in this directory; pass a trace "
                          f"file or a directory of per-rank torch.profiler traces")
-    frames, seen = [], {}
+    frames, seen, worlds = [], {}, {}
     for i, name in enumerate(names):
         path = os.path.join(folder, name)
         doc = read_doc(path)
@@ -64,15 +65,22 @@ def load_rank_files(folder: str) -> pd.DataFrame:
                              f"torch.profiler trace per rank (partui traces are single files)")
         info = doc.get("distributedInfo") or {}
         doc["distributedInfo"] = dict(info, rank=int(info.get("rank", i)))
+        world = int(info.get("world_size", len(names)))
+        other = next((n for n, w in worlds.items() if w != world), None)
+        if other is not None:
+            raise TraceError(f"{path}: distributedInfo.world_size {world}, but {other} says {worlds[other]}: "
+                             f"the directory mixes traces of different jobs; keep one job's ranks in it")
+        worlds[name] = world
         rank = doc["distributedInfo"]["rank"]
         if rank in seen:
             raise TraceError(f"{path}: rank {rank} again (also {seen[rank]}); keep one trace per "
                              f"rank in the directory")
         seen[rank] = name
-        frames.append(READERS["kineto"](doc))
+        frames.append(READERS["kineto"](doc, comm_kernels))
     df = pd.concat(frames, ignore_index=True).sort_values(["rank", "ts"], kind="stable")
     df = df.reset_index(drop=True)
-    df.attrs.update(format="kineto", path=folder, metadata=Shared(ranks=sorted(seen)))
+    df.attrs.update(format="kineto", path=folder, metadata=Shared(ranks=sorted(seen)),
+                    comm_kernels=tuple(comm_kernels), world_size=max(worlds.values()))
     return df
 
 
@@ -96,33 +104,39 @@ def detect(doc) -> str:
     return fmt
 
 
-def frame(doc: dict, path: str = "") -> pd.DataFrame:
-    """The analysis table of an already decoded trace document (a bench's in-memory trace)."""
+def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
+    """The analysis table of an already decoded trace document (a bench's in-memory trace);
+    comm_kernels: extra comm kernel name patterns for torch.profiler GPU traces (comm_kernels.py)."""
     try:
         fmt = detect(doc)
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}" if path else str(exc)) from None
     try:
-        df = READERS[fmt](doc)
+        df = READERS[fmt](doc, comm_kernels) if fmt == "kineto" else READERS[fmt](doc)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise TraceError(f"{path or 'trace'}: its events do not read as a {fmt} trace "
                          f"({type(exc).__name__}: {exc}); record it again (partui run --trace PATH)") from None
-    df.attrs.update(format=fmt, path=path, metadata=Shared(doc.get("metadata") or {}))
+    df.attrs.update(format=fmt, path=path, metadata=Shared(doc.get("metadata") or {}),
+                    comm_kernels=tuple(comm_kernels),
+                    world_size=int((doc.get("distributedInfo") or {}).get("world_size") or 1))
     return df
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def load(path: str) -> pd.DataFrame:
+def load(path: str, comm_kernels=()) -> pd.DataFrame:
     """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata. A
-    directory of per-rank torch.profiler traces (HTA's input) is read as one multi-rank trace."""
+    directory of per-rank torch.profiler traces (HTA's input) is read as one multi-rank trace.
+    comm_kernels: regexes naming more GPU comm kernels (beside comm_kernels.FAMILIES)."""
+    comm_kernels = tuple(comm_kernels or ())
+    families(comm_kernels)  # a bad pattern fails here, before the file is read
     was_enabled = gc.isenabled()
     gc.disable()  # millions of new event dicts would trigger the cyclic GC over and over
     try:
         if os.path.isdir(path):
-            return load_rank_files(path)
-        return frame(read_doc(path), path)
+            return load_rank_files(path, comm_kernels)
+        return frame(read_doc(path), path, comm_kernels)
     finally:
         if was_enabled:
             gc.enable()

@@ -1,11 +1,14 @@
 """The analysis benchmark: a synthetic partui trace of about n events, written, loaded and analysed
 (per rank, per step, per op), with wall and CPU seconds per phase and peak memory (`partui bench
-trace` runs it too).
+trace` runs it too); and a synthetic torch.profiler (Kineto) GPU trace of n kernels, loaded and
+reported as `partui report` does for a GPU trace (overlap, GPU-side figures, streams, families, HTA's).
 
-    python -m partui.bench.analysis 1000000      # the figure, each line saying what it counts
+    partui bench analysis 1000000                # both cases, each line saying what it counts
+    partui bench analysis --kineto 1000000       # the Kineto case alone
 """
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import sys
@@ -14,7 +17,9 @@ import time
 
 import numpy as np
 
-from partui.analysis import load, overlap_views
+from partui.analysis import hta_overlap, load, overlap_views
+from partui.analysis.comm_kernels import family_table
+from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.tracefile import FORMAT, write_atomic
 
 
@@ -101,9 +106,69 @@ def describe(res: dict) -> str:
         f"  peak RSS of this process: {res['peak_rss_mb']:.0f} MB (generating the trace included)"])
 
 
+def synthetic_kineto(n_kernels: int, seed: int = 0) -> dict:
+    """A torch.profiler GPU trace of one rank (of 8) with n_kernels kernels: a compute stream and an NCCL
+    stream (one kernel in five), each launched by a cudaLaunchKernel on the CPU (correlation ids), inside
+    three ProfilerSteps: every figure of a GPU report is computed, HTA's filter included."""
+    rng = np.random.default_rng(seed)
+    comm = rng.random(n_kernels) < 0.2
+    ts = np.cumsum(rng.uniform(1, 4, n_kernels))
+    dur = np.where(comm, rng.uniform(5, 40, n_kernels), rng.uniform(0.5, 3, n_kernels))
+    launch = ts - rng.uniform(5, 50, n_kernels)
+    names = np.where(comm, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm_bf16")
+    streams = np.where(comm, 9, 7)
+    evs = [{"ph": "M", "name": "thread_name", "pid": 0, "tid": int(s), "args": {"name": f"stream {s}"}} for s in (7, 9)]
+    evs += [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": int(s), "ts": float(t), "dur": float(d),
+             "args": {"stream": int(s), "correlation": i, "device": 0}}
+            for i, (n, s, t, d) in enumerate(zip(names.tolist(), streams.tolist(), ts.tolist(), dur.tolist()))]
+    evs += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": float(t),
+             "dur": 2.0, "args": {"correlation": i}} for i, t in enumerate(launch.tolist())]
+    edges = np.linspace(launch.min() - 1, ts.max() + 1, 4)
+    evs += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+             "ts": float(a), "dur": float(b - a)} for k, (a, b) in enumerate(zip(edges, edges[1:]))]
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},
+            "traceEvents": evs}
+
+
+def bench_kineto(n_kernels: int = 1_000_000) -> dict:
+    """Write, load and report a synthetic Kineto trace: seconds per phase."""
+    doc = synthetic_kineto(n_kernels)
+    n = len(doc["traceEvents"])
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "rank0.json")
+        write_atomic(path, doc)
+        del doc
+        size = os.path.getsize(path)
+        t0, c0 = time.perf_counter(), time.process_time()
+        df = load(path)
+        t1, c1 = time.perf_counter(), time.process_time()
+        overlap_views(df, ("rank", "op"))
+        gpu_overlap(df), stream_busy(df), family_table(df), hta_overlap(df)
+        t2, c2 = time.perf_counter(), time.process_time()
+    return {"kernels": n_kernels, "events": n, "file_mb": size / 2**20, "load_s": t1 - t0, "report_s": t2 - t1,
+            "load_and_report_s": t2 - t0, "load_and_report_cpu_s": c2 - c0}
+
+
+def describe_kineto(res: dict) -> str:
+    return "\n".join([
+        f"a synthetic torch.profiler GPU trace: {res['kernels']:,} kernels, {res['events']:,} events with their "
+        f"launches ({res['file_mb']:.0f} MB of JSON; a compute and an NCCL stream, 3 ProfilerSteps)",
+        f"  load: {res['load_s']:.2f} s wall; report (overlap per rank and op, GPU-side figures, streams, comm "
+        f"families, HTA's overlap): {res['report_s']:.2f} s wall",
+        f"  load and report: {res['load_and_report_s']:.2f} s wall, {res['load_and_report_cpu_s']:.2f} s CPU "
+        f"(goal under 5 s, quiet machine)"])
+
+
 def main(argv: list[str]) -> int:
-    n = int(argv[0].replace("_", "")) if argv else 1_000_000
-    print(describe(bench_analysis(n)))
+    ap = argparse.ArgumentParser(prog="partui bench analysis", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("events", nargs="?", default="1000000", help="events of the partui trace, kernels of the Kineto one")
+    ap.add_argument("--kineto", action="store_true", help="the Kineto case alone")
+    args = ap.parse_args(argv)
+    n = int(args.events.replace("_", ""))
+    if not args.kineto:
+        print(describe(bench_analysis(n)))
+    print(describe_kineto(bench_kineto(n)))
     return 0
 
 

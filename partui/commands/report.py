@@ -12,11 +12,14 @@ import pandas as pd
 
 from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscription_note,
                              step_times)
+from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
+from partui.analysis.streams import gpu_overlap, stream_busy
 
 FORMATS = ("table", "csv", "json", "markdown")
 ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
@@ -38,6 +41,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--include-last-step", action="store_true",
                    help="torch.profiler GPU traces: HTA's include_last_profiler_step (HTA's default, "
                         "and ours, drops kernels launched in the last ProfilerStep)")
+    p.add_argument("--comm-kernels", action="append", default=[], metavar="REGEX",
+                   help="torch.profiler GPU traces: GPU kernels whose names match REGEX (searched, "
+                        "case-insensitive) are comm too, beside the built-in families "
+                        f"({', '.join(FAMILIES)}); repeatable")
     p.add_argument("--routing", action="store_true",
                    help="the MoE routing table per step and layer (TRACE may be `partui run "
                         "--json` output)")
@@ -58,6 +65,25 @@ def render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
         return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
                          + [f"| {r} |" for r in rows])
     return df.to_string(index=False, na_rep="-")
+
+
+def gpu_sections(df: pd.DataFrame, fmt: str) -> list[tuple[str, object]]:
+    """A torch.profiler GPU trace's extra tables: GPU kernels per rank (comm against compute on the GPU,
+    what no compute kernel hid), streams, comm families; rendered text, or rows for json."""
+    if not (df["device"] == "gpu").any():
+        return []
+    tables = [("gpu", gpu_overlap(df)), ("streams", stream_busy(df)), ("comm_kernels", family_table(df))]
+    if fmt == "json":
+        return [(name, json.loads(t.round(3).to_json(orient="records"))) for name, t in tables]
+    return [(name, render(t, fmt)) for name, t in tables[:2] if len(t)]   # families: family_lines
+
+
+def cpu_only_note(df: pd.DataFrame) -> str | None:
+    """A torch.profiler trace without a GPU kernel: say so; its CPU ops are what gets analysed."""
+    if df.attrs.get("format") != "kineto" or (df["device"] == "gpu").any():
+        return None
+    return (f"partui report: {df.attrs.get('path', 'the trace')}: no GPU kernels (a CPU-only torch.profiler "
+            f"trace): analysing its CPU ops instead (aten::* compute, gloo:* / c10d::* comm)")
 
 
 def _cell(v) -> str:
@@ -116,12 +142,12 @@ def run(args) -> int:
             return 2
         return 0
     try:
-        df = load(args.trace)
-        other = load(args.vs) if args.vs else None
+        df = load(args.trace, args.comm_kernels)
+        other = load(args.vs, args.comm_kernels) if args.vs else None
         if other is not None:
             table = compare(df, other)
-        elif args.by == "pair":
-            table = fb_pair_a2a(df)
+        elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
+            table = kineto_pairs(df) if is_part_trace(df) else fb_pair_a2a(df)
         elif args.by == "schedule":
             table = schedule_view(df, args.step)
         else:
@@ -129,13 +155,26 @@ def run(args) -> int:
             if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
                 table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
         out = render(table, args.format)
+        gpu_blocks = gpu_sections(df, args.format) if other is None and args.by == "rank" else []
+        if args.format == "json" and gpu_blocks:
+            doc = {**json.loads(out), **dict(gpu_blocks)}
+            doc["definitions"].update(definitions([c for _, rows in gpu_blocks for r in rows[:1] for c in r]))
+            doc["notes"] = family_lines(df)     # the no-comm-kernel warning reaches json readers too
+            out = json.dumps(doc)
+        elif args.format in ("table", "markdown"):
+            out += "".join(f"\n\n{name}:\n{block}" for name, block in gpu_blocks)
+        cpu_only = cpu_only_note(df)
+        if cpu_only:
+            print(cpu_only, file=sys.stderr)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
-            out += "\n" + pair_summary(table)
+            out += "\n" + (kineto_pair_summary(table) if is_part_trace(df) else pair_summary(table))
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
         notes = [oversubscription_note(df), core_sharing_line(table)] if (
             other is None and args.by == "rank") else []
-        notes = [n for n in notes if n] + legend(table.columns)
+        shown = list(table.columns) + ([c for _, t in gpu_blocks for c in t.split("\n", 1)[0].split()]
+                                       if args.format == "table" else [])
+        notes = [n for n in notes if n] + family_lines(df) + legend(list(dict.fromkeys(shown)))
         if args.format in ("table", "markdown"):
             out += "\n" + "\n".join(notes)
         elif args.format == "csv":  # stdout stays plain CSV

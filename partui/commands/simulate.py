@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
 from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, validate
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from kernels.pp.timeline import text_timeline
+from partui.analysis.events import TraceError
+from partui.analysis.pair_plan import from_trace
 
 COST_KEYS = ("F", "B", "W", "FB", "p2p")
 DEFAULT_COST = "F=1,B=2,W=1"
@@ -56,7 +59,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    f"default F+B), p2p: e.g. F=1,B=2,W=1,FB=2.5,p2p=0 (default {DEFAULT_COST})")
     p.add_argument("--parts", default=None, help="chunk-level costs instead of --cost: one MoE layer's "
                    "ATTN, MLP, COMBINE, A2A (one all-to-all), ATTN_B, MLP_B, ATTN_W, MLP_W, and layers per "
-                   "chunk, e.g. ATTN=1,MLP=1,A2A=1,layers=1; F, B, W and the F&B pair's cost follow")
+                   "chunk, e.g. ATTN=1,MLP=1,A2A=1,layers=1; F, B, W and the F&B pair's cost follow. Or a "
+                   "torch.profiler trace with part annotations (attn(F), dispatch(B) ...): its measured "
+                   "part costs (ms), and its recorded pair beside the planner's")
     p.add_argument("--fb-overlap", action="store_true", help="F&B pairs interleave their parts (1f1b "
                    "gets combined pairs); with --parts the pair costs its overlapped time, and --timeline "
                    "draws its inner order")
@@ -71,7 +76,14 @@ def run(args) -> int:
     try:
         if args.parts is not None and args.cost is not None:
             raise ValueError("give --cost or --parts, not both: --parts derives F, B, W and the pair's cost")
-        parts = parse_parts(args.parts) if args.parts is not None else None
+        recorded = None
+        if args.parts is not None and os.path.exists(args.parts):   # a trace: its measured parts
+            try:
+                parts, recorded = from_trace(args.parts)
+            except TraceError as exc:
+                raise ValueError(str(exc)) from None
+        else:
+            parts = parse_parts(args.parts) if args.parts is not None else None
         cost = (cost_from_parts(parts, args.fb_overlap) if parts is not None
                 else parse_cost(args.cost or DEFAULT_COST))
         schedule = build_schedule(args.schedule, args.pp, args.microbatches, virtual=args.virtual,
@@ -93,6 +105,8 @@ def run(args) -> int:
                "peak_activations": result.peak_activations}
         if args.timeline:
             out["timeline"] = text_timeline(result)
+        if recorded is not None:
+            out["recorded_vs_planner"] = recorded
         if parts is not None:
             tl = pair_timeline(parts, args.fb_overlap)
             out["pair"] = {"overlapped": args.fb_overlap, "makespan": tl.makespan, "exposed_comm": tl.exposed_comm,
@@ -108,4 +122,6 @@ def run(args) -> int:
     for r, (idle, peak) in enumerate(zip(result.bubble_per_rank, result.peak_activations)):
         print(f"rank {r}: bubble {idle:g}  busy {result.busy[r]:g}  activations held ≤ {peak}")
     print(f"largest bubble {result.bubble:g} (rank {result.bubble_rank}); formula {formula_text} = {formula:g}")
+    if recorded is not None:
+        print(recorded)
     return 0

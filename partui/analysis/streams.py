@@ -1,0 +1,73 @@
+"""GPU-side figures of a torch.profiler trace: per rank and per stream busy time, and per rank the
+compute kernels (any stream, merged) against the comm kernels (merged), over the rank's GPU window
+(its first kernel's start to its last kernel's end). Words: definitions.GPU_COLUMNS.
+
+A comm kernel overlapping a compute kernel is "overlapped", not "hidden": DeepEP and NCCL kernels hold
+SMs while they wait for remote data, so the compute beside them ran on fewer SMs. What no compute
+kernel covered at all is gpu_exposed_comm_ms; compute_idle_ms is the window no compute kernel covered.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.sweep import sweep
+
+US_MS = 1e-3
+STREAM_COLUMNS = ["rank", "stream", "kernels", "comm_kernels", "busy_ms", "comm_busy_ms", "busy_pct"]
+GPU_COLUMNS = ["rank", "gpu_window_ms", "kernel_compute_ms", "kernel_comm_ms", "kernel_overlapped_ms",
+               "gpu_exposed_comm_ms", "compute_idle_ms", "kernel_overlap_pct"]
+
+
+def _gpu_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
+    return gpu[gpu["end"] > gpu["ts"]]
+
+
+def _windows(gpu: pd.DataFrame) -> pd.DataFrame:
+    return gpu.groupby("rank").agg(w0=("ts", "min"), w1=("end", "max"))
+
+
+def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: the GPU window, compute and comm kernels merged, their intersection, the comm no
+    compute kernel ran beside (exposed on the GPU) and the window no compute kernel covered."""
+    gpu = _gpu_kernels(df)
+    if not len(gpu):
+        return pd.DataFrame(columns=GPU_COLUMNS)
+    win = _windows(gpu)
+    cls = (gpu["kind"] == "comm").to_numpy().astype(np.int64)
+    keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy(), gpu["ts"].to_numpy(), gpu["end"].to_numpy(), cls, 2)
+    window = (win["w1"] - win["w0"]).reindex(keys).to_numpy()
+    comp, comm, both = lengths[:, 0], lengths[:, 1], inter0[:, 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct = np.where(comm > 0, 100 * both / comm, np.nan)
+    return pd.DataFrame({"rank": keys, "gpu_window_ms": window * US_MS, "kernel_compute_ms": comp * US_MS,
+                         "kernel_comm_ms": comm * US_MS, "kernel_overlapped_ms": both * US_MS,
+                         "gpu_exposed_comm_ms": (comm - both) * US_MS,
+                         "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct})
+
+
+def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and stream: kernels, comm kernels, busy time (its kernels merged), the comm part of it
+    and busy as a % of the rank's GPU window."""
+    gpu = _gpu_kernels(df)
+    if not len(gpu):
+        return pd.DataFrame(columns=STREAM_COLUMNS)
+    track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")
+    pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), track.cat.codes.to_numpy()])
+    code, uniq = pd.factorize(pair)
+    uniq = [(r, tracks[t]) for r, t in uniq]
+    comm = (gpu["kind"] == "comm").to_numpy()
+    keys, busy, _, _ = sweep(code, gpu["ts"].to_numpy(), gpu["end"].to_numpy(), np.zeros(len(gpu), np.int64), 1)
+    ck, cbusy, _, _ = sweep(code[comm], gpu["ts"].to_numpy()[comm], gpu["end"].to_numpy()[comm],
+                            np.zeros(int(comm.sum()), np.int64), 1)
+    out = pd.DataFrame({"rank": [uniq[k][0] for k in keys], "stream": [uniq[k][1] for k in keys],
+                        "kernels": np.bincount(code, minlength=len(uniq))[keys],
+                        "comm_kernels": np.bincount(code[comm], minlength=len(uniq))[keys],
+                        "busy_ms": busy[:, 0] * US_MS})
+    out["comm_busy_ms"] = pd.Series(cbusy[:, 0] * US_MS, index=ck).reindex(keys, fill_value=0.0).to_numpy()
+    win = _windows(gpu)
+    window = (win["w1"] - win["w0"]).reindex(out["rank"]).to_numpy()
+    out["busy_pct"] = np.where(window > 0, 100 * out["busy_ms"] / (window * US_MS), np.nan)
+    return out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True)
