@@ -12,6 +12,7 @@ is checked by tests/kernels/test_comm.py::test_only_comm_imports_torch_distribut
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections import deque
 from dataclasses import dataclass
@@ -281,3 +282,13 @@ def test_long_files_are_named_in_the_architecture():
     assert not bad, (f"source files over {MAX_LINES} lines: split them, or name each in "
                      f"docs/architecture.md with the reason it stays whole"
                      f"{'' if doc else ' (the file does not exist yet)'}:\n" + "\n".join(bad))
+
+
+def test_architecture_links_stay_inside_the_repository():
+    """The map must read in a fresh clone: every relative link or path it cites resolves there."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    outside = sorted(set(re.findall(r"\.\./[\w./-]+", text)))
+    assert not outside, f"docs/architecture.md points outside the repository: {outside}"
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        if "://" not in target:
+            assert (ARCHITECTURE.parent / target).exists(), f"dead link in docs/architecture.md: {target}"
