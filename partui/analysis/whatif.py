@@ -150,30 +150,33 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
                 ops.append(Op(("wait", r, i), r, after=(Dep(state[r, it[1]][0]),),
                               floor=it[2] * 1e3 if floor else 0.0))
                 waits.setdefault((r, it[1]), []).append(("wait", r, i))
-    try:
-        got = run(ops, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()})   # ns
+    try:                                             # each rank from its recorded offset, in ns
+        got = run(ops, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()})
     except Stuck as e:
         raise TraceError(f"ranks {sorted(e.blocked)} wait on ops no peer issued in this step: "
                          f"the trace's ops do not pair up; record whole steps (partui run --trace)")
     t = got.ops
-    busy = {r: [(t[o.id].start, t[o.id].end) for o in ops if o.lane == r and o.id[0] == "busy"]
-            for r in progs}
+    busy = {r: [] for r in progs}
+    for o in ops:
+        if o.id[0] == "busy":
+            busy[o.lane].append((t[o.id].start, t[o.id].end))
     waits = {k: [(t[w].reached, t[w].end) for w in ws] for k, ws in waits.items()}
-    waited = {r: sum(t1 - t0 for (wr, _), w in waits.items() if wr == r for t0, t1 in w)
-              for r in progs}
-    clock, start = got.lane_end, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()}
-    state = {k: (None, kind, a, t[cid].reached, t[cid].end) for k, (cid, kind, a) in state.items()}
+    waited = {r: 0.0 for r in progs}                 # time blocked in waits
     flight = {r: [] for r in progs}
     op_rows = []
-    for (r, op_id), (key, kind, a, t_issue, end) in state.items():
+    reach = {cid: n for n, cid in enumerate(t)}      # rows in the order the replay issued them
+    for (r, op_id), (cid, kind, a) in sorted(state.items(), key=lambda kv: reach[kv[1][0]]):
+        t_issue, end = t[cid].reached, t[cid].end    # end None: a recv or collective never waited
         if end is not None:
             flight[r].append((t_issue, end))
         w = waits.get((r, op_id)) or []
+        waited[r] += sum(t1 - t0 for t0, t1 in w)
         op_rows.append({"rank": r, "op_id": op_id, "op": a["op"], "group": a.get("group"),
                         "bytes": int(a.get("bytes") or 0), "issue_ms": t_issue / 1e6,
                         "end_ms": None if end is None else end / 1e6,
                         "wait_ms": sum(t1 - t0 for t0, t1 in w) / 1e6,
                         "wait_return_ms": w[0][1] / 1e6 if w else None})
+    clock, start = got.lane_end, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()}
     rows = []
     for r in sorted(progs):
         fl, bz = merge(flight[r]), merge(busy[r])
