@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernels.pp.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
-from kernels.replay import Dep, Op, Stuck, run
+from kernels.replay import Dep, Op, Stuck, gc_paused, run
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,11 @@ def check_structure(s: Schedule) -> None:
 
 def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing | None = None) -> SimResult:
     """Execute all ranks' lists as a dataflow; raise ValueError on a deadlock or a missing/misplaced transfer."""
+    with gc_paused():
+        return _dataflow(s, cost, strict, timing)
+
+
+def _dataflow(s: Schedule, cost: Cost, strict: bool, timing: Timing | None) -> SimResult:
     P = s.pp
     timing = timing or Timing()
     dur = {"F": cost.F, "B": cost.B - cost.W if s.split_w else cost.B, "W": cost.W, "BW": cost.B, "FB": cost.fb}
@@ -169,7 +174,7 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
 
     for r, seq in enumerate(s.actions):          # each rank's program: its rules hold in list order
         done, nth, from_peer, recv_n = set(), {}, {}, {}     # parts run; posts per side; RECV -> n
-        open_recvs, open_sends = [], []          # posted, not yet waited
+        open_recvs, open_sends = {}, []          # posted, not yet waited (a dict: ordered, O(1) pop)
         for i, a in enumerate(seq):
             if a.kind in COMM_KINDS:
                 part, send = a.kind[-1], a.kind.startswith("SEND")
@@ -186,7 +191,10 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
                     from_peer[k[3:]] = recv_n[k] = from_peer.get(k[3:], -1) + 1
                 ops.append(Op((side, k), r, timing.post.get((r, side, n), timing.post.get((r, side), 0.0))))
                 posts[r].append(((side, k), a))
-                (open_sends if send else open_recvs).append(k)
+                if send:
+                    open_sends.append(k)
+                else:
+                    open_recvs[k] = None
                 continue
             inputs = []
             for part, mb, chunk in _parts(a):    # the remote transfers it consumes; local ones ran
@@ -215,7 +223,8 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
             ops.append(Op(("compute", r, i), r, dur[a.kind] if own is None else own,
                           tuple(after + [Dep(("RECV", k), at="start") for k in wait_send])))
             computes[r].append((("compute", r, i), a))
-            open_recvs = [k for k in open_recvs if k not in wait_recv]
+            for k in wait_recv:
+                open_recvs.pop(k, None)
             if strict:
                 open_sends = []
             for part, mb, chunk in _parts(a):
