@@ -1,5 +1,6 @@
 """What-if replay: a recorded trace's per-rank op graph replayed under an emulated link and a
-compute scale, with the same rules the live emulation holds ops to (kernels/comm/emulate.py).
+compute scale, on the replay core (kernels/replay.py) with the link's own rules (kernels.link:
+match_key, Ports), the ones the live emulation holds ops to (kernels/comm/emulate.py).
 
 Each rank's step becomes a program: busy stretches (the recorded wall time between its comm
 events that was not spent waiting: compute, and the host work around it), comm issues and waits.
