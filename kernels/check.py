@@ -34,7 +34,7 @@ class Reference:
         self.seed, self.backward = seed, backward
         self.stats = StepStats()      # the MoE layers' routing figures, one step at a time
         self.model = build_model(self.cfg, seed, dtype, stats=self.stats)
-        self.routing: dict = {}       # the last step's moe_layers figures (kernels/ep/load.py)
+        self.routing: dict = {}       # the last step's moe_layers figures (kernels/ep/routing_load.py)
         self.params = self.model.params()
         self.optimizer = make_optimizer(optim, lr, weight_decay)
         self.step_count = 0

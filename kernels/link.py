@@ -58,6 +58,10 @@ class LinkModel:
     def spec_for(self, ranks) -> LinkSpec:
         return self.intra if len({self.node(r) for r in ranks}) <= 1 else self.inter
 
+    def port(self, ranks) -> str:
+        """The port class an op over `ranks` uses on each of them: "intra" or "inter"."""
+        return "intra" if self.spec_for(ranks) is self.intra else "inter"
+
     def cost(self, op: str, ranks, nbytes: int) -> tuple[float, float]:
         """(latency seconds, transfer seconds) of one op over `ranks` moving `nbytes` as the comm
         layer records them (all_to_all: send + receive buffers; the rest: see the table above)."""
@@ -81,6 +85,32 @@ class LinkModel:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["intra"], d["inter"] = LinkSpec(**d["intra"]), LinkSpec(**d["inter"])
         return cls(**d)
+
+
+def match_key(op: str, rank: int, peer: int | None, tag: int, group: str,
+              members) -> tuple[tuple, str, tuple]:
+    """How ops pair up across ranks on the link: (key, kind, ranks). A p2p op is keyed by (src,
+    dst, tag), kind "send" or "recv"; a collective by (group, its members), kind "coll". The n-th
+    op of a kind on one key pairs with the n-th of the peer (the caller counts n)."""
+    if op in ("send", "recv"):
+        src, dst = (rank, peer) if op == "send" else (peer, rank)
+        return ("p2p", src, dst, tag), op, (src, dst)
+    return ("coll", group, tuple(members)), "coll", tuple(members)
+
+
+class Ports:
+    """One rank's ports on the link, one per class ("intra", "inter"): the ends of ops still moving
+    there. When is an op done: a collective starts at its last member's issue, a send at its own
+    (eager); then latency, then its transfer on the port (share_port). A recv ends at its send's
+    end, or at its own issue if that is later."""
+
+    def __init__(self):
+        self.moving: dict = {}
+
+    def queue(self, port: str, start: float, latency: float, transfer: float) -> float:
+        """The end of an op that starts at `start` on `port` (units: the caller's, all alike)."""
+        end, self.moving[port] = share_port(self.moving.get(port, []), start + latency, transfer)
+        return end
 
 
 def share_port(moving: list, t0: float, transfer: float) -> tuple[float, list]:

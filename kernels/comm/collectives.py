@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from kernels.comm.core import Group, register_hand_collectives, tensor_bytes
-from kernels.comm.lanes import Link, chunk_bounds, flat_view, segment_len, segments, submit
+from kernels.comm.lanes import OpPeers, chunk_bounds, flat_view, segment_len, segments, submit
 
 _FOLD = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}
 
@@ -29,19 +29,19 @@ def _check_reduce(op: str) -> None:
 
 # ---------------------------------------------------------------- the rings
 
-def _ring_reduce_scatter(link: Link, sizes: list[int], mine, dst, fold, seg: int, buf,
+def _ring_reduce_scatter(peers: OpPeers, sizes: list[int], mine, dst, fold, seg: int, buf,
                          on_done=None) -> None:
     """mine(c): this rank's contribution to chunk c; dst(c, s): where the folded chunk c of step
     s goes (it is also what step s+1 sends). buf: receive space of the largest chunk.
     on_done(k, a, b): segment k of the final chunk is reduced (all-reduce forwards it at once)."""
-    n, r, steps = link.n, link.r, link.n - 1
+    n, r, steps = peers.n, peers.r, peers.n - 1
     send_c = lambda s: (r - s - 1) % n                     # noqa: E731
     recv_c = lambda s: (r - s - 2) % n                     # noqa: E731
     sent: dict[tuple[int, int], object] = {}
     for k, (a, b) in enumerate(segments(sizes[send_c(0)], seg)):
-        sent[0, k] = link.send(mine(send_c(0))[a:b], r + 1, "reduce_scatter", step=0,
+        sent[0, k] = peers.send(mine(send_c(0))[a:b], r + 1, "reduce_scatter", step=0,
                                chunk=send_c(0), seg=k)
-    pending = {k: link.recv(buf[a:b], r - 1, "reduce_scatter", step=0, chunk=recv_c(0), seg=k)
+    pending = {k: peers.recv(buf[a:b], r - 1, "reduce_scatter", step=0, chunk=recv_c(0), seg=k)
                for k, (a, b) in enumerate(segments(sizes[recv_c(0)], seg))}
     for s in range(steps):
         c, last = recv_c(s), s == steps - 1
@@ -56,37 +56,37 @@ def _ring_reduce_scatter(link: Link, sizes: list[int], mine, dst, fold, seg: int
             if last and on_done is not None:
                 on_done(k, a, b)
             if not last:
-                sent[s + 1, k] = link.send(out[a:b], r + 1, "reduce_scatter", step=s + 1,
+                sent[s + 1, k] = peers.send(out[a:b], r + 1, "reduce_scatter", step=s + 1,
                                            chunk=c, seg=k)
                 if k < len(ahead):                         # buf[a:b] is folded: reuse it
                     a2, b2 = ahead[k]
-                    nxt[k] = link.recv(buf[a2:b2], r - 1, "reduce_scatter", step=s + 1,
+                    nxt[k] = peers.recv(buf[a2:b2], r - 1, "reduce_scatter", step=s + 1,
                                        chunk=recv_c(s + 1), seg=k)
         for k in range(len(here), len(ahead)):
             a2, b2 = ahead[k]
-            nxt[k] = link.recv(buf[a2:b2], r - 1, "reduce_scatter", step=s + 1,
+            nxt[k] = peers.recv(buf[a2:b2], r - 1, "reduce_scatter", step=s + 1,
                                chunk=recv_c(s + 1), seg=k)
         pending = nxt
     for w in sent.values():
         w.wait()
 
 
-def _ring_all_gather(link: Link, chunk, sizes: list[int], seg: int, sends=None) -> None:
+def _ring_all_gather(peers: OpPeers, chunk, sizes: list[int], seg: int, sends=None) -> None:
     """chunk(c): the view of chunk c in the output; rank r's own chunk r is already there.
     sends: step 0's sends if the caller issued them already (all-reduce, segment by segment)."""
-    n, r, steps = link.n, link.r, link.n - 1
+    n, r, steps = peers.n, peers.r, peers.n - 1
     recv_c = lambda s: (r - s - 1) % n                     # noqa: E731
     if sends is None:
-        sends = [link.send(chunk(r)[a:b], r + 1, "all_gather", step=0, chunk=r, seg=k)
+        sends = [peers.send(chunk(r)[a:b], r + 1, "all_gather", step=0, chunk=r, seg=k)
                  for k, (a, b) in enumerate(segments(sizes[r], seg))]
-    recvs = [[link.recv(chunk(recv_c(s))[a:b], r - 1, "all_gather", step=s, chunk=recv_c(s), seg=k)
+    recvs = [[peers.recv(chunk(recv_c(s))[a:b], r - 1, "all_gather", step=s, chunk=recv_c(s), seg=k)
               for k, (a, b) in enumerate(segments(sizes[recv_c(s)], seg))] for s in range(steps)]
     for s in range(steps):
         c = recv_c(s)
         for k, (a, b) in enumerate(segments(sizes[c], seg)):
             recvs[s][k].wait()
             if s + 1 < steps:                              # forward it the moment it lands
-                sends.append(link.send(chunk(c)[a:b], r + 1, "all_gather", step=s + 1,
+                sends.append(peers.send(chunk(c)[a:b], r + 1, "all_gather", step=s + 1,
                                        chunk=c, seg=k))
     for w in sends:
         w.wait()
@@ -104,20 +104,20 @@ def all_reduce(t: torch.Tensor, group: Group, op: str = "sum", async_op: bool = 
     sizes = [b - a for a, b in bounds]
     chunk = lambda c: flat[bounds[c][0]:bounds[c][1]]      # noqa: E731
 
-    def body(link: Link) -> None:
+    def body(peers: OpPeers) -> None:
         seg = segment_len(flat, max(sizes))
-        buf = link.lane.scratch("recv", flat, max(sizes))   # [largest chunk]
-        owned, first = chunk(link.r), []
+        buf = peers.lane.scratch("recv", flat, max(sizes))   # [largest chunk]
+        owned, first = chunk(peers.r), []
 
         def hand_off(k, a, b):
             if op == "avg":
                 owned[a:b].div_(n)
-            first.append(link.send(owned[a:b], link.r + 1, "all_gather", step=0, chunk=link.r,
+            first.append(peers.send(owned[a:b], peers.r + 1, "all_gather", step=0, chunk=peers.r,
                                    seg=k))
 
-        _ring_reduce_scatter(link, sizes, chunk, lambda c, s: chunk(c), _FOLD[op], seg, buf,
+        _ring_reduce_scatter(peers, sizes, chunk, lambda c, s: chunk(c), _FOLD[op], seg, buf,
                              hand_off)
-        _ring_all_gather(link, chunk, sizes, seg, first)
+        _ring_all_gather(peers, chunk, sizes, seg, first)
 
     return submit("all_reduce", group, tensor_bytes(t), t, async_op, body, reduce=op, algo="ring")
 
@@ -133,12 +133,12 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group, op: str =
                          f"{m} {out.dtype}: the input must be group size {n} x output, same dtype")
     mine = lambda c: src[c * m:(c + 1) * m]                # noqa: E731
 
-    def body(link: Link) -> None:
-        acc = [link.lane.scratch(f"acc{i}", out, m) for i in (0, 1)]  # [m] x 2
+    def body(peers: OpPeers) -> None:
+        acc = [peers.lane.scratch(f"acc{i}", out, m) for i in (0, 1)]  # [m] x 2
         last = n - 2
         dst = lambda c, s: dst_flat if s == last else acc[s % 2]  # noqa: E731 - input stays intact
-        _ring_reduce_scatter(link, [m] * n, mine, dst, _FOLD[op], segment_len(out, m),
-                             link.lane.scratch("recv", out, m))
+        _ring_reduce_scatter(peers, [m] * n, mine, dst, _FOLD[op], segment_len(out, m),
+                             peers.lane.scratch("recv", out, m))
         if op == "avg":
             dst_flat.div_(n)
 
@@ -154,9 +154,9 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group, async_op: boo
         raise ValueError(f"all_gather: output has {dst.numel()} {out.dtype} elements, input {m} "
                          f"{inp.dtype}: the output must be group size {n} x input, same dtype")
 
-    def body(link: Link) -> None:
-        dst[link.r * m:(link.r + 1) * m].copy_(src)
-        _ring_all_gather(link, lambda c: dst[c * m:(c + 1) * m], [m] * n, segment_len(out, m))
+    def body(peers: OpPeers) -> None:
+        dst[peers.r * m:(peers.r + 1) * m].copy_(src)
+        _ring_all_gather(peers, lambda c: dst[c * m:(c + 1) * m], [m] * n, segment_len(out, m))
 
     return submit("all_gather", group, tensor_bytes(out), out, async_op, body, algo="ring")
 
@@ -168,18 +168,18 @@ def broadcast(t: torch.Tensor, src: int, group: Group, async_op: bool = False):
     flat = flat_view(t, "broadcast")
     root = group.ranks.index(src)
 
-    def body(link: Link) -> None:
-        n, pos = link.n, (link.r - root) % link.n          # place in the chain, src at 0
+    def body(peers: OpPeers) -> None:
+        n, pos = peers.n, (peers.r - root) % peers.n          # place in the chain, src at 0
         segs = segments(flat.numel(), segment_len(flat, flat.numel()))
         sends = []
         if pos == 0:
-            sends = [link.send(flat[a:b], link.r + 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]
+            sends = [peers.send(flat[a:b], peers.r + 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]
         else:
-            recvs = [link.recv(flat[a:b], link.r - 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]
+            recvs = [peers.recv(flat[a:b], peers.r - 1, "chain", seg=k) for k, (a, b) in enumerate(segs)]
             for k, (a, b) in enumerate(segs):
                 recvs[k].wait()
                 if pos < n - 1:                            # forward on arrival: the pipeline
-                    sends.append(link.send(flat[a:b], link.r + 1, "chain", seg=k))
+                    sends.append(peers.send(flat[a:b], peers.r + 1, "chain", seg=k))
         for w in sends:
             w.wait()
 
@@ -215,16 +215,16 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group,
     src, dst = flat_view(inp, "all_to_all input"), flat_view(out, "all_to_all output")
     piece = lambda flat, off, c: flat[off[c][0] * row:off[c][1] * row]  # noqa: E731
 
-    def body(link: Link) -> None:
-        r = link.r
+    def body(peers: OpPeers) -> None:
+        r = peers.r
         piece(dst, outs, r).copy_(piece(src, ins, r))
         for k in range(1, n):                              # pairwise: r+k gets mine, r-k sends me its
             to, frm = (r + k) % n, (r - k) % n
             steps = []
             if ins[to][1] > ins[to][0]:
-                steps.append(link.send(piece(src, ins, to), to, "pairwise", step=k - 1, chunk=to))
+                steps.append(peers.send(piece(src, ins, to), to, "pairwise", step=k - 1, chunk=to))
             if outs[frm][1] > outs[frm][0]:
-                steps.append(link.recv(piece(dst, outs, frm), frm, "pairwise", step=k - 1,
+                steps.append(peers.recv(piece(dst, outs, frm), frm, "pairwise", step=k - 1,
                                        chunk=frm))
             for w in steps:
                 w.wait()

@@ -1,16 +1,10 @@
 """Holding ops to an emulated link: every op still moves its bytes through gloo (results stay
 exact), but its completion is held until the time the link model (kernels/link.py) gives.
 
-When is an op done on the emulated link?
-    collective   start = the last member's issue (members publish their issue times), then the
-                 op's latency, then its transfer on this rank's port of that link
-    send         start = its own issue (eager), same port rule; the end is published for the peer
-    recv         the matching send's published end, or its own issue if that is later
-Ops on one rank that use the same link class (intra- or inter-node) share one port's bandwidth:
-an op that starts while k others are still moving there transfers at 1/(k+1) of it (earlier ops
-keep their times: a one-pass approximation of fair sharing, so a small op is never stuck behind a
-big one). Waiting for a held op sleeps (time.sleep to the deadline, with the thread's
-timer slack at 1 ns so it wakes on time), never spins.
+When an op is done, and which ops pair up across ranks, are the link's rules (kernels.link:
+match_key, Ports, share_port), the same ones the what-if replay applies to a trace.
+Waiting for a held op sleeps (time.sleep to the deadline, with the thread's timer slack at 1 ns
+so it wakes on time), never spins.
 
 Ranks publish through a small shared-memory table (one file mapped by every rank of the world, on
 one host; CLOCK_MONOTONIC is shared there): slot = hash(op key, writer, sequence number) holds
@@ -30,11 +24,11 @@ import time
 import torch.distributed as dist
 
 from kernels.comm import events
-from kernels.link import LinkModel, share_port
+from kernels.link import LinkModel, Ports, match_key
 
 SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
 _lock = threading.Lock()
-_state: dict = {}                  # model, table, seq {key: n}, busy {port: [end ns]}, rank
+_state: dict = {}                  # model, table, seq {key: n}, ports (this rank's), rank
 _timers = threading.local()        # .set: this thread's timer slack is already 1 ns
 PR_SET_TIMERSLACK = 29             # linux/prctl.h
 
@@ -62,7 +56,7 @@ def set_link(link: LinkModel | None) -> None:
     table = _shared_table() if dist.is_available() and dist.is_initialized() else \
         memoryview(bytearray(SLOTS * 16)).cast("q")
     with _lock:
-        _state.update(model=link, table=table, seq={}, busy={},
+        _state.update(model=link, table=table, seq={}, ports=Ports(),
                       rank=dist.get_rank() if dist.is_initialized() else 0)
 
 
@@ -108,13 +102,9 @@ def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int 
     if link is None or len(ranks) <= 1:
         return None
     me = _state["rank"]
-    if op in ("send", "recv"):
-        src, dst = (me, peer) if op == "send" else (peer, me)
-        key, kind, ranks = ("p2p", src, dst, tag), op, [src, dst]
-    else:
-        key, kind = ("coll", group_name, tuple(ranks)), "coll"
+    key, kind, ranks = match_key(op, me, peer, tag, group_name, ranks)
     latency, transfer = link.cost(op, ranks, nbytes)
-    port = "intra" if link.spec_for(ranks) is link.intra else "inter"
+    port = link.port(ranks)
     with _lock:
         seq = _state["seq"].get((key, kind), 0)
         _state["seq"][key, kind] = seq + 1
@@ -127,10 +117,8 @@ def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int 
 
 
 def _queue(hold: Hold, start: int) -> int:
-    """Latency, then the transfer at this port's bandwidth shared with the ops still moving
-    there (caller holds _lock)."""
-    hold.end, _state["busy"][hold.port] = share_port(_state["busy"].get(hold.port, []),
-                                                     start + hold.latency_ns, hold.transfer_ns)
+    """The link's port rule (kernels.link.Ports); the caller holds _lock."""
+    hold.end = _state["ports"].queue(hold.port, start, hold.latency_ns, hold.transfer_ns)
     return hold.end
 
 
@@ -140,7 +128,7 @@ def completion(hold: Hold | None, t_issue: int, t_real: int | None) -> int | Non
     if hold is None:
         return t_real
     with _lock:
-        if hold.end is None and "busy" not in _state:     # the link was removed since the issue
+        if hold.end is None and "ports" not in _state:     # the link was removed since the issue
             hold.end = t_real if t_real is not None else t_issue
         if hold.end is None:
             if hold.kind == "recv":

@@ -1,9 +1,9 @@
-"""Where hand collectives run: one lane (worker thread) per process group, links, tags, segments.
+"""Where hand collectives run: one lane (worker thread) per process group, per-op peers, tags, segments.
 
 An op is submitted to its group's lane, which runs the group's hand ops one after another in
 issue order, like a NCCL stream; the op's Handle completes, in that thread, the moment the data
 is in place. The op is recorded once (one OpLog record, args impl="hand"); each of its p2p steps
-goes over a `Link` and is reported to the recorder only, with args
+goes over its `OpPeers` and is reported to the recorder only, with args
 {"parent": op_id, "phase", "step", "chunk", "seg", "tag"}.
 Tags (see kernels.comm.p2p.HAND_TAG_BASE): base + 4 * (op sequence number on the group) + phase.
 
@@ -89,7 +89,7 @@ class _LaneWork:
         return self.fut.done()
 
 
-class Link:
+class OpPeers:
     """One op's view of its group: neighbours by group index, every step traced under the op."""
 
     def __init__(self, group: Group, op_id: int, seq: int, lane: Lane):
@@ -108,19 +108,19 @@ class Link:
 
 
 def submit(op: str, group: Group, nbytes: int, result, async_op: bool, body, **args):
-    """Record the op, queue body(link) on the group's lane; a Handle if async, else the result."""
+    """Record the op, queue body(peers) on the group's lane; a Handle if async, else the result."""
     if group.pg is None:
         raise ValueError(f"group {group.name!r} of {group.size} ranks has no process group: "
                          f"make it with comm.new_groups")
     lane = _lane(group)
     seq, lane.seq = lane.seq, lane.seq + 1
     rec = issue_op(op, group, nbytes, None, impl="hand", **args)
-    link = Link(group, rec.op_id, seq, lane)
+    peers = OpPeers(group, rec.op_id, seq, lane)
     work = _LaneWork()
     handle = Handle(rec, work, result)
 
     def job():
-        body(link)
+        body(peers)
         handle.mark_complete()   # completion = data in place, before any waiter wakes
 
     lane.jobs.put((job, work.fut))

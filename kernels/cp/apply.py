@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kernels import comm
 from kernels.cp.layout import layout_of, local_positions
-from kernels.cp.load import AttentionLoad
+from kernels.cp.attention_cost import AttentionLoad
 from kernels.cp.ring import AllGatherAttention, RingAttention
 from kernels.cp.ulysses import UlyssesAttention
 from kernels.layers import rope_tables

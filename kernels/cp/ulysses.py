@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-from kernels.cp.load import AttentionLoad, attention_flops, hand_backward_only
+from kernels.cp.attention_cost import AttentionLoad, attention_flops, hand_backward_only
 from kernels.layers import Ctx
 from kernels.layers.attention import attention_block_backward, attention_block_forward
 

@@ -6,7 +6,7 @@ from functools import partial
 
 from kernels.ep.deepseek_layer import DeepSeekMoE
 from kernels.ep.layer import MoE
-from kernels.ep.load import ExpertLoad, token_groups
+from kernels.ep.routing_load import ExpertLoad, token_groups
 from kernels.layers import Linear, SwiGLU
 from kernels.layers.base import Param
 from kernels.stats import StepStats

@@ -4,7 +4,7 @@ forward_experts / forward_combine and the backward mirror) with DeepSeek's routi
 
 The bias is state beside the parameters, not one of them: no gradient, no optimizer. Every rank
 holds the whole vector [E] (each token is routed over every expert), and every rank updates it the
-same way after a step from the step's load gathered over dp (kernels/ep/load.py), so the copies
+same way after a step from the step's load gathered over dp (kernels/ep/routing_load.py), so the copies
 never diverge; `balance_biases` is that update, for the engine and the single-process reference.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def moe_layers_of(layers: list) -> list:
 
 def balance_biases(layers: list, moe_figures: dict) -> None:
     """After a step: every DeepSeek layer in `layers` moves its bias by the step's load
-    (moe_figures: layer index -> the gathered figures of kernels/ep/load.py)."""
+    (moe_figures: layer index -> the gathered figures of kernels/ep/routing_load.py)."""
     for moe in moe_layers_of(layers):
         fig = moe_figures.get(str(moe.index))
         if isinstance(moe, DeepSeekMoE) and fig is not None:

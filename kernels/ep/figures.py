@@ -1,6 +1,6 @@
 """The routing observatory's arithmetic, torch-free (the step lines, `partui report` and the app read
 it without torch): one layer's figures from its global counts, the totals over layers, and the
-merge of every rank's layers into one step's (kernels/ep/load.py gathers the counts).
+merge of every rank's layers into one step's (kernels/ep/routing_load.py gathers the counts).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Expert parallelism: the MoE layer with its experts sharded over the ep group, all-to-all
-dispatch and combine; its expert load goes to the rank's per-step stats (kernels/ep/load.py).
+dispatch and combine; its expert load goes to the rank's per-step stats (kernels/ep/routing_load.py).
 
 A forward runs in phases so kernels/ep/overlap.py can put one microbatch's all-to-all in flight
 while another computes:
@@ -24,7 +24,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.ep.load import ExpertLoad
+from kernels.ep.routing_load import ExpertLoad
 from kernels.ep.routing import (capacity, combine, combine_backward, even_rows,
                                 experts_backward_input, experts_backward_weight, experts_forward,
                                 gate_backward, gather_rows, group_tokens, route, scatter_rows,

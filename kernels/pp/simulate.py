@@ -19,10 +19,10 @@ Activations held = forwards whose backward-input has not run yet (an FB pair cou
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 from kernels.pp.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
+from kernels.replay import Dep, Op, Stuck, gc_paused, run
 
 
 @dataclass(frozen=True)
@@ -152,101 +152,81 @@ def check_structure(s: Schedule) -> None:
 
 def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing | None = None) -> SimResult:
     """Execute all ranks' lists as a dataflow; raise ValueError on a deadlock or a missing/misplaced transfer."""
+    with gc_paused():
+        return _dataflow(s, cost, strict, timing)
+
+
+def _dataflow(s: Schedule, cost: Cost, strict: bool, timing: Timing | None) -> SimResult:
     P = s.pp
     timing = timing or Timing()
     dur = {"F": cost.F, "B": cost.B - cost.W if s.split_w else cost.B, "W": cost.W, "BW": cost.B, "FB": cost.fb}
     dur = {k: v * s.cost_scale for k, v in dur.items()}
-    idx, clock = [0] * P, [0.0] * P
-    spans = [[] for _ in range(P)]
-    post_spans = [[] for _ in range(P)]
-    reached = [[] for _ in range(P)]             # a compute's dispatch done: it may still wait for its inputs
-    nth, from_peer, recv_n = {}, {}, {}          # posts counted per (rank, side), RECVs per (src, dst); RECV -> n
+    ops, computes, posts = [], [[] for _ in range(P)], [[] for _ in range(P)]
     held, peak = [0] * P, [0] * P
-    done = set()                                 # (part, stage, mb) finished locally
-    sent, posted = {}, {}                        # transfer key -> time the SEND / RECV was posted
-    open_recvs = [set() for _ in range(P)]       # posted, not yet waited
-    open_sends = [set() for _ in range(P)]
-    waiting = {}                                 # transfer key -> rank blocked on it
-    ready = deque(range(P))
-    blocked = {}
+    sent, posted = set(), set()                  # transfer keys whose SEND / RECV is in a list
 
-    def key_of(rank, a, part, mb, chunk, send):
-        stage = s.stage_of(rank, chunk)
+    def key_of(rank, a, part, send):
+        stage = s.stage_of(rank, a.chunk)
         step = 1 if part == "F" else -1              # direction data flows in
-        peer = s.holder(stage + step if send else stage - step, mb)[0]
+        peer = s.holder(stage + step if send else stage - step, a.mb)[0]
         producer = stage if send else stage - step
-        return (part, mb, producer, rank, peer) if send else (part, mb, producer, peer, rank)
+        return (part, a.mb, producer, rank, peer) if send else (part, a.mb, producer, peer, rank)
 
-    def needs(rank, a):
-        """Remote transfer keys a compute consumes; raises if a local input is not produced yet."""
-        keys = []
-        for part, mb, chunk in _parts(a):
-            stage = s.stage_of(rank, chunk)
-            if part == "W":
-                continue
-            src_stage = stage - 1 if part == "F" else stage + 1
-            if not 0 <= src_stage < s.stages:
-                continue
-            src, _ = s.holder(src_stage, mb)
-            if src == rank:
-                if (part, src_stage, mb) not in done:
-                    raise ValueError(f"{s.name} rank {rank}: {a} needs stage {src_stage}'s {part} of microbatch "
-                                     f"{mb}, which this rank runs later in its list")
-                continue
-            k = (part, mb, src_stage, src, rank)
-            if k not in posted:
-                raise ValueError(f"{s.name} rank {rank}: {a} needs data from rank {src} but no RECV_{part} "
-                                 f"was posted before it")
-            keys.append(k)
-        return keys
-
-    while ready:
-        r = ready.popleft()
-        seq = s.actions[r]
-        while idx[r] < len(seq):
-            a = seq[idx[r]]
+    for r, seq in enumerate(s.actions):          # each rank's program: its rules hold in list order
+        done, nth, from_peer, recv_n = set(), {}, {}, {}     # parts run; posts per side; RECV -> n
+        open_recvs, open_sends = {}, []          # posted, not yet waited (a dict: ordered, O(1) pop)
+        for i, a in enumerate(seq):
             if a.kind in COMM_KINDS:
                 part, send = a.kind[-1], a.kind.startswith("SEND")
-                k = key_of(r, a, part, a.mb, a.chunk, send)
+                k = key_of(r, a, part, send)
                 book = sent if send else posted
                 if k in book:
                     raise ValueError(f"{s.name} rank {r}: {a} posted twice")
                 if send and (part, s.stage_of(r, a.chunk), a.mb) not in done:
                     raise ValueError(f"{s.name} rank {r}: {a} comes before the compute that produces its data")
-                book[k] = clock[r]
+                book.add(k)
                 side = "SEND" if send else "RECV"
                 nth[(r, side)] = n = nth.get((r, side), -1) + 1
-                took = timing.post.get((r, side, n), timing.post.get((r, side), 0.0))
                 if not send:                     # the n-th RECV from this peer, for its own transfer time
                     from_peer[k[3:]] = recv_n[k] = from_peer.get(k[3:], -1) + 1
-                post_spans[r].append((clock[r], clock[r] + took, a))
-                clock[r] += took
-                (open_sends if send else open_recvs)[r].add(k)
-                if k in waiting:
-                    ready.append(waiting.pop(k))
-                idx[r] += 1
+                ops.append(Op((side, k), r, timing.post.get((r, side, n), timing.post.get((r, side), 0.0))))
+                posts[r].append(((side, k), a))
+                if send:
+                    open_sends.append(k)
+                else:
+                    open_recvs[k] = None
                 continue
-            inputs = needs(r, a)
-            wait_recv = set(open_recvs[r]) if strict else set(inputs)
-            wait_send = open_sends[r] if strict else set()
-            missing = [k for k in wait_recv if k not in sent] + [k for k in wait_send if k not in posted]
-            if missing:
-                waiting[missing[0]] = r
-                blocked[r] = (a, missing[0])
-                break
-            blocked.pop(r, None)
-            ready_at = clock[r] + timing.dispatch.get(r, 0.0)
-            start = max([ready_at] + [sent[k] + timing.latency.get(k[3:] + (recv_n[k],), timing.latency.get(
-                             k[3:], cost.p2p)) for k in wait_recv]
-                        + [posted[k] for k in wait_send])
+            inputs = []
+            for part, mb, chunk in _parts(a):    # the remote transfers it consumes; local ones ran
+                stage = s.stage_of(r, chunk)
+                src_stage = stage - 1 if part == "F" else stage + 1
+                if part == "W" or not 0 <= src_stage < s.stages:
+                    continue
+                src, _ = s.holder(src_stage, mb)
+                if src == r:
+                    if (part, src_stage, mb) not in done:
+                        raise ValueError(f"{s.name} rank {r}: {a} needs stage {src_stage}'s {part} of microbatch "
+                                         f"{mb}, which this rank runs later in its list")
+                    continue
+                k = (part, mb, src_stage, src, r)
+                if k not in recv_n:
+                    raise ValueError(f"{s.name} rank {r}: {a} needs data from rank {src} but no RECV_{part} "
+                                     f"was posted before it")
+                inputs.append(k)
+            wait_recv = list(open_recvs) if strict else inputs
+            wait_send = list(open_sends) if strict else []
+            if timing.dispatch.get(r, 0.0):      # rank time before the compute, not compute
+                ops.append(Op(("dispatch", r, i), r, timing.dispatch[r]))
             own = timing.compute.get((r, a.kind, a.chunk, a.mb), timing.compute.get((r, a.kind, a.chunk)))
-            end = start + (dur[a.kind] if own is None else own)
-            spans[r].append((start, end, a))
-            reached[r].append(ready_at)
-            clock[r] = end
-            open_recvs[r] -= wait_recv
+            after = [Dep(("SEND", k), timing.latency.get(k[3:] + (recv_n[k],), timing.latency.get(
+                         k[3:], cost.p2p)), at="start") for k in wait_recv]
+            ops.append(Op(("compute", r, i), r, dur[a.kind] if own is None else own,
+                          tuple(after + [Dep(("RECV", k), at="start") for k in wait_send])))
+            computes[r].append((("compute", r, i), a))
+            for k in wait_recv:
+                open_recvs.pop(k, None)
             if strict:
-                open_sends[r].clear()
+                open_sends = []
             for part, mb, chunk in _parts(a):
                 done.add((part, s.stage_of(r, chunk), mb))
                 if part == "F":
@@ -254,18 +234,22 @@ def run_dataflow(s: Schedule, cost: Cost, strict: bool = False, timing: Timing |
                     peak[r] = max(peak[r], held[r])
                 elif part == "B":
                     held[r] -= 1
-            idx[r] += 1
-    stuck = [r for r in range(P) if idx[r] < len(s.actions[r])]
-    if stuck:
-        detail = "; ".join(f"rank {r} at {blocked[r][0]} waits for {'RECV' if blocked[r][1] in sent else 'SEND'} "
-                           f"of {blocked[r][1][0]} mb {blocked[r][1][1]} from {blocked[r][1][3]} to {blocked[r][1][4]}"
-                           for r in stuck if r in blocked)
+    try:
+        got = run(ops, {r: 0.0 for r in range(P)})
+    except Stuck as e:
+        detail = "; ".join(f"rank {r} at {s.actions[r][op[2]]} waits for {miss[1][0]} of {miss[1][1][0]} mb "
+                           f"{miss[1][1][1]} from {miss[1][1][3]} to {miss[1][1][4]}"
+                           for r, (op, miss) in sorted(e.blocked.items()))
         raise ValueError(f"{s.name} pp {P} microbatches {s.microbatches} deadlocks "
                          f"({'strict' if strict else 'lenient'} semantics): {detail}")
-    unmatched = set(sent) ^ set(posted)
+    unmatched = sent ^ posted
     if unmatched:
         raise ValueError(f"{s.name}: transfers without a matching SEND/RECV: {sorted(unmatched)[:4]}")
-    makespan = max(clock)
+    t = got.ops
+    spans = [[(t[i].start, t[i].end, a) for i, a in computes[r]] for r in range(P)]
+    post_spans = [[(t[i].start, t[i].end, a) for i, a in posts[r]] for r in range(P)]
+    reached = [[t[i].reached for i, _ in computes[r]] for r in range(P)]
+    makespan = max(got.lane_end[r] for r in range(P))
     busy = [sum(e - b for b, e, _ in spans[r]) for r in range(P)]
     return SimResult(s, cost, spans, makespan, busy, [makespan - b for b in busy], peak, post_spans, reached)
 

@@ -1,5 +1,5 @@
 """The routing observatory as a table: per step and MoE layer, the tokens each expert took (gathered
-over ep and dp, once: kernels/ep/load.py), their spread, drops, dead experts, the balance loss and
+over ep and dp, once: kernels/ep/routing_load.py), their spread, drops, dead experts, the balance loss and
 the selection bias. Read from a partui trace (its metadata carries the traced steps' figures) or
 from `partui run --json` output (one step line a line)."""
 from __future__ import annotations

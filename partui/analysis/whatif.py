@@ -1,5 +1,6 @@
 """What-if replay: a recorded trace's per-rank op graph replayed under an emulated link and a
-compute scale, with the same rules the live emulation holds ops to (kernels/comm/emulate.py).
+compute scale, on the replay core (kernels/replay.py) with the link's own rules (kernels.link:
+match_key, Ports), the ones the live emulation holds ops to (kernels/comm/emulate.py).
 
 Each rank's step becomes a program: busy stretches (the recorded wall time between its comm
 events that was not spent waiting: compute, and the host work around it), comm issues and waits.
@@ -30,9 +31,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.link import LinkModel, share_port
+from kernels.link import LinkModel, Ports, match_key
 from kernels.intervals import intersect, length, merge
 from kernels.mesh import Plan, partition
+from kernels.replay import Dep, Op, Stuck, run
 from partui.analysis.events import TraceError
 
 GROUP_DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_dp", "cp_dp")
@@ -117,97 +119,65 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
     """Replay `programs` under `link`: (per-rank figures, per-op timeline). Each rank starts at its
     recorded offset from the first rank's step start; times in the op table are ms from there."""
     world = max(progs) + 1
-    clock = {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()}      # ns
-    start = dict(clock)
-    pc = {r: 0 for r in progs}
-    seq: dict = {}
-    shared: dict = {}
-    ports = {r: {} for r in progs}
-    busy = {r: [] for r in progs}
-    waited = {r: 0.0 for r in progs}
-    waits: dict = {}                                   # (r, op_id) -> [(t0, t1)]
+    ops, seq, state, waits = [], {}, {}, {}    # state: (r, op_id) -> (core id, kind, args)
+    ports = {r: Ports() for r in progs}
 
-    def key_of(r, a):
-        op = a["op"]
-        if op in ("send", "recv"):
-            src, dst = (r, a["peer"]) if op == "send" else (a["peer"], r)
-            base = ("p2p", src, dst, a.get("tag", 0))
-            kind = op
-        else:
-            base, kind = ("coll", a["group"], _members(plan, a["group"], r, world)), "coll"
-        n = seq.get((r, base, kind), 0)
-        seq[r, base, kind] = n + 1
-        return base + (n,), kind
-
-    def end_of(r, key, kind, a, t_issue):
-        """The op's end on rank r, or None while a peer has not issued its side yet."""
-        ranks = key[2] if kind == "coll" else [key[1], key[2]]
+    def transfer(r, a, ranks):
+        """The op's end from its start on rank r's port (the link's rule, kernels.link.Ports)."""
         lat, tr = link.cost(a["op"], ranks, int(a.get("bytes") or 0))
-        port = "intra" if link.spec_for(ranks) is link.intra else "inter"
-        if kind == "recv":
-            sent = shared.get((key, "send"))
-            return None if sent is None else max(t_issue, sent)
-        if kind == "coll":
-            issues = [shared.get((key, m)) for m in ranks]
-            if any(t is None for t in issues):
-                return None
-            begin = max(issues)
-        else:
-            begin = t_issue
-        end, ports[r][port] = share_port(ports[r].get(port, []), begin + lat * 1e9, tr * 1e9)
-        return end
+        return lambda t: ports[r].queue(link.port(ranks), t, lat * 1e9, tr * 1e9)
 
-    state: dict = {}   # (r, op_id) -> [key, kind, args, t_issue, end]
-    progress = True
-    while progress:
-        progress = False
-        for r, p in progs.items():
-            items = p["items"]
-            while pc[r] < len(items):
-                it = items[pc[r]]
-                if it[0] == "busy":
-                    dur = it[1] * compute_scale
-                    busy[r].append((clock[r], clock[r] + dur))
-                    clock[r] += dur
-                elif it[0] == "issue":
-                    a = it[1]
-                    key, kind = key_of(r, a)
-                    st = state[r, a["op_id"]] = [key, kind, a, clock[r], None]
-                    shared[key, r if kind == "coll" else kind] = clock[r] if kind != "send" \
-                        else end_of(r, key, kind, a, clock[r])
-                    if kind == "send":
-                        st[4] = shared[key, "send"]
-                else:
-                    st = state.get((r, it[1]))
-                    if st is None:                   # waited op issued before this step
-                        pc[r] += 1
-                        continue
-                    if st[4] is None:
-                        st[4] = end_of(r, st[0], st[1], st[2], st[3])
-                        if st[4] is None:
-                            break                    # blocked on a peer: try the others
-                    until = max(st[4], clock[r] + it[2] * 1e3) if floor else st[4]
-                    waits.setdefault((r, it[1]), []).append((clock[r], max(until, clock[r])))
-                    if until > clock[r]:
-                        waited[r] += until - clock[r]
-                        clock[r] = until
-                pc[r] += 1
-                progress = True
-    stuck = [r for r in progs if pc[r] < len(progs[r]["items"])]
-    if stuck:
-        raise TraceError(f"ranks {stuck} wait on ops no peer issued in this step: the trace's "
-                         f"ops do not pair up; record whole steps (partui run --trace)")
+    for r, p in progs.items():
+        for i, it in enumerate(p["items"]):
+            if it[0] == "busy":
+                ops.append(Op(("busy", r, i), r, it[1] * compute_scale))
+            elif it[0] == "issue":
+                a = it[1]
+                base, kind, ranks = match_key(a["op"], r, a.get("peer"), a.get("tag", 0),
+                                              a.get("group"),
+                                              _members(plan, a.get("group"), r, world))
+                n = seq[r, base, kind] = seq.get((r, base, kind), -1) + 1
+                key = base + (n,)
+                if kind == "send":                   # eager: its end is known at its issue
+                    op = Op(("send", key), r, holds=False, finish=transfer(r, a, ranks))
+                elif kind == "recv":                 # ends at its send's end, or at its issue
+                    op = Op(("recv", key), r, holds=False, eager=False, after=(Dep(("send", key)),))
+                else:                                # the last member's issue, then the port
+                    op = Op(("coll", key, r), r, holds=False, eager=False, group=key,
+                            group_size=len(ranks), finish=transfer(r, a, ranks))
+                ops.append(op)
+                state[r, a["op_id"]] = (op.id, kind, a)
+            elif (r, it[1]) in state:                # else: waited op issued before this step
+                ops.append(Op(("wait", r, i), r, after=(Dep(state[r, it[1]][0]),),
+                              floor=it[2] * 1e3 if floor else 0.0))
+                waits.setdefault((r, it[1]), []).append(("wait", r, i))
+    try:                                             # each rank from its recorded offset, in ns
+        got = run(ops, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()})
+    except Stuck as e:
+        raise TraceError(f"ranks {sorted(e.blocked)} wait on ops no peer issued in this step: "
+                         f"the trace's ops do not pair up; record whole steps (partui run --trace)")
+    t = got.ops
+    busy = {r: [] for r in progs}
+    for o in ops:
+        if o.id[0] == "busy":
+            busy[o.lane].append((t[o.id].start, t[o.id].end))
+    waits = {k: [(t[w].reached, t[w].end) for w in ws] for k, ws in waits.items()}
+    waited = {r: 0.0 for r in progs}                 # time blocked in waits
     flight = {r: [] for r in progs}
     op_rows = []
-    for (r, op_id), (key, kind, a, t_issue, end) in state.items():
+    reach = {cid: n for n, cid in enumerate(t)}      # rows in the order the replay issued them
+    for (r, op_id), (cid, kind, a) in sorted(state.items(), key=lambda kv: reach[kv[1][0]]):
+        t_issue, end = t[cid].reached, t[cid].end    # end None: a recv or collective never waited
         if end is not None:
             flight[r].append((t_issue, end))
         w = waits.get((r, op_id)) or []
+        waited[r] += sum(t1 - t0 for t0, t1 in w)
         op_rows.append({"rank": r, "op_id": op_id, "op": a["op"], "group": a.get("group"),
                         "bytes": int(a.get("bytes") or 0), "issue_ms": t_issue / 1e6,
                         "end_ms": None if end is None else end / 1e6,
                         "wait_ms": sum(t1 - t0 for t0, t1 in w) / 1e6,
                         "wait_return_ms": w[0][1] / 1e6 if w else None})
+    clock, start = got.lane_end, {r: p.get("offset", 0.0) * 1e3 for r, p in progs.items()}
     rows = []
     for r in sorted(progs):
         fl, bz = merge(flight[r]), merge(busy[r])
