@@ -1,7 +1,6 @@
 """The dataflow simulator against the published bubble and memory figures, its timeline, and `partui simulate`."""
 import argparse
 import json
-import time
 
 import pytest
 
@@ -139,9 +138,7 @@ def test_timeline_cells_show_the_idle_time():
 
 def test_simulate_scales_to_pp64_mb512():
     s = build_schedule("1f1b", 64, 512)
-    t0 = time.perf_counter()
-    r = simulate(s, EXACT)
-    assert time.perf_counter() - t0 < 10
+    r = simulate(s, EXACT)   # its speed is `partui bench` territory; here only that it finishes right
     assert r.bubble == pytest.approx(63 * 3)
 
 
