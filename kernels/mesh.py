@@ -25,6 +25,7 @@ MIRRORED_SCHEDULES = ("dualpipe", "dualpipev")  # pp ranks r and P-1-r hold the 
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
+DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given (partui.plans)
 MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
@@ -145,7 +146,7 @@ class Plan:
     microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
                                    dim="pp", ge=1, form=True)
     virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
-                                        ">= 2 (default 2)", dim="pp", ge=1)
+                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1)
     fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
                                          "interleaves the forward's and the backward's attention / "
                                          "expert parts so every all-to-all flies under the other "
@@ -267,6 +268,12 @@ NAMED_DIMS = GRID + ("ep",)
 # ep: ep consecutive dp ranks; ep_dp: the dp ranks holding the same experts; cp_dp: the replicas
 # of one param shard; pp_mirror: the pp ranks holding the same stages (DualPipe's r and P-1-r)
 GROUPS = DIMS + ("ep", "ep_dp", "cp_dp", "pp_mirror")
+
+
+def groups_of(plan: Plan) -> tuple[str, ...]:
+    """The groups of GROUPS a plan's ranks hold (pp_mirror: only where mirrored ranks share stages)."""
+    mirrored = plan.pp > 1 and plan.schedule in MIRRORED_SCHEDULES
+    return tuple(g for g in GROUPS if g != "pp_mirror" or mirrored)
 
 
 def coords(plan: Plan, rank: int) -> dict[str, int]:

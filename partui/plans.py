@@ -9,7 +9,7 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from kernels.config import make_config
-from kernels.mesh import NAMED_DIMS, Plan, PlanError
+from kernels.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
 from kernels.validate import plan_for_model
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
@@ -38,7 +38,6 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "custom": ("custom", {}),
 }
 MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "hidden", "moe_every")
-DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 BACKWARDS = ("hand", "autograd")
 
 

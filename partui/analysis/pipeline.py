@@ -10,7 +10,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from kernels.pp.schedules import build_schedule
+from kernels.mesh import Plan
+from kernels.pp.schedules import plan_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from partui.analysis.sweep import windows_of
 from partui.analysis.timing import action_compute, action_costs, step_timings
@@ -29,10 +30,8 @@ def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
     if not np.isfinite(f) or not np.isfinite(b):
         return None
     w = w if np.isfinite(w) else 0.0
-    name = plan.get("schedule", "1f1b")
-    try:  # virtual stages only mean something to the interleaved schedule
-        sched = build_schedule(name, pp, int(plan.get("microbatches", 1)),
-                               plan.get("virtual_stages") if name == "interleaved" else None)
+    try:
+        sched = plan_schedule(Plan.from_dict(plan))   # the schedule the executor ran
         cost = Cost(F=f, B=b + w, W=w) if not np.isfinite(fb) else Cost(F=f, B=b + w, W=w, FB=fb)
         return sched, cost, plan
     except (ValueError, TypeError):  # Cost.B is the full backward
