@@ -14,14 +14,15 @@ form `ep_dp`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from kernels.ep.families import BALANCE_MODES, MOE_FAMILIES
+from kernels.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
 
 # the pipeline schedules a Plan names (kernels.pp.schedules builds each)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
 FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
-MIRRORED_SCHEDULES = ("dualpipe", "dualpipev")  # pp ranks r and P-1-r hold the same stages
+DUALPIPES = ("dualpipe", "dualpipev")  # DeepSeek's: two chunks a rank, even microbatches
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
@@ -29,88 +30,10 @@ DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
-class PlanError(ValueError):
-    """An invalid plan; the message names the numbers and a fix. `field`: the Plan field refused at
-    construction; `candidates`: its fixes, unverified; `fixes`: the verified ones (kernels.validate);
-    `check`: the ordinal of kernels.validate's failing check (0: refused at construction)."""
-
-    def __init__(self, *args, field: str | None = None, problem: str = "", candidates=()):
-        super().__init__(*args)
-        self.field, self.problem, self.candidates = field, problem, list(candidates)
-        self.fixes: list[dict] = []
-        self.check = 0
-
-
-def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: tuple = (),
-               ge=None, gt=None, label: str = "", form: bool = False, grid: int | None = None):
-    """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
-    gt: >), help, the dimension it belongs to, the label its messages use, whether the app's setup
-    form shows it, and for the four grid dimensions their place in the rank number."""
-    return field(default=default, metadata={
-        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt,
-        "label": label, "form": form, "grid": grid})
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One Plan field as the generators read it (kernels.mesh.field_specs)."""
-    name: str
-    kind: type
-    default: object
-    help: str
-    dim: str = ""
-    choices: tuple = ()
-    ge: float | None = None
-    gt: float | None = None
-    label: str = ""
-    form: bool = False
-    grid: int | None = None
-
-    @property
-    def optional(self) -> bool:
-        """None is a value (not given: derived or the model's own)."""
-        return self.default is None
-
-    def problem(self, value) -> tuple[str, list[dict]] | None:
-        """(message, candidate fixes) when value is not one this field takes, else None."""
-        label = self.label or self.name
-        if value is None:
-            return None if self.optional else (f"{label} must be given", [{self.name: self.default}])
-        ok_kind = (isinstance(value, bool) if self.kind is bool else
-                   isinstance(value, self.kind) and not isinstance(value, bool) or
-                   self.kind is float and isinstance(value, int) and not isinstance(value, bool))
-        if not ok_kind:
-            return (f"{label} {value!r} is not {self.kind.__name__}",
-                    [{self.name: self.default}] if self.default is not None else [])
-        if self.choices and value not in self.choices:
-            return (f"unknown {label} {value!r}", [{self.name: c} for c in self.choices])
-        for bound, sign in ((self.ge, ">="), (self.gt, ">")):
-            if bound is not None and (value < bound if sign == ">=" else value <= bound):
-                flipped = [{self.name: -value}] if -value > bound else []
-                floor = ([{self.name: self.default}] if self.default != value else
-                         [{self.name: bound}] if sign == ">=" else [])
-                return f"{label} {value} must be {sign} {bound}", flipped + floor
-        return None
-
-
 def field_specs(cls=None) -> tuple[FieldSpec, ...]:
-    """The description of every field of a Plan class (default: Plan), in field order."""
-    return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],
-                           **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "label",
-                                                          "form", "grid")})
-                 for f in fields(cls or Plan))
-
-
-def fix_text(fixes: list[dict]) -> str:
-    """`pick tp in 1, 2, 4` when every fix sets the same one field, else `set a=1 b=2 or c=3`."""
-    keys = {tuple(f) for f in fixes}
-    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1:
-        name = next(iter(keys))[0]
-        values = [f[name] for f in fixes]
-        if all(isinstance(v, int) for v in values):
-            values = sorted(values)
-        return f"pick {name} in {', '.join(map(str, values))}"
-    return "set " + " or ".join(" ".join(f"{k}={v}" for k, v in f.items()) for f in fixes)
+    """The description of every field of a Plan class (default: Plan), in field order: what the
+    flags, the app's command line and its setup form are generated from."""
+    return specs_of(cls or Plan)
 
 
 @dataclass(frozen=True)
@@ -197,7 +120,7 @@ class Plan:
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""
-        for spec in field_specs(type(self)):
+        for spec in specs_of(type(self)):
             found = spec.problem(getattr(self, spec.name))
             if found:
                 problem, candidates = found
@@ -271,8 +194,9 @@ GROUPS = DIMS + ("ep", "ep_dp", "cp_dp", "pp_mirror")
 
 
 def groups_of(plan: Plan) -> tuple[str, ...]:
-    """The groups of GROUPS a plan's ranks hold (pp_mirror: only where mirrored ranks share stages)."""
-    mirrored = plan.pp > 1 and plan.schedule in MIRRORED_SCHEDULES
+    """The groups of GROUPS a plan's ranks hold (pp_mirror: only DualPipe's, whose two directions
+    put the same stages on ranks r and P-1-r)."""
+    mirrored = plan.pp > 1 and plan.schedule == "dualpipe"
     return tuple(g for g in GROUPS if g != "pp_mirror" or mirrored)
 
 
@@ -314,7 +238,7 @@ def partition(plan: Plan, dim: str) -> list[list[int]]:
         elif dim == "cp_dp":   # every rank with the same tp and pp: replicas of one param shard
             key = (c["tp"], c["pp"])
         elif dim == "pp_mirror":  # DualPipe: pp ranks r and P-1-r hold the same stages
-            mirrored = plan.schedule in MIRRORED_SCHEDULES
+            mirrored = plan.schedule == "dualpipe"
             key = (c["tp"], c["cp"], c["dp"], min(c["pp"], plan.pp - 1 - c["pp"]) if mirrored
                    else c["pp"])
         else:

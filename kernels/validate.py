@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from kernels.config import ModelConfig, model_config_for
 from kernels.ep.families import routing_problem
-from kernels.mesh import (CP_MODES, DIMS, FB_OVERLAP_SCHEDULES, MIRRORED_SCHEDULES, SCHEDULES, Plan,
+from kernels.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
                           PlanError, fix_text)
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
@@ -219,7 +219,7 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
          [{"layers": round_up(cfg.layers, s)}, *({"pp": d} for d in divisors(cfg.layers)
                                                   if 1 < d < p)])
     fits = divisors(local)                          # microbatch counts the per-rank batch takes
-    if plan.schedule in MIRRORED_SCHEDULES:
+    if plan.schedule in DUALPIPES:
         need(p % 2 == 0 or plan.schedule == "dualpipev",
              f"DualPipe needs an even number of pipeline ranks, got pp {p}",
              [{"schedule": "dualpipev"}, {"pp": p + 1}, {"pp": max(2, p - 1)}])
@@ -239,7 +239,7 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
         ok = [x for x in fits if x >= p]
         need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}",
              [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
-    need(plan.zero < 3 or plan.schedule not in ("zb1p", *MIRRORED_SCHEDULES),
+    need(plan.zero < 3 or plan.schedule not in ("zb1p", *DUALPIPES),
          f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
          f"the weight grads (W) past it", [{"zero": 2}, {"schedule": "1f1b"}])
     need(plan.schedule == "interleaved" or plan.virtual_stages == 1,

@@ -31,7 +31,7 @@ Execution semantics `validate` checks (kernels.pp.simulate runs them as a datafl
 """
 from __future__ import annotations
 
-from kernels.mesh import FB_OVERLAP_SCHEDULES, MIRRORED_SCHEDULES, SCHEDULES, Plan
+from kernels.mesh import DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan
 from kernels.pp.actions import Action, Schedule, add_transfers
 from kernels.pp.dualpipe import dualpipe, dualpipev
 from kernels.pp.simulate import Cost, check_structure, run_dataflow
@@ -153,7 +153,7 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
     if fb_overlap and key not in FB_OVERLAP_SCHEDULES:
         raise ValueError(f"fb_overlap runs the overlapped F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
                          f"{name}: use schedule=1f1b (or dualpipe, dualpipev), or drop fb_overlap")
-    fixed_chunks = 2 if key in MIRRORED_SCHEDULES else 1
+    fixed_chunks = 2 if key in DUALPIPES else 1
     if key != "interleaved" and virtual is not None and virtual != fixed_chunks:
         raise ValueError(f"{name}: virtual_stages is for the interleaved schedule, got virtual_stages {virtual} "
                          f"({name} has {fixed_chunks} chunk(s) per rank): drop virtual_stages")
