@@ -17,7 +17,7 @@ from partui.analysis.sweep import windows_of
 from partui.analysis.timing import action_compute, action_costs, step_timings
 
 
-def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
+def trace_schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
     """(Schedule, ideal Cost, plan) of the trace's pipeline (metadata plan.pp > 1) under its mean F, B, W
     compute (acts: timing.action_compute(df), when the caller has it); None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
@@ -41,7 +41,7 @@ def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
 def simulated(df: pd.DataFrame):
     """(SimResult, Cost, plan) of the trace's schedule, ideal: mean F, B, W over all ranks and steps,
     comm free (`--by schedule` measures lateness against it); None when it does not apply."""
-    found = _schedule(df)
+    found = trace_schedule(df)
     if found is None:
         return None
     sched, cost, plan = found
@@ -74,7 +74,7 @@ def simulated_steps(df: pd.DataFrame):
     if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
         return None
     acts = action_compute(df)  # once: both simulations take their costs from it
-    found = _schedule(df, acts)
+    found = trace_schedule(df, acts)
     if found is None:
         return None
     sched, cost, plan = found
