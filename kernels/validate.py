@@ -16,6 +16,7 @@ from kernels.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHED
                           PlanError, fix_text)
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
+OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp
 MAX_FIXES = 4
 # the last resort of a rejection whose own candidates fix nothing: every change of one or two of
 # these fields to these values (dims up to 8, the worlds this lab runs), singles first
@@ -154,14 +155,14 @@ def validate(plan: Plan, cfg, world: int | None = None, suggest: bool = True,
              f"world {plan.world} is not divisible by tp {plan.tp} x cp {plan.cp} x pp {plan.pp} = "
              f"{other}", [{"world": other * max(1, plan.world // other)},
                           {"world": other * (plan.world // other + 1)},
-                          *({d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1)])
+                          *({d: 1} for d in OTHER_DIMS if getattr(plan, d) > 1)])
     dp = plan.dp or (plan.world // other if plan.world else plan.ep)
     total = dp * other
     need(not plan.world or plan.world == total,
          f"world {plan.world} is not the product of the dims: dp {dp} x tp {plan.tp} x cp {plan.cp} "
          f"x pp {plan.pp} = {total}", [{"world": total}] + (
              [{"dp": plan.world // other}] if plan.world % other == 0 else []) + [
-             {d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1])
+             {d: 1} for d in OTHER_DIMS if getattr(plan, d) > 1])
     need.resolved = resolved = replace(plan, dp=dp, world=total)
     _grid_checks(resolved, cfg, need, derived_dp=not plan.dp)
     return resolved
