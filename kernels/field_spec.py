@@ -4,6 +4,7 @@ value; PlanError is the one error a plan raises (kernels.mesh builds the Plan fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cache
 
 
 class PlanError(ValueError):
@@ -19,10 +20,10 @@ class PlanError(ValueError):
 
 
 def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: tuple = (),
-               ge=None, gt=None, label: str = "", form: bool = False, grid: int | None = None):
+               ge=None, gt=None, label: str = "", form: int = 0, grid: int | None = None):
     """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
-    gt: >), help, the dimension it belongs to, the label its messages use, whether the app's setup
-    form shows it, and for the four grid dimensions their place in the rank number."""
+    gt: >), help, the dimension it belongs to, the label its messages use, its place in the app's
+    setup form (0: not shown), and for the four grid dimensions their place in the rank number."""
     return field(default=default, metadata={
         "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt,
         "label": label, "form": form, "grid": grid})
@@ -40,7 +41,7 @@ class FieldSpec:
     ge: float | None = None
     gt: float | None = None
     label: str = ""
-    form: bool = False
+    form: int = 0             # place in the app's setup form (0: not shown)
     grid: int | None = None
 
     @property
@@ -70,6 +71,7 @@ class FieldSpec:
         return None
 
 
+@cache   # a Plan checks every field at construction: read each class's metadata once
 def specs_of(cls) -> tuple[FieldSpec, ...]:
     """The description of every field of a dataclass made of plan_field()s, in field order."""
     return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],

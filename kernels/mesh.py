@@ -42,10 +42,10 @@ class Plan:
                             label="world")
     # ---- data parallel
     dp: int = plan_field(0, "data-parallel ranks, >= 1 (default: derived from --world)", dim="dp",
-                         ge=0, form=True, grid=2)
+                         ge=0, form=1, grid=2)
     zero: int = plan_field(0, "ZeRO stage: 1 shards optimizer state, 2 also grads, 3 also params "
                               "(needs --dp 2+)", dim="dp", choices=(0, 1, 2, 3),
-                           label="ZeRO stage", form=True)
+                           label="ZeRO stage", form=6)
     grad_sync: str = plan_field("bucketed", "DP grad sync: one all-reduce after backward, or "
                                             "buckets overlapped with backward", kind=str, dim="dp",
                                 choices=("naive", "bucketed"), label="grad sync")
@@ -53,21 +53,21 @@ class Plan:
                                   gt=0, label="bucket size")
     # ---- tensor parallel
     tp: int = plan_field(1, "tensor-parallel ranks; divides heads and kv heads", dim="tp", ge=1,
-                         form=True, grid=0)
+                         form=2, grid=0)
     sp: bool = plan_field(False, "sequence parallel (with --tp)", kind=bool, dim="tp")
     # ---- context parallel
     cp: int = plan_field(1, "context-parallel ranks; divides the sequence", dim="cp", ge=1,
-                         form=True, grid=1)
+                         form=4, grid=1)
     cp_mode: str = plan_field("ring", "context-parallel attention: ring, zigzag (balanced causal "
                                       "ring) or Ulysses", kind=str, dim="cp", choices=CP_MODES,
-                              label="cp mode", form=True)
+                              label="cp mode", form=10)
     # ---- pipeline parallel
-    pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, form=True,
+    pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, form=3,
                          grid=3)
     schedule: str = plan_field("1f1b", "pipeline schedule", kind=str, dim="pp", choices=SCHEDULES,
-                               form=True)
+                               form=9)
     microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
-                                   dim="pp", ge=1, form=True)
+                                   dim="pp", ge=1, form=7)
     virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
                                         f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1)
     fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
@@ -76,8 +76,8 @@ class Plan:
                                          "microbatch", kind=bool, dim="pp")
     # ---- expert parallel (carved out of dp)
     ep: int = plan_field(1, "expert-parallel ranks (carved out of --dp); divides --experts",
-                         dim="ep", ge=1, form=True)
-    experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, form=True)
+                         dim="ep", ge=1, form=5)
+    experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, form=8)
     top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, label="top-k")
     capacity_factor: float | None = plan_field(None, "expert capacity, > 0 (default: no limit)",
                                                kind=float, dim="ep", gt=0, label="capacity factor")

@@ -21,9 +21,9 @@ HELP = "a knob only this test adds"
 
 @pytest.fixture
 def throwaway(monkeypatch):
-    """Plan plus one int field `throwaway_knob` (>= 1, default 3, shown in the form)."""
+    """Plan plus one int field `throwaway_knob` (>= 1, default 3, last in the form)."""
     extended = make_dataclass("Extended", [("throwaway_knob", int, plan_field(
-        3, HELP, dim="pp", ge=1, form=True))], bases=(Plan,), frozen=True)
+        3, HELP, dim="pp", ge=1, form=99))], bases=(Plan,), frozen=True)
     monkeypatch.setattr(mesh, "field_specs", lambda cls=None: specs_of(cls or extended))
     return extended
 

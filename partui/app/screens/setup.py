@@ -21,9 +21,9 @@ FORM_DEFAULTS = {"dp": 1}   # the form shows dp's value where the Plan's default
 
 
 def form_specs() -> tuple:
-    """The Plan fields the form shows (metadata form=True, kernels.mesh.field_specs): a number
-    input for each number without choices, a select for each field with choices or a switch."""
-    return tuple(spec for spec in mesh.field_specs() if spec.form)
+    """The Plan fields the form shows, in their places (metadata form, kernels.mesh.field_specs):
+    a number input for each number, a select for each other field (its choices, or off / on)."""
+    return tuple(sorted((spec for spec in mesh.field_specs() if spec.form), key=lambda s: s.form))
 
 
 def input_names() -> tuple[str, ...]:
