@@ -2,10 +2,10 @@
 per dimension.
 
 The Plan describes itself: each field's metadata (kernels.field_spec.plan_field) holds its kind,
-choices or range, help text and the dimension it belongs to. The CLI flags, the app's command-line grammar, the
-setup form and the field-to-flag table are generated from it (field_specs), so a new field is
-added here and nowhere else. A Plan is checked field by field when it is built; the checks that
-need the model (and suggest verified fixes) are kernels.validate's, run once where the plan meets
+choices or range, help text and the dimension it belongs to. The CLI flags, the app's command-line
+grammar, the setup form and the field-to-flag table are generated from it (field_specs), so a new
+field is added here and nowhere else. A Plan is checked field by field when it is built; the checks
+that need the model (and suggest verified fixes) are kernels.validate's, run once where the plan meets
 its model (kernels.validate.plan_for_model).
 
 Grid order, innermost first: tp, cp, dp, pp (each grid field's metadata "grid"). Expert parallelism
