@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 
 from kernels import comm
 from kernels.config import ModelConfig
-from kernels.mesh import Plan, coord_label, partition
+from kernels.mesh import Plan, coord_label, groups_of, partition
 from kernels.stats import StepStats
-
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "ep_dp", "cp_dp")
 
 
 @dataclass
@@ -33,4 +31,4 @@ class RankContext:
 
 def build_groups(plan: Plan) -> dict[str, comm.Group]:
     """Every rank calls this in the same order; groups of one rank make no process group."""
-    return {dim: comm.new_groups(dim, partition(plan, dim)) for dim in GROUP_DIMS}
+    return {dim: comm.new_groups(dim, partition(plan, dim)) for dim in groups_of(plan)}

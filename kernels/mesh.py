@@ -1,67 +1,138 @@
-"""One validated Plan holding every parallel dimension, rank coordinates on the grid, and one
-process group per dimension.
+"""One Plan holding every parallel dimension, rank coordinates on the grid, and one process group
+per dimension.
 
-Grid order, innermost first: tp, cp, dp, pp. Expert parallelism is carved out of dp: the ep
-group is `ep` consecutive dp ranks; the ranks holding the same experts form `ep_dp`.
-kernels.validate checks a Plan against a model before any process starts.
+The Plan describes itself: each field's metadata (kernels.field_spec.plan_field) holds its kind,
+choices or range, help text and the dimension it belongs to. The CLI flags, the app's command-line
+grammar, the setup form and the field-to-flag table are generated from it (field_specs), so a new
+field is added here and nowhere else. A Plan is checked field by field when it is built; the checks
+that need the model (and suggest verified fixes) are kernels.validate's, run once where the plan meets
+its model (kernels.validate.plan_for_model).
+
+Grid order, innermost first: tp, cp, dp, pp (each grid field's metadata "grid"). Expert parallelism
+is carved out of dp: the ep group is `ep` consecutive dp ranks; the ranks holding the same experts
+form `ep_dp`.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from kernels.ep.families import BALANCE_MODES, MOE_FAMILIES
+from kernels.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
 
+# the pipeline schedules a Plan names (kernels.pp.schedules builds each)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
 FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
+DUALPIPES = ("dualpipe", "dualpipev")  # DeepSeek's: two chunks a rank, even microbatches
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
+DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given (partui.plans)
+MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
-class PlanError(ValueError):
-    """An invalid plan; the message names the numbers and a fix."""
+def field_specs(cls=None) -> tuple[FieldSpec, ...]:
+    """The description of every field of a Plan class (default: Plan), in field order: what the
+    flags, the app's command line and its setup form are generated from."""
+    return specs_of(cls or Plan)
 
 
 @dataclass(frozen=True)
 class Plan:
-    world: int = 0            # 0: dp * tp * cp * pp
-    dp: int = 0               # 0: derived from world
-    zero: int = 0
-    tp: int = 1
-    sp: bool = False
-    pp: int = 1
-    schedule: str = "1f1b"
-    microbatches: int = 1
-    virtual_stages: int = 1   # chunks per rank for interleaved 1F1B
-    fb_overlap: bool = False  # PP x EP: F&B pairs interleave DeepSeek's parts so all-to-all hides (1f1b, dualpipe/v)
-    cp: int = 1
-    cp_mode: str = "ring"
-    ep: int = 1
-    experts: int = 0
-    top_k: int = 2
-    capacity_factor: float | None = None  # None: no capacity limit
-    overlap: bool = False     # EP: two microbatches interleaved so all-to-all hides behind compute
-    ep_dispatch: str = "uneven"  # EP all-to-all: uneven splits (counts first) or even (capacity-padded)
+    world: int = plan_field(0, "ranks, >= 1 (default: the product of the dims)", ge=0,
+                            label="world")
+    # ---- data parallel
+    dp: int = plan_field(0, "data-parallel ranks, >= 1 (default: derived from --world)", dim="dp",
+                         ge=0, form=1, grid=2)
+    zero: int = plan_field(0, "ZeRO stage: 1 shards optimizer state, 2 also grads, 3 also params "
+                              "(needs --dp 2+)", dim="dp", choices=(0, 1, 2, 3),
+                           label="ZeRO stage", form=6)
+    grad_sync: str = plan_field("bucketed", "DP grad sync: one all-reduce after backward, or "
+                                            "buckets overlapped with backward", kind=str, dim="dp",
+                                choices=("naive", "bucketed"), label="grad sync")
+    bucket_mb: float = plan_field(4.0, "DP / ZeRO gradient bucket size, > 0", kind=float, dim="dp",
+                                  gt=0, label="bucket size")
+    # ---- tensor parallel
+    tp: int = plan_field(1, "tensor-parallel ranks; divides heads and kv heads", dim="tp", ge=1,
+                         form=2, grid=0)
+    sp: bool = plan_field(False, "sequence parallel (with --tp)", kind=bool, dim="tp")
+    # ---- context parallel
+    cp: int = plan_field(1, "context-parallel ranks; divides the sequence", dim="cp", ge=1,
+                         form=4, grid=1)
+    cp_mode: str = plan_field("ring", "context-parallel attention: ring, zigzag (balanced causal "
+                                      "ring) or Ulysses", kind=str, dim="cp", choices=CP_MODES,
+                              label="cp mode", form=10)
+    # ---- pipeline parallel
+    pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, form=3,
+                         grid=3)
+    schedule: str = plan_field("1f1b", "pipeline schedule", kind=str, dim="pp", choices=SCHEDULES,
+                               form=9)
+    microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
+                                   dim="pp", ge=1, form=7)
+    virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
+                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1)
+    fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
+                                         "interleaves the forward's and the backward's attention / "
+                                         "expert parts so every all-to-all flies under the other "
+                                         "microbatch", kind=bool, dim="pp")
+    # ---- expert parallel (carved out of dp)
+    ep: int = plan_field(1, "expert-parallel ranks (carved out of --dp); divides --experts",
+                         dim="ep", ge=1, form=5)
+    experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, form=8)
+    top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, label="top-k")
+    capacity_factor: float | None = plan_field(None, "expert capacity, > 0 (default: no limit)",
+                                               kind=float, dim="ep", gt=0, label="capacity factor")
+    overlap: bool = plan_field(False, "EP: overlap all-to-all with compute (two microbatches "
+                                      "interleaved)", kind=bool, dim="ep")
+    ep_dispatch: str = plan_field("uneven", "EP all-to-all: uneven splits (counts exchanged first) "
+                                            "or capacity-padded", kind=str, dim="ep",
+                                  choices=("uneven", "even"), label="EP dispatch")
     # the MoE family and DeepSeek-V3 routing (kernels/ep/families.py); None: the model's own
-    moe: str | None = None
-    moe_hidden: int | None = None
-    shared_experts: int | None = None
-    route_scale: float | None = None
-    route_groups: int | None = None
-    route_topk_groups: int | None = None
-    seq_aux_alpha: float | None = None
-    balance: str | None = None
-    bias_gamma: float | None = None
-    bucket_mb: float = 4.0    # DP / ZeRO gradient bucket size
-    grad_sync: str = "bucketed"  # DP: naive (all-reduce after backward) or bucketed (overlapped)
-    dtype: str = "fp32"
-    collectives: str = "native"
+    moe: str | None = plan_field(None, f"MoE family: gshard (softmax, capacity, aux loss) or "
+                                       f"deepseek (sigmoid, bias, shared experts) (default "
+                                       f"{MODELS_OWN})", kind=str, dim="ep", choices=MOE_FAMILIES)
+    moe_hidden: int | None = plan_field(None, f"each routed expert's hidden size; fine-grained "
+                                              f"experts are narrow (default {MODELS_OWN})",
+                                        dim="ep", ge=0)
+    shared_experts: int | None = plan_field(None, f"deepseek: always-applied experts beside the "
+                                                  f"routed ones (default {MODELS_OWN})", dim="ep",
+                                            ge=0)
+    route_scale: float | None = plan_field(None, f"deepseek: gate values (normalised to sum 1) "
+                                                 f"times this (default {MODELS_OWN})", kind=float,
+                                           dim="ep", gt=0)
+    route_groups: int | None = plan_field(None, f"deepseek: experts in G groups, G dividing "
+                                                f"--experts (default {MODELS_OWN})", dim="ep", ge=1)
+    route_topk_groups: int | None = plan_field(None, f"deepseek: each token routes inside its best "
+                                                     f"M of the groups, 1 <= M <= G (default "
+                                                     f"{MODELS_OWN})", dim="ep", ge=1)
+    seq_aux_alpha: float | None = plan_field(None, f"deepseek: sequence-wise balance loss weight "
+                                                   f"alpha (default {MODELS_OWN})", kind=float,
+                                             dim="ep", ge=0)
+    balance: str | None = plan_field(None, f"deepseek: bias = auxiliary-loss-free balancing of the "
+                                           f"selection bias (default {MODELS_OWN})", kind=str,
+                                     dim="ep", choices=BALANCE_MODES)
+    bias_gamma: float | None = plan_field(None, f"deepseek: bias update per step, +-gamma by load "
+                                                f"(default {MODELS_OWN})", kind=float, dim="ep",
+                                          ge=0)
+    # ---- every rank
+    dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES)
+    collectives: str = plan_field("native", "native gloo collectives, or the hand-written ring / "
+                                            "chain / pairwise ones", kind=str, choices=COLLECTIVES)
+
+    def __post_init__(self):
+        """Refuse a value a field does not take (its kind, choices, range), naming a fix."""
+        for spec in specs_of(type(self)):
+            found = spec.problem(getattr(self, spec.name))
+            if found:
+                problem, candidates = found
+                raise PlanError(f"{problem}: {fix_text(candidates)}" if candidates else problem,
+                                field=spec.name, problem=problem, candidates=candidates)
 
     # ---- derived sizes
     @property
     def stages(self) -> int:
         if self.pp == 1:
             return 1
-        if self.schedule in ("dualpipev",):
+        if self.schedule == "dualpipev":
             return 2 * self.pp
         if self.schedule == "interleaved":
             return self.pp * self.virtual_stages
@@ -78,13 +149,8 @@ class Plan:
     def resolved(self, world: int | None = None) -> "Plan":
         """Fill world and dp from each other and validate the grid (not the model)."""
         other = self.tp * self.cp * self.pp
-        for name in ("tp", "cp", "pp", "ep", "microbatches", "virtual_stages"):
-            if getattr(self, name) < 1:
-                raise PlanError(f"{name} = {getattr(self, name)} must be >= 1")
         world = world or self.world
         dp = self.dp
-        if dp < 0:
-            raise PlanError(f"dp = {dp} must be >= 1 (or 0 to derive it from the world size)")
         if not dp:
             if not world:
                 dp = self.ep  # expert parallelism is carved out of dp: at least ep replicas
@@ -101,8 +167,7 @@ class Plan:
         return replace(self, dp=dp, world=total)
 
     def describe(self) -> str:
-        dims = [f"{k} {getattr(self, k)}" for k in ("dp", "tp", "cp", "pp", "ep")
-                if getattr(self, k) > 1]
+        dims = [f"{k} {getattr(self, k)}" for k in NAMED_DIMS if getattr(self, k) > 1]
         extra = []
         if self.zero:
             extra.append(f"ZeRO-{self.zero}")
@@ -115,9 +180,24 @@ class Plan:
         return " · ".join([" × ".join(dims) or "single"] + extra)
 
 
-# ---------------------------------------------------------------- coordinates and groups
+# ---------------------------------------------------------------- dimensions and groups
+# The one list of dimensions, read off the Plan's fields: the grid (the four whose coordinates make
+# the rank number, innermost first), the order they are named in (labels, describe: field order,
+# ep last), and every process group a rank holds.
+_GRID_FIELDS = [s for s in field_specs(Plan) if s.grid is not None]
+DIMS = tuple(s.name for s in sorted(_GRID_FIELDS, key=lambda s: s.grid))   # tp, cp, dp, pp
+GRID = tuple(s.name for s in _GRID_FIELDS)                                  # dp, tp, cp, pp
+NAMED_DIMS = GRID + ("ep",)
+# ep: ep consecutive dp ranks; ep_dp: the dp ranks holding the same experts; cp_dp: the replicas
+# of one param shard; pp_mirror: the pp ranks holding the same stages (DualPipe's r and P-1-r)
+GROUPS = DIMS + ("ep", "ep_dp", "cp_dp", "pp_mirror")
 
-DIMS = ("tp", "cp", "dp", "pp")  # innermost first
+
+def groups_of(plan: Plan) -> tuple[str, ...]:
+    """The groups of GROUPS a plan's ranks hold (pp_mirror: only DualPipe's, whose two directions
+    put the same stages on ranks r and P-1-r)."""
+    mirrored = plan.pp > 1 and plan.schedule == "dualpipe"
+    return tuple(g for g in GROUPS if g != "pp_mirror" or mirrored)
 
 
 def coords(plan: Plan, rank: int) -> dict[str, int]:
@@ -140,17 +220,14 @@ def rank_of(plan: Plan, c: dict[str, int]) -> int:
 
 def coord_label(plan: Plan, rank: int) -> str:
     c = coords(plan, rank)
-    parts = [f"{d}{c[d]}" for d in ("dp", "tp", "cp", "pp") if getattr(plan, d) > 1]
-    if plan.ep > 1:
-        parts.append(f"ep{c['ep']}")
+    parts = [f"{d}{c[d]}" for d in NAMED_DIMS if getattr(plan, d) > 1]
     return " ".join(parts) or "single"
 
 
 def partition(plan: Plan, dim: str) -> list[list[int]]:
-    """Rank lists of every group along `dim` (tp, cp, dp, pp, ep, ep_dp, cp_dp)."""
-    world = plan.world
+    """Rank lists of every group along `dim` (one of GROUPS)."""
     groups: dict[tuple, list[int]] = {}
-    for r in range(world):
+    for r in range(plan.world):
         c = coords(plan, r)
         if dim in DIMS:
             key = tuple(c[d] for d in DIMS if d != dim)
@@ -160,7 +237,11 @@ def partition(plan: Plan, dim: str) -> list[list[int]]:
             key = (c["tp"], c["cp"], c["pp"], c["dp"] % plan.ep)
         elif dim == "cp_dp":   # every rank with the same tp and pp: replicas of one param shard
             key = (c["tp"], c["pp"])
+        elif dim == "pp_mirror":  # DualPipe: pp ranks r and P-1-r hold the same stages
+            mirrored = plan.schedule == "dualpipe"
+            key = (c["tp"], c["cp"], c["dp"], min(c["pp"], plan.pp - 1 - c["pp"]) if mirrored
+                   else c["pp"])
         else:
-            raise ValueError(f"unknown dimension {dim!r}")
+            raise ValueError(f"unknown dimension {dim!r}: pick one of {', '.join(GROUPS)}")
         groups.setdefault(key, []).append(r)
     return [groups[k] for k in sorted(groups)]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kernels.config import model_config_for
+from kernels.config import ModelConfig, model_config_for
 from kernels.ep.families import routing_problem
-from kernels.mesh import (COLLECTIVES, CP_MODES, DTYPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
-                          PlanError)
+from kernels.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
+                          PlanError, fix_text)
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
-GRID = ("dp", "tp", "cp", "pp")
+OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp
 MAX_FIXES = 4
 # the last resort of a rejection whose own candidates fix nothing: every change of one or two of
 # these fields to these values (dims up to 8, the worlds this lab runs), singles first
@@ -79,22 +79,10 @@ def _with_world(plan: Plan, resolved: Plan, fix: dict) -> list[dict]:
     """The fix as given and, when the user fixed the world size and the fix moves a dim, the same
     fix with the world size that keeps dp where it is."""
     out = [fix]
-    if plan.world and "world" not in fix and any(d in fix for d in GRID):
-        dims = {d: fix.get(d, getattr(resolved, d)) for d in GRID}
+    if plan.world and "world" not in fix and any(d in fix for d in DIMS):
+        dims = {d: fix.get(d, getattr(resolved, d)) for d in DIMS}
         out.append({**fix, "world": dims["dp"] * dims["tp"] * dims["cp"] * dims["pp"]})
     return out
-
-
-def text(fixes: list[dict]) -> str:
-    """`pick tp in 1, 2, 4` when every fix sets the same one field, else `set a=1 b=2 or c=3`."""
-    keys = {tuple(f) for f in fixes}
-    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1:
-        field = next(iter(keys))[0]
-        values = [f[field] for f in fixes]
-        if all(isinstance(v, int) for v in values):
-            values = sorted(values)
-        return f"pick {field} in {', '.join(map(str, values))}"
-    return "set " + " or ".join(" ".join(f"{k}={v}" for k, v in f.items()) for f in fixes)
 
 
 class _Checks:
@@ -123,7 +111,7 @@ class _Checks:
                                      broad_changes(self.plan) if pool is None else pool, after)
             if err.fixes:
                 break
-        err.args = (f"{problem}: {text(err.fixes)}" if err.fixes else
+        err.args = (f"{problem}: {fix_text(err.fixes)}" if err.fixes else
                     f"{problem} (and no change of one or two fields, dims up to 8, fixes this "
                     f"plan: reset the dims to 1 and add them back one at a time)",)
         raise err
@@ -160,29 +148,21 @@ def validate(plan: Plan, cfg, world: int | None = None, suggest: bool = True,
     collect: raise with the candidates of that check unverified (chained fixes use it)."""
     if world:
         plan = replace(plan, world=world)
-    need = _Checks(plan, cfg, suggest, collect)
-    for name in ("tp", "cp", "pp", "ep", "microbatches", "virtual_stages"):
-        need(getattr(plan, name) >= 1, f"{name} = {getattr(plan, name)} must be >= 1", [{name: 1}])
-    need(plan.world >= 0, f"world {plan.world} must be >= 1 (or left out: the product of the dims)",
-         [{"world": -plan.world}, {"world": max(plan.dp, plan.ep, 1) * plan.tp * plan.cp * plan.pp}])
-    need(plan.dp >= 0, f"dp = {plan.dp} must be >= 1 (or left out: derived from the world size)",
-         [{"dp": -plan.dp}, {"dp": 1}])
-    need(plan.experts >= 0, f"experts = {plan.experts} must be >= 0 (0: a dense model)",
-         [{"experts": -plan.experts}, {"experts": 0}])
+    need = _Checks(plan, cfg, suggest, collect)   # each field's own range: checked at construction
     other = plan.tp * plan.cp * plan.pp
     if plan.world and not plan.dp:
         need(plan.world % other == 0,
              f"world {plan.world} is not divisible by tp {plan.tp} x cp {plan.cp} x pp {plan.pp} = "
              f"{other}", [{"world": other * max(1, plan.world // other)},
                           {"world": other * (plan.world // other + 1)},
-                          *({d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1)])
+                          *({d: 1} for d in OTHER_DIMS if getattr(plan, d) > 1)])
     dp = plan.dp or (plan.world // other if plan.world else plan.ep)
     total = dp * other
     need(not plan.world or plan.world == total,
          f"world {plan.world} is not the product of the dims: dp {dp} x tp {plan.tp} x cp {plan.cp} "
          f"x pp {plan.pp} = {total}", [{"world": total}] + (
              [{"dp": plan.world // other}] if plan.world % other == 0 else []) + [
-             {d: 1} for d in ("tp", "cp", "pp") if getattr(plan, d) > 1])
+             {d: 1} for d in OTHER_DIMS if getattr(plan, d) > 1])
     need.resolved = resolved = replace(plan, dp=dp, world=total)
     _grid_checks(resolved, cfg, need, derived_dp=not plan.dp)
     return resolved
@@ -192,17 +172,9 @@ def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
     b, dp = cfg.batch, plan.dp
     dp_is = f"dp {dp}" + (f" (left out: dp follows ep {plan.ep})" if derived_dp and not
                           need.plan.world and plan.ep > 1 else "")
-    need(plan.zero in (0, 1, 2, 3), f"unknown ZeRO stage {plan.zero}: stages are 0, 1, 2 or 3",
-         [{"zero": z} for z in (0, 1, 2, 3)])
     need(plan.zero == 0 or dp > 1,
          f"ZeRO-{plan.zero} shards over data-parallel ranks but dp = {dp}",
          [{"dp": 2}, {"dp": 4}, {"zero": 0}])
-    need(plan.bucket_mb > 0, f"bucket size {plan.bucket_mb} MB must be > 0", [{"bucket_mb": 4.0}])
-    need(plan.grad_sync in ("naive", "bucketed"), f"unknown grad sync {plan.grad_sync!r}",
-         [{"grad_sync": "bucketed"}, {"grad_sync": "naive"}])
-    need(plan.dtype in DTYPES, f"unknown dtype {plan.dtype!r}", [{"dtype": d} for d in DTYPES])
-    need(plan.collectives in COLLECTIVES, f"unknown collectives {plan.collectives!r}",
-         [{"collectives": c} for c in COLLECTIVES])
     need(b % dp == 0, f"global batch {b} is not divisible by {dp_is}",
          [{"batch": round_up(b, dp)}, *[{"dp": d} for d in divisors(b) if d > 1][::-1],
           *({"ep": d, "dp": d} for d in divisors(b) if derived_dp and d > 1)][:8])
@@ -213,8 +185,6 @@ def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
          [*({"microbatches": d} for d in sorted(divisors(local), key=lambda d: abs(d - m))),
           {"batch": dp * round_up(local, m)}])
     _tp_checks(plan, cfg, need)
-    need(plan.schedule in SCHEDULES, f"unknown schedule {plan.schedule!r}",
-         [{"schedule": s} for s in SCHEDULES])
     if plan.pp > 1:
         _pipeline_checks(plan, cfg, need, local)
     _cp_checks(plan, cfg, need)
@@ -250,7 +220,7 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
          [{"layers": round_up(cfg.layers, s)}, *({"pp": d} for d in divisors(cfg.layers)
                                                   if 1 < d < p)])
     fits = divisors(local)                          # microbatch counts the per-rank batch takes
-    if plan.schedule in ("dualpipe", "dualpipev"):
+    if plan.schedule in DUALPIPES:
         need(p % 2 == 0 or plan.schedule == "dualpipev",
              f"DualPipe needs an even number of pipeline ranks, got pp {p}",
              [{"schedule": "dualpipev"}, {"pp": p + 1}, {"pp": max(2, p - 1)}])
@@ -270,7 +240,7 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
         ok = [x for x in fits if x >= p]
         need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}",
              [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
-    need(plan.zero < 3 or plan.schedule not in ("zb1p", "dualpipe", "dualpipev"),
+    need(plan.zero < 3 or plan.schedule not in ("zb1p", *DUALPIPES),
          f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
          f"the weight grads (W) past it", [{"zero": 2}, {"schedule": "1f1b"}])
     need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
@@ -288,8 +258,6 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
 
 
 def _cp_checks(plan: Plan, cfg, need: _Checks) -> None:
-    need(plan.cp_mode in CP_MODES, f"unknown cp mode {plan.cp_mode!r}",
-         [{"cp_mode": c} for c in CP_MODES])
     if plan.cp == 1:
         return
     pieces = 2 * plan.cp if plan.cp_mode == "zigzag" else plan.cp
@@ -319,17 +287,12 @@ def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
                            f"ranks)", [*({"ep": d} for d in both), {"dp": ep}])
         need(1 <= plan.top_k <= experts, f"top-k {plan.top_k} must be between 1 and the {experts} "
                                          f"experts", [{"top_k": min(2, experts)}, {"top_k": 1}])
-        need(plan.capacity_factor is None or plan.capacity_factor > 0,
-             f"capacity factor {plan.capacity_factor} must be > 0 (leave it out for no limit)",
-             [{"capacity_factor": 1.25}, {"capacity_factor": 2.0}])
     need(routing_problem(cfg) is None, routing_problem(cfg) or "")     # MoE family fields (DeepSeek)
     need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts",
          [{"experts": 4}, {"overlap": False}])
     need(not plan.fb_overlap or plan.pp > 1,
          "fb_overlap pairs a forward with a backward inside a pipeline (without one, overlap=True "
          "interleaves two microbatches)", [{"pp": 2, "schedule": "1f1b"}, {"fb_overlap": False}])
-    need(plan.ep_dispatch in ("uneven", "even"), f"unknown EP dispatch {plan.ep_dispatch!r}",
-         [{"ep_dispatch": "uneven"}, {"ep_dispatch": "even"}])
     need(not (experts and plan.cp > 1),
          f"MoE with context parallel (cp {plan.cp}) is not supported", [{"cp": 1}, {"experts": 0}])
     if plan.overlap and plan.pp == 1:
@@ -341,3 +304,28 @@ def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
              [*({"microbatches": x} for x in pairs),
               *({"dp": d} for d in divisors(cfg.batch)[::-1] if cfg.batch // d >= 2 and d < dp),
               {"batch": dp * 2}, {"overlap": False}])
+
+
+def plan_for_model(fields: dict, cfg: ModelConfig, suggest: bool = True) -> tuple[Plan, ModelConfig]:
+    """(the validated Plan of these fields, the model config with its MoE fields): where a plan meets
+    its model, once; the ranks trust what comes out. A field the Plan refuses at construction gets
+    the fixes under which the whole plan validates, as validate's checks do."""
+    try:
+        plan = Plan(**fields)
+    except PlanError as e:
+        if e.field is None or not suggest:
+            raise
+        e.fixes = [fix for fix in e.candidates if _fields_valid({**fields, **fix}, cfg)][:MAX_FIXES]
+        e.args = (f"{e.problem}: {fix_text(e.fixes)}" if e.fixes else
+                  f"{e.problem}: no value of {e.field} makes this plan valid; change the others first",)
+        raise
+    cfg = model_config_for(plan, cfg)
+    return validate(plan, cfg, plan.world or None, suggest=suggest), cfg
+
+
+def _fields_valid(fields: dict, cfg: ModelConfig) -> bool:
+    try:
+        plan_for_model(fields, cfg, suggest=False)[1].validate()
+    except (ValueError, TypeError):      # PlanError is a ValueError
+        return False
+    return True

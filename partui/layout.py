@@ -10,11 +10,10 @@ from __future__ import annotations
 from kernels import comm
 from kernels.dp.sync import piece_index
 from kernels.engine import Engine
-from kernels.mesh import Plan
+from kernels.mesh import NAMED_DIMS, Plan
 from partui.snapshot import rank_info
 from partui.tables import piece_label
 
-GROUPS = ("dp", "tp", "pp", "cp", "ep")   # the groups a rank shows (ep_dp, cp_dp ride in "all")
 LEDGER = ("params", "grads", "optimizer", "total")
 
 
@@ -52,7 +51,7 @@ def mib(nbytes: int) -> str:
 
 def layout_rows(plan: Plan, ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
     """(header, a row per rank): coordinates, the groups of the plan's dims, experts, memory."""
-    dims = [d for d in GROUPS if getattr(plan, d) > 1]
+    dims = [d for d in NAMED_DIMS if getattr(plan, d) > 1]   # ep_dp, cp_dp ride in "all"
     head = ["rank", "coords"] + [f"{d} group" for d in dims] + ["experts", "params"] + \
         [f"{k} MiB" for k in LEDGER]
     rows = []

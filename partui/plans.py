@@ -8,9 +8,9 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 """
 from __future__ import annotations
 
-from kernels.config import make_config, model_config_for
-from kernels.mesh import Plan, PlanError
-from kernels.validate import validate
+from kernels.config import make_config
+from kernels.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
+from kernels.validate import plan_for_model
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
 PRESETS: dict[str, tuple[str, dict]] = {
@@ -38,11 +38,10 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "custom": ("custom", {}),
 }
 MODEL_FIELDS = ("layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab", "hidden", "moe_every")
-DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 BACKWARDS = ("hand", "autograd")
 
 
-def plan_fields(preset: str = "custom", **fields) -> dict:
+def preset_fields(preset: str = "custom", **fields) -> dict:
     """The Plan fields a preset and overrides give (None: not given), with the defaults decided here."""
     key = preset.lower().replace("_", "-")
     if key not in PRESETS:
@@ -62,18 +61,16 @@ def build_plan(preset: str = "custom", model: str = "tiny", model_overrides: dic
                **fields):
     """(validated Plan, ModelConfig with the plan's MoE fields) from a preset, a model preset and its
     overrides (layers, dim, ...), and Plan field overrides; PlanError / ValueError naming the problem."""
-    plan = Plan(**plan_fields(preset, **fields))
     cfg = make_config(model, **{k: v for k, v in (model_overrides or {}).items() if v is not None})
-    cfg = model_config_for(plan, cfg)
-    return validate(plan, cfg, plan.world or None), cfg
+    return plan_for_model(preset_fields(preset, **fields), cfg)
 
 
 def check_backward(plan: Plan, backward: str) -> None:
     """The autograd backward is an oracle for one replica: refuse it where the forward communicates."""
     if backward not in BACKWARDS:
         raise PlanError(f"unknown backward={backward}: pick {' or '.join(BACKWARDS)}")
-    dims = [f"{d}={getattr(plan, d)}" for d in ("pp", "cp", "ep")  # tp regions are autograd-aware
-            if getattr(plan, d) > 1] + [f"{f}=True" for f in ("overlap", "fb_overlap") if getattr(plan, f)]
+    dims = [f"{d}={getattr(plan, d)}" for d in NAMED_DIMS  # dp and tp regions are autograd-aware
+            if d not in ("dp", "tp") and getattr(plan, d) > 1] + [f"{f}=True" for f in ("overlap", "fb_overlap") if getattr(plan, f)]
     if backward == "autograd" and dims:
         raise PlanError(f"backward=autograd is the oracle for one replica's forward; with {' '.join(dims)} "
                         f"the forward itself communicates, which autograd cannot see: drop "

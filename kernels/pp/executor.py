@@ -20,7 +20,7 @@ from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
 from kernels.pp.parts import chunk_pair_order
-from kernels.pp.schedules import build_schedule
+from kernels.pp.schedules import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
 
@@ -46,9 +46,7 @@ class PipelineRunner:
         self.ctx, self.plan = ctx, plan
         self.group = ctx.group("pp")
         self.rank = ctx.coords["pp"]
-        virtual = plan.virtual_stages if plan.schedule == "interleaved" else None
-        self.schedule = build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual=virtual,
-                                       fb_overlap=plan.fb_overlap)
+        self.schedule = plan_schedule(plan)
         self.actions = self.schedule.actions[self.rank]
         self.chunks = build_chunks(layers, self.schedule, self.rank)   # the other stages' layers are dropped
         self._params = {}

@@ -31,12 +31,13 @@ Execution semantics `validate` checks (kernels.pp.simulate runs them as a datafl
 """
 from __future__ import annotations
 
-from kernels.mesh import FB_OVERLAP_SCHEDULES
+from kernels.mesh import DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan
 from kernels.pp.actions import Action, Schedule, add_transfers
 from kernels.pp.dualpipe import dualpipe, dualpipev
 from kernels.pp.simulate import Cost, check_structure, run_dataflow
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb1p", "zero-bubble", "dualpipe", "dualpipev")
+ALIASES = {"zero-bubble": "zb1p"}
+SCHEDULE_NAMES = (*SCHEDULES, *ALIASES)   # the Plan's schedule names (kernels.mesh), and aliases
 
 
 def _plain(name: str, pp: int, microbatches: int, compute: list[list[Action]], split_w: bool) -> Schedule:
@@ -148,11 +149,11 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
                    fb_overlap: bool = False) -> Schedule:
     """Dispatch by name: gpipe, 1f1b, interleaved, zb1p (alias zero-bubble), dualpipe, dualpipev.
     fb_overlap: 1F1B's steady state as overlapped F&B pairs (dualpipe and dualpipev have them already)."""
-    key = str(name).lower()
+    key = ALIASES.get(str(name).lower(), str(name).lower())
     if fb_overlap and key not in FB_OVERLAP_SCHEDULES:
         raise ValueError(f"fb_overlap runs the overlapped F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
                          f"{name}: use schedule=1f1b (or dualpipe, dualpipev), or drop fb_overlap")
-    fixed_chunks = 2 if key in ("dualpipe", "dualpipev") else 1
+    fixed_chunks = 2 if key in DUALPIPES else 1
     if key != "interleaved" and virtual is not None and virtual != fixed_chunks:
         raise ValueError(f"{name}: virtual_stages is for the interleaved schedule, got virtual_stages {virtual} "
                          f"({name} has {fixed_chunks} chunk(s) per rank): drop virtual_stages")
@@ -162,7 +163,7 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
         return one_f_one_b(pp, microbatches, fb_overlap)
     if key == "interleaved":
         return interleaved(pp, microbatches, 2 if virtual is None else virtual)
-    if key in ("zb1p", "zero-bubble"):
+    if key == "zb1p":
         return zb1p(pp, microbatches)
     if key == "dualpipe":
         return dualpipe(pp, microbatches)
@@ -171,7 +172,14 @@ def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = 
     raise ValueError(f"unknown schedule {name!r}: pick one of {', '.join(SCHEDULE_NAMES)}")
 
 
-def validate(schedule: Schedule) -> None:
+def plan_schedule(plan: Plan) -> Schedule:
+    """The schedule a Plan runs: the one Plan-to-schedule step, for the executor, the simulator,
+    the report and whatif (virtual stages mean something to interleaved only; fb_overlap pairs)."""
+    virtual = plan.virtual_stages if plan.schedule == "interleaved" else None
+    return build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual, plan.fb_overlap)
+
+
+def check_schedule(schedule: Schedule) -> None:
     """Raise ValueError unless the schedule is complete, ordered, matched and deadlock-free (see module doc)."""
     check_structure(schedule)
     run_dataflow(schedule, Cost(), strict=False)   # raises on a deadlock or a missing / misplaced transfer

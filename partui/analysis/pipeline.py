@@ -10,13 +10,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from kernels.pp.schedules import build_schedule
+from kernels.mesh import Plan
+from kernels.pp.schedules import plan_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from partui.analysis.sweep import windows_of
 from partui.analysis.timing import action_compute, action_costs, step_timings
 
 
-def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
+def trace_schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
     """(Schedule, ideal Cost, plan) of the trace's pipeline (metadata plan.pp > 1) under its mean F, B, W
     compute (acts: timing.action_compute(df), when the caller has it); None when it does not apply."""
     meta = df.attrs.get("metadata") or {}
@@ -29,10 +30,8 @@ def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
     if not np.isfinite(f) or not np.isfinite(b):
         return None
     w = w if np.isfinite(w) else 0.0
-    name = plan.get("schedule", "1f1b")
-    try:  # virtual stages only mean something to the interleaved schedule
-        sched = build_schedule(name, pp, int(plan.get("microbatches", 1)),
-                               plan.get("virtual_stages") if name == "interleaved" else None)
+    try:
+        sched = plan_schedule(Plan.from_dict(plan))   # the schedule the executor ran
         cost = Cost(F=f, B=b + w, W=w) if not np.isfinite(fb) else Cost(F=f, B=b + w, W=w, FB=fb)
         return sched, cost, plan
     except (ValueError, TypeError):  # Cost.B is the full backward
@@ -42,7 +41,7 @@ def _schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):
 def simulated(df: pd.DataFrame):
     """(SimResult, Cost, plan) of the trace's schedule, ideal: mean F, B, W over all ranks and steps,
     comm free (`--by schedule` measures lateness against it); None when it does not apply."""
-    found = _schedule(df)
+    found = trace_schedule(df)
     if found is None:
         return None
     sched, cost, plan = found
@@ -75,7 +74,7 @@ def simulated_steps(df: pd.DataFrame):
     if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
         return None
     acts = action_compute(df)  # once: both simulations take their costs from it
-    found = _schedule(df, acts)
+    found = trace_schedule(df, acts)
     if found is None:
         return None
     sched, cost, plan = found

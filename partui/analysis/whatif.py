@@ -33,11 +33,9 @@ import pandas as pd
 
 from kernels.link import LinkModel, Ports, match_key
 from kernels.intervals import intersect, length, merge
-from kernels.mesh import Plan, partition
+from kernels.mesh import GROUPS, Plan, partition
 from kernels.replay import Dep, Op, Stuck, run
 from partui.analysis.events import TraceError
-
-GROUP_DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_dp", "cp_dp")
 
 
 def steps_of(doc: dict) -> list[int]:
@@ -86,7 +84,7 @@ def programs(doc: dict, step: int | None = None) -> dict:
 
 
 def _members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
-    if plan is None or group not in GROUP_DIMS:
+    if plan is None or group not in GROUPS:
         return tuple(range(world))
     return tuple(next(g for g in partition(plan, group) if rank in g))
 

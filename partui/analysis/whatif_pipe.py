@@ -17,25 +17,18 @@ its own fix.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
-from kernels.config import ModelConfig, model_config_for
+from kernels.config import ModelConfig
 from kernels.link import LinkModel
 from kernels.mesh import Plan, partition
-from kernels.pp.schedules import build_schedule
+from kernels.pp.schedules import plan_schedule
 from kernels.pp.simulate import Cost, simulate
-from kernels.validate import validate
+from kernels.validate import plan_for_model
 from partui.analysis.events import TraceError
 from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
-
-
-def _schedule(plan: Plan):
-    virtual = plan.virtual_stages if plan.schedule == "interleaved" else None
-    return build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual, plan.fb_overlap)
 
 
 def new_plan(meta: dict, pp: int | None, microbatches: int | None) -> tuple[Plan, Plan]:
@@ -48,10 +41,9 @@ def new_plan(meta: dict, pp: int | None, microbatches: int | None) -> tuple[Plan
         raise ValueError(f"pp={pp or old.pp} microbatches={microbatches or old.microbatches} "
                          f"changes a pipeline, and this trace ran pp {old.pp}: record one with "
                          f"pp=2 or more")
-    want = replace(old, pp=pp or old.pp, microbatches=microbatches or old.microbatches,
-                   world=0, dp=old.dp)
-    cfg = ModelConfig(**meta["model"])
-    return old, validate(want, model_config_for(want, cfg))
+    want = {**old.to_dict(), "pp": pp or old.pp, "microbatches": microbatches or old.microbatches,
+            "world": 0}
+    return old, plan_for_model(want, ModelConfig(**meta["model"]))[0]
 
 
 def _send_bytes(doc: dict) -> float:
@@ -103,7 +95,7 @@ def repipe(doc: dict, link: LinkModel, pp: int | None = None,
     if not np.isfinite(mean.get("F", np.nan)) or not np.isfinite(mean.get("B", np.nan)):
         raise TraceError("the trace has no F / B pipeline actions: record a pipeline step "
                          "(partui run --pp 2 --trace T)")
-    rec_s, new_s = _schedule(old), _schedule(new)
+    rec_s, new_s = plan_schedule(old), plan_schedule(new)
     tokens = old.microbatches / new.microbatches                 # a new microbatch's share
     per = {k: v * rec_s.stages for k, v in mean.items() if k in ("F", "B", "W", "FB")}
     chunk = tokens / (new_s.stages * new_s.cost_scale)

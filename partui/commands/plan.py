@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from partui.commands.flags import add_plan_arguments, flagify, plan_fields
+from partui.commands.flags import add_plan_arguments, flagify, fields_from_args
 from partui.layout import layout_text, plan_layout
 from partui.plans import MODEL_FIELDS, build_plan
 
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    fields = plan_fields(args)
+    fields = fields_from_args(args)
     model = {k: fields.pop(k) for k in list(fields) if k in MODEL_FIELDS}
     try:
         plan, cfg = build_plan("custom", args.model, model, **fields)

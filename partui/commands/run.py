@@ -9,7 +9,7 @@ import math
 import os
 import sys
 
-from partui.commands.flags import add_run_arguments, flagify, plan_fields, world_options
+from partui.commands.flags import add_run_arguments, flagify, fields_from_args, world_options
 from partui.machine import usable_cpus
 from partui.results import line_text, public, summary_text
 from partui.world import World
@@ -108,7 +108,7 @@ def run(args) -> int:
     try:
         world = World(**world_options(args))
         check_run_options(args)
-        world.plan("custom", args.model, **plan_fields(args))
+        world.plan("custom", args.model, **fields_from_args(args))
         asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:
             check_trace_path(args.trace)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
-from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, validate
+from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, check_schedule
 from kernels.pp.simulate import Cost, formula_bubble, simulate
 from kernels.pp.timeline import text_timeline
 from partui.analysis.events import TraceError
@@ -88,7 +88,7 @@ def run(args) -> int:
                 else parse_cost(args.cost or DEFAULT_COST))
         schedule = build_schedule(args.schedule, args.pp, args.microbatches, virtual=args.virtual,
                                   fb_overlap=args.fb_overlap)
-        validate(schedule)
+        check_schedule(schedule)
         result = simulate(schedule, cost)
     except ValueError as e:
         print(f"partui simulate: {e}", file=sys.stderr)

@@ -13,7 +13,7 @@ from kernels.model import LayerHooks, build_model, forward_backward
 from kernels.pp.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
 from kernels.pp.part_costs import PartCost, cost_from_parts, pair_timeline, run_parts
 from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, layer_kind, run_pair
-from kernels.pp.schedules import build_schedule, validate
+from kernels.pp.schedules import build_schedule, check_schedule
 from kernels.pp.simulate import simulate
 from kernels.pp.stages import Chunk, drive, forward_steps
 
@@ -73,7 +73,7 @@ def test_every_part_once_weights_after_inputs_and_issues_covered(fk, bk):
 def test_one_f_one_b_pairs_validate_and_keep_1f1b_bubble():
     for pp, m in [(2, 2), (2, 4), (3, 6), (4, 8), (4, 16)]:
         plain, paired = build_schedule("1f1b", pp, m), build_schedule("1f1b", pp, m, fb_overlap=True)
-        validate(paired)
+        check_schedule(paired)
         assert sum(a.kind == "FB" for acts in paired.actions for a in acts) == sum(
             max(0, m - min(m, 2 * (pp - 1 - r) + 1)) for r in range(pp))
         assert simulate(paired).bubble == simulate(plain).bubble      # pairs cost F+B: 1F1B's (P-1)(F+B)

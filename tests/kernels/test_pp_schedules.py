@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from kernels.pp.schedules import Action, SCHEDULE_NAMES, build_schedule, validate
+from kernels.pp.schedules import Action, SCHEDULE_NAMES, build_schedule, check_schedule
 from kernels.pp.simulate import Cost, run_dataflow
 
 CASES = ([(n, p, m) for n in ("gpipe", "1f1b", "zb1p") for p in (1, 2, 3, 4, 7) for m in (p, p + 1, 3 * p)]
@@ -19,14 +19,14 @@ def computes(seq):
 @pytest.mark.parametrize("name,pp,mbs", CASES)
 def test_every_schedule_validates(name, pp, mbs):
     s = build_schedule(name, pp, mbs)
-    validate(s)
+    check_schedule(s)
     assert len(s.actions) == pp and s.microbatches == mbs
 
 
 @pytest.mark.parametrize("virtual", [1, 2, 3, 4])
 def test_interleaved_validates_and_maps_stages(virtual):
     s = build_schedule("interleaved", 4, 8, virtual=virtual)
-    validate(s)
+    check_schedule(s)
     assert s.stages == 4 * virtual and s.chunks_per_rank == virtual
     assert [s.stage_of(1, c) for c in range(virtual)] == [c * 4 + 1 for c in range(virtual)]
 
@@ -114,20 +114,20 @@ def _edit(s, rank, fn):
 def test_validate_rejects_broken_schedules():
     s = build_schedule("1f1b", 2, 2)
     with pytest.raises(ValueError, match="pair in order"):       # a SEND without its RECV
-        validate(_edit(s, 1, lambda q: [a for a in q if a.kind != "RECV_F"]))
+        check_schedule(_edit(s, 1, lambda q: [a for a in q if a.kind != "RECV_F"]))
     no_mb0 = _edit(_edit(s, 1, lambda q: [a for a in q if a != Action("RECV_F", 0, peer=0)]),
                    0, lambda q: [a for a in q if a != Action("SEND_F", 0, peer=1)])
     with pytest.raises(ValueError, match="no RECV_F"):          # a forward whose input never travels
-        validate(no_mb0)
+        check_schedule(no_mb0)
     with pytest.raises(ValueError, match="missing"):
-        validate(_edit(s, 0, lambda q: [a for a in q if a != Action("BW", 1)]))
+        check_schedule(_edit(s, 0, lambda q: [a for a in q if a != Action("BW", 1)]))
     with pytest.raises(ValueError, match="twice"):
-        validate(_edit(s, 0, lambda q: q + [Action("F", 0)]))
+        check_schedule(_edit(s, 0, lambda q: q + [Action("F", 0)]))
     with pytest.raises(ValueError, match="peer"):
-        validate(_edit(s, 0, lambda q: [replace(a, peer=0) if a.kind == "SEND_F" else a for a in q]))
+        check_schedule(_edit(s, 0, lambda q: [replace(a, peer=0) if a.kind == "SEND_F" else a for a in q]))
     z = build_schedule("zb1p", 2, 2)
     with pytest.raises(ValueError, match="out of order"):     # a W before its B
-        validate(_edit(z, 1, lambda q: [Action("W", 0)] + [a for a in q if a != Action("W", 0)]))
+        check_schedule(_edit(z, 1, lambda q: [Action("W", 0)] + [a for a in q if a != Action("W", 0)]))
 
 
 def test_validate_detects_deadlock():
@@ -136,14 +136,14 @@ def test_validate_detects_deadlock():
     rank0 = [Action("F", 0), Action("SEND_F", 0, peer=1), Action("RECV_B", 0, peer=1), Action("BW", 0),
              Action("F", 1), Action("SEND_F", 1, peer=1), Action("RECV_B", 1, peer=1), Action("BW", 1)]
     with pytest.raises(ValueError, match="deadlock"):
-        validate(_edit(s, 0, lambda q: rank0))
+        check_schedule(_edit(s, 0, lambda q: rank0))
 
 
 def test_fifo_channels_checked():
     s = build_schedule("gpipe", 2, 2)
     swap = lambda q: [Action("RECV_F", 1, peer=0), Action("RECV_F", 0, peer=0)] + [a for a in q if a.kind != "RECV_F"]
     with pytest.raises(ValueError, match="pair in order"):
-        validate(_edit(s, 1, swap))
+        check_schedule(_edit(s, 1, swap))
 
 
 def test_strict_wait_on_sends_deadlocks_dualpipe_not_1f1b():

@@ -3,7 +3,7 @@ import argparse
 
 import pytest
 
-from partui.commands.flags import FLAG_OF, add_run_arguments, flagify, plan_fields
+from partui.commands.flags import FLAG_OF, add_run_arguments, flagify, fields_from_args
 
 
 @pytest.mark.parametrize("field_form, flag_form", [
@@ -44,8 +44,8 @@ def test_every_field_in_the_table_is_a_run_flag():
 def test_unset_flags_leave_the_plan_defaults_to_the_builder():
     p = argparse.ArgumentParser()
     add_run_arguments(p)
-    assert plan_fields(p.parse_args([])) == {}
-    fields = plan_fields(p.parse_args(["--pp", "2", "--sp", "--virtual-stages", "1", "--layers", "2"]))
+    assert fields_from_args(p.parse_args([])) == {}
+    fields = fields_from_args(p.parse_args(["--pp", "2", "--sp", "--virtual-stages", "1", "--layers", "2"]))
     assert fields == {"pp": 2, "sp": True, "virtual_stages": 1, "layers": 2}
 
 

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from kernels.mesh import PlanError
-from partui.plans import PRESETS, build_plan, plan_fields
-from partui.world import World
 from partui.launch import RankError
+from partui.plans import PRESETS, build_plan, preset_fields
+from partui.world import World
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,9 +37,9 @@ def test_every_preset_builds():
 
 
 def test_interleaved_defaults_to_two_virtual_stages_and_an_explicit_one_is_refused():
-    assert plan_fields(schedule="interleaved", pp=2)["virtual_stages"] == 2
-    assert plan_fields("interleaved")["virtual_stages"] == 2
-    assert "virtual_stages" not in plan_fields(schedule="1f1b", pp=2)
+    assert preset_fields(schedule="interleaved", pp=2)["virtual_stages"] == 2
+    assert preset_fields("interleaved")["virtual_stages"] == 2
+    assert "virtual_stages" not in preset_fields(schedule="1f1b", pp=2)
     plan, _ = build_plan(pp=2, schedule="interleaved", microbatches=4)
     assert plan.virtual_stages == 2
     with pytest.raises(PlanError, match="virtual"):

@@ -10,17 +10,37 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
+from kernels import mesh
 from kernels.mesh import PlanError, coord_label
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.plans import build_plan
 
-INT_INPUTS = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts")
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
-CP_MODES = ("ring", "zigzag", "ulysses")
 MODELS = ("tiny", "small", "medium", "large")
-DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero": 0, "microbatches": 1,
-            "experts": 0, "schedule": "1f1b", "cp_mode": "ring"}
+FORM_DEFAULTS = {"dp": 1}   # the form shows dp's value where the Plan's default 0 means "derived"
+
+
+def form_specs() -> tuple:
+    """The Plan fields the form shows, in their places (metadata form, kernels.mesh.field_specs):
+    a number input for each number, a select for each other field (its choices, or off / on)."""
+    return tuple(sorted((spec for spec in mesh.field_specs() if spec.form), key=lambda s: s.form))
+
+
+def input_names() -> tuple[str, ...]:
+    """The form's number inputs."""
+    return tuple(s.name for s in form_specs() if s.kind in (int, float))
+
+
+def defaults() -> dict:
+    return {**{s.name: s.default for s in form_specs()}, **FORM_DEFAULTS}
+
+
+def _number(raw: str, kind: type):
+    """The input's value as its kind, or the raw text (revalidate names it)."""
+    try:
+        return kind(raw)
+    except ValueError:
+        return raw
 
 
 class SetupScreen(Screen):
@@ -40,15 +60,18 @@ class SetupScreen(Screen):
             yield OptionList(*[Option(f"  {label}", id=name)
                                for name, (label, _) in self.presets.items()], id="presets")
             with Vertical(id="mesh"):
+                numbers, start = input_names(), defaults()
                 with Grid(id="mesh-grid"):
-                    for name in INT_INPUTS:
+                    for name in numbers:
                         yield Label(name)
-                        yield Input(str(DEFAULTS[name]), type="integer", id=f"f-{name}",
-                                    classes="field")
-                yield Select([(s, s) for s in SCHEDULES], value="1f1b", allow_blank=False,
-                             id="f-schedule", prompt="schedule")
-                yield Select([(m, m) for m in CP_MODES], value="ring", allow_blank=False,
-                             id="f-cp_mode", prompt="cp mode")
+                        kind = "integer" if isinstance(start[name], int) else "number"
+                        yield Input(str(start[name]), type=kind, id=f"f-{name}", classes="field")
+                for spec in form_specs():
+                    if spec.name not in numbers:
+                        values = spec.choices or (False, True)
+                        yield Select([(str(v), v) for v in values], value=start[spec.name],
+                                     allow_blank=False, id=f"f-{spec.name}",
+                                     prompt=spec.label or spec.name.replace("_", " "))
             with Vertical(id="model"):
                 yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
                              id="f-model")
@@ -69,21 +92,24 @@ class SetupScreen(Screen):
         name = event.option.id
         if name == "custom":
             return
-        self.fill_form(dict(DEFAULTS, **self.presets[name][1]))
+        self.fill_form(dict(defaults(), **self.presets[name][1]))
         self.revalidate()
 
     def fill_form(self, fields: dict) -> None:
-        for key in INT_INPUTS:
-            self.query_one(f"#f-{key}", Input).value = str(int(fields[key]))
-        self.query_one("#f-schedule", Select).value = fields["schedule"]
-        self.query_one("#f-cp_mode", Select).value = fields["cp_mode"]
-        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS}
+        numbers = input_names()
+        for spec in form_specs():
+            value = fields[spec.name]
+            if spec.name in numbers:
+                self.query_one(f"#f-{spec.name}", Input).value = str(value)
+            else:
+                self.query_one(f"#f-{spec.name}", Select).value = value
+        self.extra = {k: v for k, v in fields.items() if k not in defaults()}
 
     def show_plan(self, plan, model: str) -> None:
         """The form holds the running plan (back from the run screen), not the last preset."""
         fields = plan.to_dict()
         self.fill_form(fields)
-        self.extra = {k: v for k, v in fields.items() if k not in DEFAULTS and k != "world"}
+        self.extra = {k: v for k, v in fields.items() if k not in defaults() and k != "world"}
         self.query_one("#f-model", Select).value = model
         self.revalidate()
 
@@ -92,12 +118,13 @@ class SetupScreen(Screen):
 
     # ---------------------------------------------------------------- the mesh
     def fields(self) -> dict:
-        out = {}
-        for key in INT_INPUTS:
-            raw = self.query_one(f"#f-{key}", Input).value.strip()
-            out[key] = int(raw) if raw.lstrip("-").isdigit() else raw
-        out["schedule"] = self.query_one("#f-schedule", Select).value
-        out["cp_mode"] = self.query_one("#f-cp_mode", Select).value
+        out, numbers = {}, input_names()
+        for spec in form_specs():
+            if spec.name in numbers:
+                raw = self.query_one(f"#f-{spec.name}", Input).value.strip()
+                out[spec.name] = _number(raw, spec.kind)
+            else:
+                out[spec.name] = self.query_one(f"#f-{spec.name}", Select).value
         return dict(self.extra, **out)    # preset-only fields (sp, grad_sync, virtual_stages)
 
     def model(self) -> str:
@@ -116,7 +143,7 @@ class SetupScreen(Screen):
             return
         status = self.query_one("#status", Static)
         fields = self.fields()
-        bad = [k for k in INT_INPUTS if not isinstance(fields[k], int)]
+        bad = [k for k in input_names() if isinstance(fields[k], str)]
         self.plan = None
         if bad:
             self.error = f"{bad[0]} must be a whole number"

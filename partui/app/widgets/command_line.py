@@ -9,6 +9,9 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
+from kernels import mesh
+from partui.plans import MODEL_FIELDS
+
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
          "help", "quit")
 EXAMPLES = {  # command -> what it does (the palette's help line)
@@ -33,11 +36,14 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "quit": "tear the world down and leave",
 }
 SHOW_KINDS = ("params", "grad", "optim", "shards", "trace")   # one per inspector tab
-INT_FIELDS = ("world", "dp", "zero", "tp", "pp", "microbatches", "virtual_stages", "cp", "ep",
-              "experts", "top_k", "layers", "dim", "heads", "kv_heads", "seq", "batch", "vocab",
-              "moe_every")
-TEXT_FIELDS = ("schedule", "cp_mode", "grad_sync", "dtype", "model")
-BOOL_FIELDS = ("sp", "overlap", "fb_overlap")
+MODEL_WORDS = {"model": str, **{name: int for name in MODEL_FIELDS}}  # `plan` takes these too
+TRUE_WORDS = ("1", "true", "yes", "on")
+
+
+def plan_grammar() -> dict[str, type]:
+    """Every key=value `plan` takes and the kind of its value: the Plan's fields (generated from
+    their metadata, kernels.mesh.field_specs) and the model's sizes."""
+    return {**{spec.name: spec.kind for spec in mesh.field_specs()}, **MODEL_WORDS}
 
 
 class CommandError(ValueError):
@@ -58,27 +64,28 @@ def _int(word: str, what: str, sep: str = " ") -> int:
 
 
 def parse_plan_fields(words: list[str]) -> dict:
-    out: dict = {}
+    """`dp=2 schedule=1f1b sp=on` -> the fields with values of their kinds; a bad value of a
+    field's own range is the Plan's to refuse (one message, naming a fix)."""
+    grammar, out = plan_grammar(), {}
     for w in words:
         key, eq, val = w.partition("=")
         key = key.replace("-", "_")
         if not eq:
             raise CommandError(f"plan field {w!r} needs key=value, e.g. dp=2")
-        if key in INT_FIELDS:
+        kind = grammar.get(key)
+        if kind is None:
+            raise CommandError(f"unknown plan field {key!r}: use one of {', '.join(grammar)}")
+        if kind is bool:
+            out[key] = val.lower() in TRUE_WORDS
+        elif kind is int:
             out[key] = _int(val, key, sep="=")
-        elif key in TEXT_FIELDS:
-            out[key] = val
-        elif key in BOOL_FIELDS:
-            out[key] = val.lower() in ("1", "true", "yes", "on")
-        elif key == "capacity_factor":
+        elif kind is float:
             try:
                 out[key] = float(val)
             except ValueError:
-                raise CommandError(f"capacity_factor {val!r} is not a number: e.g. "
-                                   "`capacity_factor=1.25`") from None
+                raise CommandError(f"{key} {val!r} is not a number: e.g. `{key}=1.25`") from None
         else:
-            raise CommandError(f"unknown plan field {key!r}: use one of "
-                               f"{', '.join(INT_FIELDS + TEXT_FIELDS + BOOL_FIELDS)}")
+            out[key] = val
     return out
 
 
@@ -146,7 +153,7 @@ class CommandSuggester(Suggester):
             return list(VERBS)
         verb = words[0]
         if verb == "plan":
-            return self.presets if len(words) == 2 else [f"{k}=" for k in INT_FIELDS + TEXT_FIELDS]
+            return self.presets if len(words) == 2 else [f"{k}=" for k in plan_grammar()]
         if verb == "trace":
             return ["on", "off", "save"] if len(words) == 2 else []
         if verb == "show":

@@ -11,6 +11,7 @@
 import io
 import itertools
 
+import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
@@ -131,3 +132,16 @@ def test_a_drawn_sample_of_accepted_plans_runs_one_checked_step(kw, m):
     line = step_line(items)
     failed = Checker(plan, cfg).step(items, line)
     assert not failed and torch.isfinite(torch.tensor(line["loss"])), (plan.describe(), line)
+
+
+def test_the_listed_fixes_validate_at_once():
+    """The plans of the issue: their first fix makes them valid outright."""
+    for kw, model in [(dict(pp=4, schedule="dualpipe", microbatches=5), dict(batch=10)),
+                      (dict(dp=3, ep=3, experts=4), {}), (dict(overlap=True, dp=8, experts=4), {}),
+                      (dict(overlap=True, dp=2, experts=4), dict(batch=6)),
+                      (dict(tp=3), dict(dim=48, heads=3, kv_heads=3))]:
+        plan, cfg = Plan(**kw), make_config("tiny", **model)
+        with pytest.raises(PlanError) as e:
+            validate(plan, cfg)
+        for fix in e.value.fixes:
+            validate(*apply_fix(plan, cfg, fix), suggest=False)

@@ -1,0 +1,92 @@
+"""A Plan field that describes itself: plan_field() puts its kind, choices or range, help, dimension
+and label in the dataclass field's metadata; FieldSpec reads it back and says what is wrong with a
+value; PlanError is the one error a plan raises (kernels.mesh builds the Plan from these)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import cache
+
+
+class PlanError(ValueError):
+    """An invalid plan; the message names the numbers and a fix. `field`: the Plan field refused at
+    construction; `candidates`: its fixes, unverified; `fixes`: the verified ones (kernels.validate);
+    `check`: the ordinal of kernels.validate's failing check (0: refused at construction)."""
+
+    def __init__(self, *args, field: str | None = None, problem: str = "", candidates=()):
+        super().__init__(*args)
+        self.field, self.problem, self.candidates = field, problem, list(candidates)
+        self.fixes: list[dict] = []
+        self.check = 0
+
+
+def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: tuple = (),
+               ge=None, gt=None, label: str = "", form: int = 0, grid: int | None = None):
+    """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
+    gt: >), help, the dimension it belongs to, the label its messages use, its place in the app's
+    setup form (0: not shown), and for the four grid dimensions their place in the rank number."""
+    return field(default=default, metadata={
+        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt,
+        "label": label, "form": form, "grid": grid})
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One Plan field as the generators read it (kernels.mesh.field_specs)."""
+    name: str
+    kind: type
+    default: object
+    help: str
+    dim: str = ""
+    choices: tuple = ()
+    ge: float | None = None
+    gt: float | None = None
+    label: str = ""
+    form: int = 0             # place in the app's setup form (0: not shown)
+    grid: int | None = None
+
+    @property
+    def optional(self) -> bool:
+        """None is a value (not given: derived or the model's own)."""
+        return self.default is None
+
+    def problem(self, value) -> tuple[str, list[dict]] | None:
+        """(message, candidate fixes) when value is not one this field takes, else None."""
+        label = self.label or self.name
+        if value is None:
+            return None if self.optional else (f"{label} must be given", [{self.name: self.default}])
+        ok_kind = (isinstance(value, bool) if self.kind is bool else
+                   isinstance(value, self.kind) and not isinstance(value, bool) or
+                   self.kind is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok_kind:
+            return (f"{label} {value!r} is not {self.kind.__name__}",
+                    [{self.name: self.default}] if self.default is not None else [])
+        if self.choices and value not in self.choices:
+            return (f"unknown {label} {value!r}", [{self.name: c} for c in self.choices])
+        for bound, sign in ((self.ge, ">="), (self.gt, ">")):
+            if bound is not None and (value < bound if sign == ">=" else value <= bound):
+                flipped = [{self.name: -value}] if -value > bound else []
+                floor = ([{self.name: self.default}] if self.default != value else
+                         [{self.name: bound}] if sign == ">=" else [])
+                return f"{label} {value} must be {sign} {bound}", flipped + floor
+        return None
+
+
+@cache   # a Plan checks every field at construction: read each class's metadata once
+def specs_of(cls) -> tuple[FieldSpec, ...]:
+    """The description of every field of a dataclass made of plan_field()s, in field order."""
+    return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],
+                           **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "label",
+                                                          "form", "grid")})
+                 for f in fields(cls))
+
+
+def fix_text(fixes: list[dict]) -> str:
+    """`pick tp in 1, 2, 4` when every fix sets the same one field, else `set a=1 b=2 or c=3`."""
+    keys = {tuple(f) for f in fixes}
+    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1:
+        name = next(iter(keys))[0]
+        values = [f[name] for f in fixes]
+        if all(isinstance(v, int) for v in values):
+            values = sorted(values)
+        return f"pick {name} in {', '.join(map(str, values))}"
+    return "set " + " or ".join(" ".join(f"{k}={v}" for k, v in f.items()) for f in fixes)
