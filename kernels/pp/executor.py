@@ -13,26 +13,14 @@ sync firing on the last.
 """
 from __future__ import annotations
 
-from kernels import comm
 from kernels.cp.layout import sequence_shard
 from kernels.ep.layer import overlap_all_to_alls
-from kernels.mesh import partition
 from kernels.model import Block, LayerHooks
 from kernels.pp.actions import COMPUTE_KINDS
 from kernels.pp.parts import chunk_pair_order
 from kernels.pp.schedules import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
-
-
-def mirror_group(ctx) -> comm.Group:
-    """DualPipe: the pairs of pp ranks {r, P-1-r} that hold the same stages (every rank calls
-    this)."""
-    pairs = []
-    for ranks in partition(ctx.plan, "pp"):                 # global ranks in pp order
-        p = len(ranks)
-        pairs += [[ranks[i], ranks[p - 1 - i]] for i in range(p // 2)]
-    return comm.new_groups("pp_mirror", pairs)
 
 
 class PipelineRunner:
@@ -56,7 +44,7 @@ class PipelineRunner:
         for prm in self._params.values():
             prm.meta["accumulations"] = per_chunk
         if self.schedule.directions == 2:
-            ctx.groups["pp_mirror"] = mirror_group(ctx)
+            assert "pp_mirror" in ctx.groups, "the rank context builds DualPipe's mirror group"
             for prm in self._params.values():
                 if "pp_mirror" not in prm.replicated_over:
                     prm.replicated_over.append("pp_mirror")
