@@ -9,6 +9,7 @@ reaches the controller with its rank and traceback.
 from __future__ import annotations
 
 import traceback
+from contextlib import nullcontext
 
 import torch
 
@@ -18,6 +19,7 @@ from kernels.config import ModelConfig
 from kernels.engine import Engine
 from kernels.mesh import Plan
 from partui import snapshot
+from partui.profile import RankProfile
 from partui.trace import RankTracer
 
 
@@ -47,7 +49,7 @@ def error_reply(rank: int, e: BaseException) -> tuple:
 
 
 def new_state(rank: int) -> dict:
-    return {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
+    return {"engine": None, "tracer": None, "profile": None, "fault_step": None, "rank": rank}
 
 
 def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
@@ -119,7 +121,8 @@ def handle(state: dict, cmd: str, payload: dict):
             if state["fault_step"] is not None and eng.step_count == state["fault_step"]:
                 state["fault_step"] = None
                 raise InjectedFault(f"injected fault at step {eng.step_count}")
-            out.append(snapshot.step_item(eng, check=payload.get("check", False)))
+            with profiled_step(state["profile"], eng.step_count):
+                out.append(snapshot.step_item(eng, check=payload.get("check", False)))
         return out
     if cmd == "link":                 # between steps: every rank at once (it is collective)
         return _link(eng, payload)
@@ -137,4 +140,16 @@ def handle(state: dict, cmd: str, payload: dict):
         if tracer is None:
             raise RuntimeError("trace stop without trace start")
         return tracer.stop()
+    if cmd == "profile_start":        # --profile: torch.profiler until profile_stop
+        state["profile"] = RankProfile(payload["dir"], state["rank"], eng.plan.world).start()
+        return None
+    if cmd == "profile_stop":
+        prof, state["profile"] = state["profile"], None
+        if prof is None:
+            raise RuntimeError("profile stop without profile start")
+        return prof.stop()
     raise ValueError(f"unknown command {cmd!r}")
+
+
+def profiled_step(prof, n: int):
+    return prof.step(n) if prof is not None else nullcontext()

@@ -1,0 +1,108 @@
+"""`partui run --profile DIR`: each rank recorded by torch.profiler into one Kineto file, DIR/rank-N.json.
+
+The files are what a GPU user brings from a cluster, so `partui report DIR`, HTA (a folder of per-rank
+files, each with distributedInfo rank and world_size) and Perfetto all read them. partui's own spans
+run inside `record_function` ranges of the same names while they run (the region hook of
+kernels.comm.events, so kernels/ never imports the profiler), each comm op's issue is an empty range
+named `OP GROUP` whose args carry its op, group, bytes, peer and op id, and each engine step is a
+`ProfilerStep#N` range around exactly that step (the reader's and HTA's step windows; the profiler's
+own `step()` would also count the controller's time between steps).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+
+import torch
+from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile, record_function
+
+from kernels import comm
+from kernels.comm import events
+
+TAG = " #~"  # joins a range's name to its args' key until export (printable: Kineto writes names as given)
+
+
+def rank_file(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank-{rank}.json")
+
+
+def check_profile_dir(folder: str) -> str:
+    """Create `folder` if needed and prove it writable (a probe file), before anything launches;
+    ValueError naming the folder and a fix otherwise. Returns its absolute path."""
+    path = os.path.abspath(folder)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--profile {folder}: folder {path} cannot be written "
+                         f"({e.strerror or e}); pick a folder you can write, e.g. --profile prof/")
+    return path
+
+
+class RankProfile:
+    """One rank's torch.profiler: `start()`, steps inside `step(n)`, `stop() -> path` of its file."""
+
+    def __init__(self, folder: str, rank: int, world_size: int):
+        self.folder, self.rank, self.world_size = folder, int(rank), int(world_size)
+        self._args: dict[str, dict] = {}  # TAG-keyed range name -> its args, joined at export
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        # every thread: the EP overlap's all-to-alls are posted from partui's comm thread
+        # (kernels/comm/poster.py), which the profiler's thread-local callbacks would miss
+        self._prof = profile(activities=activities, record_shapes=True,
+                             experimental_config=_ExperimentalConfig(profile_all_threads=True))
+
+    def region(self, name: str, cat: str, args: dict):
+        """The region hook: a record_function named `name`, its cat and args kept for export."""
+        key = f"{name}{TAG}{len(self._args)}"
+        self._args[key] = {"cat": cat, **{k: v for k, v in args.items() if _plain(v)}}
+        return record_function(key)
+
+    def start(self) -> "RankProfile":
+        self._prof.start()
+        events.set_regions(self.region)
+        return self
+
+    @contextmanager
+    def step(self, n: int):
+        with record_function(f"ProfilerStep#{n}"):
+            yield
+
+    def stop(self) -> str:
+        """Uninstall, export and write DIR/rank-N.json atomically (a half-written file never
+        replaces a good one); returns its path."""
+        events.set_regions(None)
+        self._prof.stop()
+        fd, raw = tempfile.mkstemp(dir=self.folder, prefix=f".rank-{self.rank}-", suffix=".tmp")
+        os.close(fd)
+        try:
+            self._prof.export_chrome_trace(raw)
+            with open(raw) as f:
+                doc = json.load(f)
+            self.finish(doc)
+            with open(raw, "w") as f:
+                json.dump(doc, f)
+            os.replace(raw, rank_file(self.folder, self.rank))
+        finally:
+            if os.path.exists(raw):
+                os.remove(raw)
+        return rank_file(self.folder, self.rank)
+
+    def finish(self, doc: dict) -> None:
+        """Ranges get back their plain names and their args; distributedInfo names the rank
+        (torch writes it when torch.distributed is up; a world of one may not have it)."""
+        for e in doc.get("traceEvents", []):
+            name = e.get("name")
+            if isinstance(name, str) and TAG in name:
+                e["name"] = name.split(TAG, 1)[0]
+                e["args"] = {**e.get("args", {}), **self._args.get(name, {})}
+        info = doc.get("distributedInfo") or {"backend": comm.default_backend()}
+        doc["distributedInfo"] = {**info, "rank": self.rank, "world_size": self.world_size}
+
+
+def _plain(v) -> bool:
+    return isinstance(v, (int, float, str, bool)) or v is None
