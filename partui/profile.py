@@ -4,8 +4,13 @@ The files are what a GPU user brings from a cluster, so `partui report DIR`, HTA
 files, each with distributedInfo rank and world_size) and Perfetto all read them. partui's own spans
 run inside `record_function` ranges of the same names while they run (the region hook of
 kernels.comm.events, so kernels/ never imports the profiler), each comm op's issue is an empty range
-named `OP GROUP` whose args carry its op, group, bytes, peer and op id, and each engine step is a
-`ProfilerStep#N` range around exactly that step (the reader's and HTA's step windows; the profiler's
+named `OP GROUP` whose args carry its op, group, bytes, peer and op id, its posting's end and its
+completion empty ranges `posted OP` and `done OP`; at export each op's flight (issue to completion:
+what partui's traces call in flight) and its posting (issue to posted: not compute) become ranges
+(`in_flight`), and each engine step is a
+`ProfilerStep#N` range around exactly that step. A range's args.partui is its partui category
+(compute kinds, "wait", "step", "comm"), which the reader's CPU path classifies as partui's own
+traces do (the reader's and HTA's step windows; the profiler's
 own `step()` would also count the controller's time between steps).
 """
 from __future__ import annotations
@@ -20,6 +25,7 @@ from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile, recor
 
 from kernels import comm
 from kernels.comm import events
+from partui.tracefile import COMM_TID, assign_comm_lanes
 
 TAG = " #~"  # joins a range's name to its args' key until export (printable: Kineto writes names as given)
 
@@ -59,7 +65,7 @@ class RankProfile:
     def region(self, name: str, cat: str, args: dict):
         """The region hook: a record_function named `name`, its cat and args kept for export."""
         key = f"{name}{TAG}{len(self._args)}"
-        self._args[key] = {"cat": cat, **{k: v for k, v in args.items() if _plain(v)}}
+        self._args[key] = {"partui": cat, **{k: v for k, v in args.items() if _plain(v)}}
         return record_function(key)
 
     def start(self) -> "RankProfile":
@@ -100,8 +106,38 @@ class RankProfile:
             if isinstance(name, str) and TAG in name:
                 e["name"] = name.split(TAG, 1)[0]
                 e["args"] = {**e.get("args", {}), **self._args.get(name, {})}
+        doc["traceEvents"] += in_flight(doc["traceEvents"])
         info = doc.get("distributedInfo") or {"backend": comm.default_backend()}
         doc["distributedInfo"] = {**info, "rank": self.rank, "world_size": self.world_size}
+
+
+def in_flight(trace_events: list) -> list[dict]:
+    """What partui's traces record of each comm op, from the marks (matched by op_id, all on the
+    profiler's own clock): its flight, issue mark to completion mark, named `OP GROUP` with
+    args.partui "comm", its op, group, bytes and peer, on lanes of their own (tids 2, 3 ..., no
+    slice overlapping another on one lane, as in a partui trace, each named by a thread_name
+    record); and the caller's time posting it, issue mark to posted mark, `post OP` with
+    args.partui "post" on the issuing thread (neither compute nor overlap)."""
+    marks: dict[str, dict] = {"issue": {}, "done": {}, "posted": {}}
+    for e in trace_events:
+        kind = (e.get("args") or {}).get("partui") if e.get("ph") == "X" else None
+        if kind in marks:
+            marks[kind].setdefault(e["args"].get("op_id"), e)
+    flights, posts = [], []
+    for op_id, e in marks["issue"].items():
+        for kind, out, name, tid in (("done", flights, e["name"], None),
+                                     ("posted", posts, f"post {e['args'].get('op')}", e["tid"])):
+            end = marks[kind].get(op_id)
+            if end is None:              # completed (or posted) after the profile stopped
+                continue
+            out.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": e["pid"],
+                        "tid": tid, "ts": e["ts"], "dur": max(0.0, end["ts"] + end["dur"] - e["ts"]),
+                        "args": {**e["args"], "partui": "comm" if tid is None else "post"}})
+    lanes = assign_comm_lanes(flights)
+    pid = flights[0]["pid"] if flights else 0
+    return flights + posts + [{"ph": "M", "name": "thread_name", "pid": pid, "tid": COMM_TID + i,
+                               "args": {"name": f"partui comm in flight {i + 1}"}}
+                              for i in range(lanes)]
 
 
 def _plain(v) -> bool:

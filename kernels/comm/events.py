@@ -14,7 +14,8 @@ A recorder implements any of these methods (missing ones are skipped):
 
 Beside the recorder, a region hook (`set_regions`, partui.profile installs torch.profiler's
 record_function): every span runs inside region(name, cat, args), and every comm op's issue is
-marked by an empty one (`mark`) and each wait on one is a range (`region`), so a profiler sees partui's names while the code runs, not after.
+marked by an empty one (`mark`, as is its completion) and each wait on one is a range
+(`region`), so a profiler sees partui's names while the code runs, not after.
 """
 from __future__ import annotations
 

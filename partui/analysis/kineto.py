@@ -2,7 +2,9 @@
 
 GPU Kineto traces: NCCL kernels are comm, every other kernel compute (HTA's classes). CPU Kineto
 traces (gloo): `gloo:*` record_functions (in flight on gloo's thread) and `c10d::*` calls are comm,
-`aten::*` ops compute, `ProfilerStep#N` the step windows.
+`aten::*` ops compute, `ProfilerStep#N` the step windows; in a `partui run --profile` trace partui's
+own ranges (args.partui, partui.profile) are compute, wait and comm in flight as in partui's traces
+(gloo's and aten's own ranges are then only shown).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.events import finish, slices, track_names
+from partui.analysis.partui_format import CONTAINER_CATS, WAIT_CATS
 
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
@@ -41,7 +44,15 @@ def kineto_frame(doc: dict) -> pd.DataFrame:
         comm = lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains(
             "nccl")
         compute = (cat == "cpu_op") & lower.str.startswith("aten::") & ~comm
-    df["kind"] = np.select([comm, compute, step_no.notna()], ["comm", "compute", "step"], "other")
+    wait = pd.Series(False, index=df.index)
+    ours = df["partui"].notna()  # partui run --profile: its own ranges say compute and wait
+    if not gpu and ours.any():
+        kind = df["partui"].astype(str)
+        comm = ours & (kind == "comm")  # its in-flight ranges: issue to completion, with op and bytes
+        wait = ours & kind.isin(WAIT_CATS)
+        compute = ours & ~kind.isin(WAIT_CATS + CONTAINER_CATS + ("step", "comm", "issue", "done", "posted"))
+    df["kind"] = np.select([comm, wait, compute, step_no.notna()], ["comm", "wait", "compute", "step"],
+                           "other")
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
     squashed = op.str.replace("_", "", regex=False)
