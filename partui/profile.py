@@ -131,13 +131,19 @@ def in_flight(trace_events: list) -> list[dict]:
             if end is None:              # completed (or posted) after the profile stopped
                 continue
             out.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": e["pid"],
-                        "tid": tid, "ts": e["ts"], "dur": max(0.0, end["ts"] + end["dur"] - e["ts"]),
+                        "tid": tid, "ts": e["ts"], "dur": max(0, _ns(end["ts"]) + _ns(end["dur"]) - _ns(e["ts"])) / 1000,
                         "args": {**e["args"], "partui": "comm" if tid is None else "post"}})
     lanes = assign_comm_lanes(flights)
     pid = flights[0]["pid"] if flights else 0
     return flights + posts + [{"ph": "M", "name": "thread_name", "pid": pid, "tid": COMM_TID + i,
                                "args": {"name": f"partui comm in flight {i + 1}"}}
                               for i in range(lanes)]
+
+
+def _ns(us: float) -> int:
+    # a range ends exactly where its end mark does in integer ns, as Perfetto reads them (a float
+    # sum could end it 1 ns after the span around it, and Perfetto drops a slice that crosses)
+    return round(us * 1000)
 
 
 def _plain(v) -> bool:
