@@ -1,24 +1,22 @@
 """`partui run --profile DIR`: each rank recorded by torch.profiler into one Kineto file, DIR/rank-N.json.
 
-The files are what a GPU user brings from a cluster, so `partui report DIR`, HTA (a folder of per-rank
-files, each with distributedInfo rank and world_size) and Perfetto all read them. partui's own spans
-run inside `record_function` ranges of the same names while they run (the region hook of
-kernels.comm.events, so kernels/ never imports the profiler), each comm op's issue is an empty range
+The files are what a GPU user brings from a cluster, so `partui report DIR`, HTA (a folder of
+per-rank files, each with distributedInfo rank and world_size) and Perfetto all read them.
+partui's own spans run inside `record_function` ranges of the same names while they run (the
+region hook of kernels.comm.events, so kernels/ never imports the profiler); the engine's step span
+is named `ProfilerStep#N`, so each step window is exactly that step (the profiler's own `step()`
+would also count the controller's time between steps). Each comm op's issue is an empty range
 named `OP GROUP` whose args carry its op, group, bytes, peer and op id, its posting's end and its
-completion empty ranges `posted OP` and `done OP`; at export each op's flight (issue to completion:
-what partui's traces call in flight) and its posting (issue to posted: not compute) become ranges
-(`in_flight`), and each engine step is a
-`ProfilerStep#N` range around exactly that step. A range's args.partui is its partui category
-(compute kinds, "wait", "step", "comm"), which the reader's CPU path classifies as partui's own
-traces do (the reader's and HTA's step windows; the profiler's
-own `step()` would also count the controller's time between steps).
+completion are empty ranges `posted OP` and `done OP`; at export each op's flight (issue to
+completion: what partui's traces call in flight) and its posting (issue to posted: not compute)
+become ranges (`in_flight`). A range's args.partui is its partui category (compute kinds, "wait",
+"post", "step", "comm"), which the reader's CPU path classifies as partui's own traces do.
 """
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-from contextlib import contextmanager
 
 import torch
 from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile, record_function
@@ -49,7 +47,7 @@ def check_profile_dir(folder: str) -> str:
 
 
 class RankProfile:
-    """One rank's torch.profiler: `start()`, steps inside `step(n)`, `stop() -> path` of its file."""
+    """One rank's torch.profiler: `start()`, run steps, `stop() -> path` of its file."""
 
     def __init__(self, folder: str, rank: int, world_size: int):
         self.folder, self.rank, self.world_size = folder, int(rank), int(world_size)
@@ -64,6 +62,8 @@ class RankProfile:
 
     def region(self, name: str, cat: str, args: dict):
         """The region hook: a record_function named `name`, its cat and args kept for export."""
+        if cat == "step" and "step" in args:      # the engine's step: the reader's and HTA's window
+            name = f"ProfilerStep#{args['step']}"
         key = f"{name}{TAG}{len(self._args)}"
         self._args[key] = {"partui": cat, **{k: v for k, v in args.items() if _plain(v)}}
         return record_function(key)
@@ -72,11 +72,6 @@ class RankProfile:
         self._prof.start()
         events.set_regions(self.region)
         return self
-
-    @contextmanager
-    def step(self, n: int):
-        with record_function(f"ProfilerStep#{n}"):
-            yield
 
     def stop(self) -> str:
         """Uninstall, export and write DIR/rank-N.json atomically (a half-written file never

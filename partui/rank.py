@@ -9,7 +9,6 @@ reaches the controller with its rank and traceback.
 from __future__ import annotations
 
 import traceback
-from contextlib import nullcontext
 
 import torch
 
@@ -121,8 +120,7 @@ def handle(state: dict, cmd: str, payload: dict):
             if state["fault_step"] is not None and eng.step_count == state["fault_step"]:
                 state["fault_step"] = None
                 raise InjectedFault(f"injected fault at step {eng.step_count}")
-            with profiled_step(state["profile"], eng.step_count):
-                out.append(snapshot.step_item(eng, check=payload.get("check", False)))
+            out.append(snapshot.step_item(eng, check=payload.get("check", False)))
         return out
     if cmd == "link":                 # between steps: every rank at once (it is collective)
         return _link(eng, payload)
@@ -149,7 +147,3 @@ def handle(state: dict, cmd: str, payload: dict):
             raise RuntimeError("profile stop without profile start")
         return prof.stop()
     raise ValueError(f"unknown command {cmd!r}")
-
-
-def profiled_step(prof, n: int):
-    return prof.step(n) if prof is not None else nullcontext()

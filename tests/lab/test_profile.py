@@ -59,7 +59,7 @@ def test_cpu_path_takes_partui_ranges_as_its_own_trace_does():
 
 def test_one_process_profile_names_its_rank_and_keeps_span_args(tmp_path):
     prof = RankProfile(str(tmp_path), 3, 4).start()
-    with prof.step(0), events.span("experts", "expert", layer=1):
+    with events.span("step", "step", step=0), events.span("experts", "expert", layer=1):
         torch.ones(8).sum()
     path = prof.stop()
     assert os.listdir(tmp_path) == ["rank-3.json"]
