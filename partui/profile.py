@@ -7,9 +7,9 @@ region hook of kernels.comm.events, so kernels/ never imports the profiler); the
 is named `ProfilerStep#N`, so each step window is exactly that step (the profiler's own `step()`
 would also count the controller's time between steps). Each comm op's issue is an empty range
 named `OP GROUP` whose args carry its op, group, bytes, peer and op id, its posting's end and its
-completion are empty ranges `posted OP` and `done OP`; at export each op's flight (issue to
-completion: what partui's traces call in flight) and its posting (issue to posted: not compute)
-become ranges (`in_flight`). A range's args.partui is its partui category (compute kinds, "wait",
+completion are empty ranges `posted OP` and `done OP`, each with partui's own time of it; at export
+each op's flight (issue to completion: what partui's traces call in flight) and its posting (issue
+to posted: not compute) become ranges at those times (`in_flight`). A range's args.partui is its partui category (compute kinds, "wait",
 "post", "step", "comm"), which the reader's CPU path classifies as partui's own traces do.
 """
 from __future__ import annotations
@@ -107,37 +107,45 @@ class RankProfile:
 
 
 def in_flight(trace_events: list) -> list[dict]:
-    """What partui's traces record of each comm op, from the marks (matched by op_id, all on the
-    profiler's own clock): its flight, issue mark to completion mark, named `OP GROUP` with
-    args.partui "comm", its op, group, bytes and peer, on lanes of their own (tids 2, 3 ..., no
-    slice overlapping another on one lane, as in a partui trace, each named by a thread_name
-    record); and the caller's time posting it, issue mark to posted mark, `post OP` with
-    args.partui "post" on the issuing thread (neither compute nor overlap)."""
+    """What partui's traces record of each comm op, from its marks (matched by op_id): its flight,
+    issue to completion, named `OP GROUP` with args.partui "comm", its op, group, bytes and peer;
+    and the caller's time posting it, issue to posted, `post OP` with args.partui "post" (neither
+    compute nor overlap). The times are partui's own (perf_counter, the marks' args.t_ns) put on the
+    profiler's clock by the smallest gap between a mark's start and the moment it was made (a mark
+    is late by its own cost, which a loaded core stretches, never early). Each kind on lanes of its
+    own (no slice overlapping another on one lane, as in a partui trace), named by thread_name."""
     marks: dict[str, dict] = {"issue": {}, "done": {}, "posted": {}}
     for e in trace_events:
-        kind = (e.get("args") or {}).get("partui") if e.get("ph") == "X" else None
-        if kind in marks:
-            marks[kind].setdefault(e["args"].get("op_id"), e)
-    flights, posts = [], []
-    for op_id, e in marks["issue"].items():
-        for kind, out, name, tid in (("done", flights, e["name"], None),
-                                     ("posted", posts, f"post {e['args'].get('op')}", e["tid"])):
-            end = marks[kind].get(op_id)
+        args = e.get("args") or {}
+        if e.get("ph") == "X" and args.get("partui") in marks and "t_mark_ns" in args:
+            marks[args["partui"]].setdefault(args.get("op_id"), e)
+    made = [e for kind in marks.values() for e in kind.values()]
+    if not made:
+        return []
+    offset_ns = min(_ns(e["ts"]) - e["args"]["t_mark_ns"] for e in made)  # profiler ns - partui ns
+    out = []
+    for base, kind, end_kind, name in ((0, "comm", "done", "{name}"),
+                                       (100, "post", "posted", "post {op}")):
+        ranges = []
+        for op_id, e in marks["issue"].items():
+            end = marks[end_kind].get(op_id)
             if end is None:              # completed (or posted) after the profile stopped
                 continue
-            out.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": e["pid"],
-                        "tid": tid, "ts": e["ts"], "dur": max(0, _ns(end["ts"]) + _ns(end["dur"]) - _ns(e["ts"])) / 1000,
-                        "args": {**e["args"], "partui": "comm" if tid is None else "post"}})
-    lanes = assign_comm_lanes(flights)
-    pid = flights[0]["pid"] if flights else 0
-    return flights + posts + [{"ph": "M", "name": "thread_name", "pid": pid, "tid": COMM_TID + i,
-                               "args": {"name": f"partui comm in flight {i + 1}"}}
-                              for i in range(lanes)]
+            t0, t1 = e["args"]["t_ns"], max(e["args"]["t_ns"], end["args"]["t_ns"])
+            ranges.append({"ph": "X", "cat": "user_annotation", "pid": e["pid"],
+                           "name": name.format(name=e["name"], op=e["args"].get("op")),
+                           "ts": (t0 + offset_ns) / 1000, "dur": (t1 - t0) / 1000,
+                           "args": {**e["args"], "partui": kind}})
+        lanes = assign_comm_lanes(ranges)
+        for r in ranges:
+            r["tid"] += base
+        out += ranges + [{"ph": "M", "name": "thread_name", "pid": made[0]["pid"],
+                          "tid": COMM_TID + base + i, "args": {"name": f"partui {kind} {i + 1}"}}
+                         for i in range(lanes)]
+    return out
 
 
 def _ns(us: float) -> int:
-    # a range ends exactly where its end mark does in integer ns, as Perfetto reads them (a float
-    # sum could end it 1 ns after the span around it, and Perfetto drops a slice that crosses)
     return round(us * 1000)
 
 

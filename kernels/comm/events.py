@@ -51,10 +51,14 @@ def region(name: str, cat: str, **args):
     return regions(name, cat, args) if regions is not None else nullcontext()
 
 
-def mark(name: str, cat: str, **args) -> None:
-    """An empty region: a point the profiler shows with its args (a comm op's issue and bytes)."""
-    with region(name, cat, **args):
-        pass
+def mark(name: str, cat: str, t_ns: int, **args) -> None:
+    """An empty region: a point the profiler shows with its args (a comm op's issue and bytes);
+    t_ns is the moment it stands for and t_mark_ns when it was made (its place on the profiler's
+    clock: how a reader puts perf_counter times there)."""
+    regions = _regions
+    if regions is not None:
+        with regions(name, cat, {**args, "t_ns": t_ns, "t_mark_ns": now_ns()}):
+            pass
 
 
 @contextmanager

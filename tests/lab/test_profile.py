@@ -24,19 +24,26 @@ def x(name, ts, dur, tid=7, **args):
             "dur": dur, "args": args}
 
 
-def test_marks_become_flight_and_post_ranges():
-    marks = [x("all_to_all ep", 10.0, 0.5, partui="issue", op_id=3, op="all_to_all", bytes=64),
-             x("posted all_to_all", 12.0, 0.25, partui="posted", op_id=3),
-             x("done all_to_all", 30.0, 0.5, tid=9, partui="done", op_id=3),
-             x("all_reduce dp", 40.0, 0.5, partui="issue", op_id=4, op="all_reduce")]  # never done
+def test_marks_become_flight_and_post_ranges_at_partuis_own_times():
+    # partui's clock (ns): issued at 1000, posted at 3000, done at 21000. Each mark's start on the
+    # profiler's clock less when it was made: 5000 - 1200 = 3800, 7000 - 3100 = 3900, and a late
+    # mark on another thread 30000 - 21500 = 8500: the offset is the smallest, 3800 ns.
+    marks = [x("all_to_all ep", 5.0, 0.5, partui="issue", op_id=3, op="all_to_all", bytes=64,
+               t_ns=1000, t_mark_ns=1200),
+             x("posted all_to_all", 7.0, 0.25, partui="posted", op_id=3, t_ns=3000, t_mark_ns=3100),
+             x("done all_to_all", 30.0, 0.5, tid=9, partui="done", op_id=3, t_ns=21000,
+               t_mark_ns=21500),
+             x("all_reduce dp", 40.0, 0.5, partui="issue", op_id=4, op="all_reduce", t_ns=36000,
+               t_mark_ns=36100)]                 # never done, never posted: no range
     out = in_flight(marks)
     flights = [e for e in out if e["ph"] == "X" and e["args"]["partui"] == "comm"]
     posts = [e for e in out if e["ph"] == "X" and e["args"]["partui"] == "post"]
-    assert [(e["name"], e["ts"], e["dur"], e["args"]["bytes"]) for e in flights] == \
-        [("all_to_all ep", 10.0, 20.5, 64)]      # issue to the end of the done mark
+    assert [(e["name"], e["tid"], e["ts"], e["dur"], e["args"]["bytes"]) for e in flights] == \
+        [("all_to_all ep", 2, 4.8, 20.0, 64)]   # (1000 + 3800) ns, 21000 - 1000 ns
     assert [(e["name"], e["tid"], e["ts"], e["dur"]) for e in posts] == \
-        [("post all_to_all", 7, 10.0, 2.25)]     # on the issuing thread, to the posted mark's end
-    assert flights[0]["tid"] == 2 and any(e["ph"] == "M" and e["tid"] == 2 for e in out)
+        [("post all_to_all", 102, 4.8, 2.0)]
+    assert {(e["tid"], e["args"]["name"]) for e in out if e["ph"] == "M"} == \
+        {(2, "partui comm 1"), (102, "partui post 1")}
 
 
 def test_cpu_path_takes_partui_ranges_as_its_own_trace_does():
