@@ -57,7 +57,7 @@ class RankProfile:
             activities.append(ProfilerActivity.CUDA)
         # every thread: the EP overlap's all-to-alls are posted from partui's comm thread
         # (kernels/comm/poster.py), which the profiler's thread-local callbacks would miss
-        self._prof = profile(activities=activities, record_shapes=True,
+        self.profiler = profile(activities=activities, record_shapes=True,
                              experimental_config=_ExperimentalConfig(profile_all_threads=True))
 
     def region(self, name: str, cat: str, args: dict):
@@ -69,7 +69,7 @@ class RankProfile:
         return record_function(key)
 
     def start(self) -> "RankProfile":
-        self._prof.start()
+        self.profiler.start()
         events.set_regions(self.region)
         return self
 
@@ -77,11 +77,11 @@ class RankProfile:
         """Uninstall, export and write DIR/rank-N.json atomically (a half-written file never
         replaces a good one); returns its path."""
         events.set_regions(None)
-        self._prof.stop()
+        self.profiler.stop()
         fd, raw = tempfile.mkstemp(dir=self.folder, prefix=f".rank-{self.rank}-", suffix=".tmp")
         os.close(fd)
         try:
-            self._prof.export_chrome_trace(raw)
+            self.profiler.export_chrome_trace(raw)
             with open(raw) as f:
                 doc = json.load(f)
             self.finish(doc)
