@@ -3,14 +3,16 @@
 The files are what a GPU user brings from a cluster, so `partui report DIR`, HTA (a folder of
 per-rank files, each with distributedInfo rank and world_size) and Perfetto all read them.
 partui's own spans run inside `record_function` ranges of the same names while they run (the
-region hook of kernels.comm.events, so kernels/ never imports the profiler); the engine's step span
-is named `ProfilerStep#N`, so each step window is exactly that step (the profiler's own `step()`
-would also count the controller's time between steps). Each comm op's issue is an empty range
-named `OP GROUP` whose args carry its op, group, bytes, peer and op id, its posting's end and its
-completion are empty ranges `posted OP` and `done OP`, each with partui's own time of it; at export
+region hook of kernels.comm.events, so kernels/ never imports the profiler), and again at their
+own times on a track of their own (`at_own_times`), where the engine's step span is named
+`ProfilerStep#N`, so each step window is exactly that step (the profiler's own `step()` would
+also count the controller's time between steps). Each comm op's issue is an empty range named
+`OP GROUP` whose args carry its op, group, bytes, peer and op id; its posting's end and its
+completion are empty ranges `posted OP` and `done OP`, each with partui's own time of it. At export
 each op's flight (issue to completion: what partui's traces call in flight) and its posting (issue
-to posted: not compute) become ranges at those times (`in_flight`). A range's args.partui is its partui category (compute kinds, "wait",
-"post", "step", "comm"), which the reader's CPU path classifies as partui's own traces do.
+to posted: not compute) become ranges at those times (`in_flight`). Those ranges' args.partui is
+their partui category (compute kinds, "wait", "post", "step", "comm"), which the reader's CPU path
+classifies as partui's own traces do; the record_function ranges keep theirs as args.partui_range.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from kernels import comm
 from kernels.comm import events
 from partui.tracefile import COMM_TID, assign_comm_lanes
 
-TAG = " #~"  # joins a range's name to its args' key until export (printable: Kineto writes names as given)
+TAG = " #~"  # joins a range's name to its args' key until export (Kineto writes names as given)
 
 
 def rank_file(folder: str, rank: int) -> str:
@@ -62,10 +64,8 @@ class RankProfile:
 
     def region(self, name: str, cat: str, args: dict):
         """The region hook: a record_function named `name`, its cat and args kept for export."""
-        if cat == "step" and "step" in args:      # the engine's step: the reader's and HTA's window
-            name = f"ProfilerStep#{args['step']}"
         key = f"{name}{TAG}{len(self._args)}"
-        self._args[key] = {"partui": cat, **{k: v for k, v in args.items() if _plain(v)}}
+        self._args[key] = (cat, args)   # args gets t_ns / t_end_ns when the region ends
         return record_function(key)
 
     def start(self) -> "RankProfile":
@@ -96,12 +96,16 @@ class RankProfile:
     def finish(self, doc: dict) -> None:
         """Ranges get back their plain names and their args; distributedInfo names the rank
         (torch writes it when torch.distributed is up; a world of one may not have it)."""
+        ours = []
         for e in doc.get("traceEvents", []):
             name = e.get("name")
-            if isinstance(name, str) and TAG in name:
+            if isinstance(name, str) and TAG in name and name in self._args:
+                cat, args = self._args[name]
                 e["name"] = name.split(TAG, 1)[0]
-                e["args"] = {**e.get("args", {}), **self._args.get(name, {})}
-        doc["traceEvents"] += in_flight(doc["traceEvents"])
+                e["args"] = {**e.get("args", {}), "partui": cat,
+                             **{k: v for k, v in args.items() if _plain(v)}}
+                ours.append(e)
+        doc["traceEvents"] += in_flight(ours) + at_own_times(ours)
         info = doc.get("distributedInfo") or {"backend": comm.default_backend()}
         doc["distributedInfo"] = {**info, "rank": self.rank, "world_size": self.world_size}
 
@@ -111,8 +115,7 @@ def in_flight(trace_events: list) -> list[dict]:
     issue to completion, named `OP GROUP` with args.partui "comm", its op, group, bytes and peer;
     and the caller's time posting it, issue to posted, `post OP` with args.partui "post" (neither
     compute nor overlap). The times are partui's own (perf_counter, the marks' args.t_ns) put on the
-    profiler's clock by the smallest gap between a mark's start and the moment it was made (a mark
-    is late by its own cost, which a loaded core stretches, never early). Each kind on lanes of its
+    profiler's clock (`clock_offset`). Each kind on lanes of its
     own (no slice overlapping another on one lane, as in a partui trace), named by thread_name."""
     marks: dict[str, dict] = {"issue": {}, "done": {}, "posted": {}}
     for e in trace_events:
@@ -122,7 +125,7 @@ def in_flight(trace_events: list) -> list[dict]:
     made = [e for kind in marks.values() for e in kind.values()]
     if not made:
         return []
-    offset_ns = min(_ns(e["ts"]) - e["args"]["t_mark_ns"] for e in made)  # profiler ns - partui ns
+    offset_ns = clock_offset(made)
     out = []
     for base, kind, end_kind, name in ((0, "comm", "done", "{name}"),
                                        (100, "post", "posted", "post {op}")):
@@ -143,6 +146,50 @@ def in_flight(trace_events: list) -> list[dict]:
                           "tid": COMM_TID + base + i, "args": {"name": f"partui {kind} {i + 1}"}}
                          for i in range(lanes)]
     return out
+
+
+def at_own_times(ranges: list[dict]) -> list[dict]:
+    """partui's spans and waits again at their own times (args t_ns / t_end_ns, as its trace
+    records them), on the profiler's clock by the marks' offset, on a track of their own ("partui
+    spans"; one that would cross its parent's end goes to "partui spans 2", as in a partui trace):
+    these are what the reader counts. The profiler's edges can be late on a loaded core (a span's
+    range measured up to 1 ms longer than the span on this 2-core machine), so the record_function
+    ranges stay as recorded, around their aten ops, with their category as args.partui_range."""
+    offset_ns = clock_offset(ranges)
+    timed = [e for e in ranges if "t_end_ns" in e["args"] and "t_mark_ns" not in e["args"]]
+    if offset_ns is None or not timed:
+        return []
+    out, stack = [], []
+    for e in sorted(timed, key=lambda e: (e["args"]["t_ns"], e["args"]["t_ns"] - e["args"]["t_end_ns"])):
+        t0, t1 = e["args"]["t_ns"], e["args"]["t_end_ns"]
+        while stack and stack[-1] <= t0:
+            stack.pop()
+        nests = not stack or t1 <= stack[-1]
+        if nests:
+            stack.append(t1)
+        step = e["args"].get("step") if e["args"]["partui"] == "step" else None
+        out.append({**e, "tid": OWN_TID if nests else OWN_TID + 1, "ts": (t0 + offset_ns) / 1000,
+                    "dur": (t1 - t0) / 1000, "args": dict(e["args"]),
+                    "name": e["name"] if step is None else f"ProfilerStep#{step}"})
+    for e in timed:
+        e["args"]["partui_range"] = e["args"].pop("partui")
+    return out + [{"ph": "M", "name": "thread_name", "pid": out[0]["pid"], "tid": OWN_TID + i,
+                   "args": {"name": "partui spans" + (" 2" if i else "")}} for i in range(2)]
+
+
+OWN_TID = 200  # the tracks of partui's spans at their own times (comm lanes are 2..., posts 102...)
+
+
+def clock_offset(ranges: list[dict]) -> int | None:
+    """The profiler's clock less partui's, in ns: the smallest gap between a mark's start and the
+    moment it was made (a mark is late by its own cost, never early); without marks the largest
+    between a span's range start and its own start (the range opens just before it); None
+    without either."""
+    marks = [_ns(e["ts"]) - e["args"]["t_mark_ns"] for e in ranges if "t_mark_ns" in e["args"]]
+    if marks:
+        return min(marks)
+    spans = [_ns(e["ts"]) - e["args"]["t_ns"] for e in ranges if "t_end_ns" in e["args"]]
+    return max(spans) if spans else None
 
 
 def _ns(us: float) -> int:

@@ -40,21 +40,33 @@ def recorder():
 
 
 def set_regions(regions) -> None:
-    """Install (or with None remove) the region hook: regions(name, cat, args) -> context manager."""
+    """Install (or with None remove) the region hook: regions(name, cat, args) -> context manager.
+    The args dict it is given is the region's own: once the region ends it holds t_ns and t_end_ns,
+    the region's times on this clock (the profiler's edges can be late: partui.profile uses these)."""
     global _regions
     _regions = regions
 
 
+@contextmanager
 def region(name: str, cat: str, **args):
-    """A range for the region hook only (the recorder gets waits another way): a wait on an op."""
+    """A range for the region hook only (the recorder gets waits another way): a wait on an op.
+    Yields its args, whose t_ns / t_end_ns a caller timing the same thing itself may set."""
     regions = _regions
-    return regions(name, cat, args) if regions is not None else nullcontext()
+    if regions is None:
+        yield args
+        return
+    with regions(name, cat, args):
+        args["t_ns"] = now_ns()
+        try:
+            yield args
+        finally:
+            args["t_end_ns"] = now_ns()
 
 
 def mark(name: str, cat: str, t_ns: int, **args) -> None:
     """An empty region: a point the profiler shows with its args (a comm op's issue and bytes);
-    t_ns is the moment it stands for and t_mark_ns when it was made (its place on the profiler's
-    clock: how a reader puts perf_counter times there)."""
+    t_ns is the moment it stands for and t_mark_ns when it was made, just before the profiler
+    stamped it (so a reader can put this clock's times on the profiler's)."""
     regions = _regions
     if regions is not None:
         with regions(name, cat, {**args, "t_ns": t_ns, "t_mark_ns": now_ns()}):
@@ -68,16 +80,16 @@ def span(name: str, cat: str = "compute", **args):
     if rec is None and regions is None:
         yield
         return
-    with regions(name, cat, args) if regions is not None else nullcontext():
-        if rec is None:
-            yield
-            return
+    times = dict(args)                   # the region hook's args: t_ns / t_end_ns once it ends
+    with regions(name, cat, times) if regions is not None else nullcontext():
         t0, c0 = now_ns(), thread_cpu_ns()
         try:
             yield
         finally:
             t1, c1 = now_ns(), thread_cpu_ns()
-            rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
+            times.update(t_ns=t0, t_end_ns=t1)
+            if rec is not None:
+                rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
 
 
 def counter(name: str, **values) -> None:

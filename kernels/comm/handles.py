@@ -90,13 +90,14 @@ class Handle:
     def wait(self):
         if not self._done:
             t0 = events.now_ns()
-            with events.region(f"wait {self.rec.op}", "wait", op_id=self.rec.op_id):
+            with events.region(f"wait {self.rec.op}", "wait", op_id=self.rec.op_id) as region:
                 self._work.wait()
                 # an emulated link holds the op to its modelled end (gloo's own end, if known, too)
                 held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
                 if held is not None:
                     emulate.sleep_until(held)
             t1 = events.now_ns()
+            region.update(t_ns=t0, t_end_ns=t1)  # the profile's wait is the recorder's, exactly
             rec = events.recorder()
             if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
                 self.rec.t_complete = t1 if held is None else held

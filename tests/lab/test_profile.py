@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import nullcontext
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ from conftest import ROOT, run_cli
 from kernels.comm import events
 from partui.analysis import load, overlap
 from partui.analysis.kineto import kineto_frame
-from partui.profile import RankProfile, in_flight
+from partui.profile import OWN_TID, RankProfile, in_flight
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 pytestmark = pytest.mark.timeout(300)
@@ -73,10 +72,16 @@ def test_one_process_profile_names_its_rank_and_keeps_span_args(tmp_path):
     assert os.listdir(tmp_path) == ["rank-3.json"]
     doc = json.load(open(path))
     assert (doc["distributedInfo"]["rank"], doc["distributedInfo"]["world_size"]) == (3, 4)
-    span = [e for e in doc["traceEvents"] if e.get("name") == "experts"]
-    assert len(span) == 1 and span[0]["args"]["partui"] == "expert" and span[0]["args"]["layer"] == 1
-    assert any(e.get("name") == "ProfilerStep#0" for e in doc["traceEvents"])
-    assert isinstance(events.region("after", "stop"), nullcontext)  # the hook is gone with it
+    raw, own = sorted((e for e in doc["traceEvents"] if e.get("name") == "experts"),
+                      key=lambda e: e["tid"] == OWN_TID)
+    assert raw["args"]["partui_range"] == "expert" and "partui" not in raw["args"]  # as recorded
+    assert own["tid"] == OWN_TID and own["args"]["partui"] == "expert" and own["args"]["layer"] == 1
+    assert own["dur"] == (own["args"]["t_end_ns"] - own["args"]["t_ns"]) / 1000   # its own time
+    assert own["dur"] <= raw["dur"]              # the record_function range opens before, ends after
+    assert [e["tid"] for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#0"] == [OWN_TID]
+    with events.region("after", "stop") as after:
+        pass
+    assert "t_ns" not in after                   # the hook is gone with the profile
 
 
 def test_a_failed_export_never_replaces_a_good_file(tmp_path, monkeypatch):
