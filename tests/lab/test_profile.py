@@ -157,3 +157,23 @@ def test_rank_file_loads_in_perfetto_with_zero_problems(ep_run):
                          capture_output=True, text=True, timeout=240)
     report = json.loads(res.stdout.strip().splitlines()[-1])
     assert res.returncode == 0 and report["problems"] == [], report
+
+
+def test_under_torchrun_each_rank_writes_its_file(tmp_path):
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun not installed")
+    folder = str(tmp_path / "prof")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "partui", "run",
+                           "--ep", "2", "--experts", "4", "--steps", "2", "--profile", folder],
+                          capture_output=True, text=True, timeout=280, cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(folder)) == ["rank-0.json", "rank-1.json"]
+    df = load(folder)
+    assert set(df["rank"]) == {0, 1}
+    row = overlap(df, by="op").set_index(["op", "group"]).loc[("all_to_all", "ep")]
+    issued = [e for r in (0, 1) for e in json.load(open(os.path.join(folder, f"rank-{r}.json")))[
+        "traceEvents"] if e.get("name") == "all_to_all ep" and e["args"].get("partui") == "issue"]
+    assert row["ops"] == len(issued) > 0                   # every op issued is one flight read
+    assert row["bytes"] == sum(e["args"]["bytes"] for e in issued)
