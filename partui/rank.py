@@ -18,6 +18,7 @@ from kernels.config import ModelConfig
 from kernels.engine import Engine
 from kernels.mesh import Plan
 from partui import snapshot
+from partui.profile import RankProfile
 from partui.trace import RankTracer
 
 
@@ -47,7 +48,7 @@ def error_reply(rank: int, e: BaseException) -> tuple:
 
 
 def new_state(rank: int) -> dict:
-    return {"engine": None, "tracer": None, "fault_step": None, "rank": rank}
+    return {"engine": None, "tracer": None, "profile": None, "fault_step": None, "rank": rank}
 
 
 def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
@@ -129,12 +130,17 @@ def handle(state: dict, cmd: str, payload: dict):
         state["fault_step"] = payload["step"]
         return None
     if cmd == "trace_start":
-        state["tracer"] = RankTracer(state["rank"], eng.ctx.label, sparse=payload.get("sparse", True))
-        state["tracer"].start()
+        state["tracer"] = RankTracer(state["rank"], eng.ctx.label,
+                                     sparse=payload.get("sparse", True)).start()
         return None
-    if cmd == "trace_stop":
-        tracer, state["tracer"] = state["tracer"], None
-        if tracer is None:
-            raise RuntimeError("trace stop without trace start")
-        return tracer.stop()
+    if cmd == "profile_start":        # --profile: torch.profiler until profile_stop
+        state["profile"] = RankProfile(payload["dir"], state["rank"], eng.plan.world).start()
+        return None
+    if cmd in ("trace_stop", "profile_stop"):
+        what = cmd.removesuffix("_stop")
+        key = "tracer" if what == "trace" else what
+        recorder, state[key] = state[key], None
+        if recorder is None:
+            raise RuntimeError(f"{what} stop without {what} start")
+        return recorder.stop()
     raise ValueError(f"unknown command {cmd!r}")

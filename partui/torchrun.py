@@ -39,10 +39,11 @@ def gather(obj, device: str) -> list:
     return [json.loads(bytes(rows[r, :int(sizes[r])].tolist())) for r in range(n)]
 
 
-def run_joined(world, steps: int, on_step=None) -> dict | None:
+def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> dict | None:
     """Train `world`'s plan (a partui.World holding a validated plan and its training options) for
     `steps` on torchrun's world; on rank 0 calls on_step(line) per step and returns the summary
-    (with backend and wall_s), elsewhere None. ValueError when the world sizes differ."""
+    (with backend and wall_s), elsewhere None. ValueError when the world sizes differ. profile: a
+    folder each rank writes its torch.profiler file into (partui.profile)."""
     plan, cfg = world.current_plan, world.cfg
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if plan.world != size:
@@ -62,6 +63,8 @@ def run_joined(world, steps: int, on_step=None) -> dict | None:
         payload = setup_payload(plan, cfg, device=device, **world.training())
         infos = gather(handle(state, "setup", payload), device)
         launch_s, t1 = time.perf_counter() - t0, time.perf_counter()
+        if profile:
+            handle(state, "profile_start", {"dir": profile})
         lines = []
         for _ in range(steps):
             items = gather(handle(state, "step", {"n": 1})[0], device)
@@ -69,6 +72,8 @@ def run_joined(world, steps: int, on_step=None) -> dict | None:
                 lines.append(step_line(items))
                 if on_step is not None:
                     on_step(lines[-1])
+        if profile:
+            handle(state, "profile_stop", {})
     finally:
         comm.destroy()
     if rank != 0:

@@ -286,6 +286,15 @@ class World:
                 del self._traced_steps[self._window_from:]
             return window
 
+    def profile(self, folder: str | None) -> list[str]:
+        """torch.profiler on every rank into `folder` (partui.profile), or with None stop it and
+        write each rank's Kineto file there; returns their paths (none when starting)."""
+        with self._lock:
+            if folder is not None:
+                self._guard(lambda c: c.call("profile_start", {"dir": folder}))
+                return []
+            return self._guard(lambda c: c.call("profile_stop", {}))
+
     def trace_save(self, name: str = "", command: str = "partui app") -> str:
         """Merge what was recorded into one Chrome trace (Perfetto; `partui report`): NAME.json or
         NAME.json.gz as given, else traces/NAME.json. Returns the path."""

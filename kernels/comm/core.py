@@ -199,6 +199,8 @@ def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args
     r = events.recorder()
     if r is not None and hasattr(r, "comm_issue"):
         r.comm_issue(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
+    events.mark(f"{op} {rec.group}", "issue", rec.t_issue, op_id=rec.op_id, op=op,
+                group=rec.group, bytes=rec.nbytes, peer=peer)
     return rec
 
 

@@ -11,16 +11,22 @@ A recorder implements any of these methods (missing ones are skipped):
     comm_complete(op_id, t_ns)                         may be called from a communication thread
     comm_wait(op_id, t0_ns, t1_ns)                     the rank blocked waiting for op_id
     counter(name, t_ns, values)                        a dict of numbers (expert load, memory ...)
+
+Beside the recorder, a region hook (`set_regions`, partui.profile installs torch.profiler's
+record_function): every span runs inside region(name, cat, args), and every comm op's issue is
+marked by an empty one (`mark`, as is its completion) and each wait on one is a range
+(`region`), so a profiler sees partui's names while the code runs, not after.
 """
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 now_ns = time.perf_counter_ns
 thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it is time without a core
 
 _recorder = None
+_regions = None  # (name, cat, args) -> a context manager, or None
 
 
 def set_recorder(recorder) -> None:
@@ -33,19 +39,57 @@ def recorder():
     return _recorder
 
 
+def set_regions(regions) -> None:
+    """Install (or with None remove) the region hook: regions(name, cat, args) -> context manager.
+    The args dict it is given is the region's own: once the region ends it holds t_ns and t_end_ns,
+    the region's times on this clock (the profiler's edges can be late: partui.profile uses these)."""
+    global _regions
+    _regions = regions
+
+
+@contextmanager
+def region(name: str, cat: str, **args):
+    """A range for the region hook only (the recorder gets waits another way): a wait on an op.
+    Yields its args, whose t_ns / t_end_ns a caller timing the same thing itself may set."""
+    regions = _regions
+    if regions is None:
+        yield args
+        return
+    with regions(name, cat, args):
+        args["t_ns"] = now_ns()
+        try:
+            yield args
+        finally:
+            args["t_end_ns"] = now_ns()
+
+
+def mark(name: str, cat: str, t_ns: int, **args) -> None:
+    """An empty region: a point the profiler shows with its args (a comm op's issue and bytes);
+    t_ns is the moment it stands for and t_mark_ns when it was made, just before the profiler
+    stamped it (so a reader can put this clock's times on the profiler's)."""
+    regions = _regions
+    if regions is not None:
+        with regions(name, cat, {**args, "t_ns": t_ns, "t_mark_ns": now_ns()}):
+            pass
+
+
 @contextmanager
 def span(name: str, cat: str = "compute", **args):
     """Time a compute region; `cat` is its kind (F, B, W, optimizer, attention, expert ...)."""
-    rec = _recorder
-    if rec is None:
+    rec, regions = _recorder, _regions
+    if rec is None and regions is None:
         yield
         return
-    t0, c0 = now_ns(), thread_cpu_ns()
-    try:
-        yield
-    finally:
-        t1, c1 = now_ns(), thread_cpu_ns()
-        rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
+    times = dict(args)                   # the region hook's args: t_ns / t_end_ns once it ends
+    with regions(name, cat, times) if regions is not None else nullcontext():
+        t0, c0 = now_ns(), thread_cpu_ns()
+        try:
+            yield
+        finally:
+            t1, c1 = now_ns(), thread_cpu_ns()
+            times.update(t_ns=t0, t_end_ns=t1)
+            if rec is not None:
+                rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
 
 
 def counter(name: str, **values) -> None:

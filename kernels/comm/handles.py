@@ -61,9 +61,11 @@ class Handle:
                 fut = None
             if fut is not None:
                 fut.add_done_callback(self.mark_complete)
-        r = events.recorder()
+        r, t_posted = events.recorder(), events.now_ns()
         if work is not None and r is not None and hasattr(r, "comm_posted"):
-            r.comm_posted(rec.op_id, rec.t_issue, events.now_ns())  # the caller's time posting it
+            r.comm_posted(rec.op_id, rec.t_issue, t_posted)  # the caller's time posting it
+        if work is not None:
+            events.mark(f"posted {rec.op}", "posted", t_posted, op_id=rec.op_id)
 
     def mark_complete(self, _fut=None) -> None:
         """The data is in place: take the completion time (a future's callback, or whoever ran
@@ -75,6 +77,7 @@ class Handle:
         rec = events.recorder()
         if rec is not None and hasattr(rec, "comm_complete"):
             rec.comm_complete(self.rec.op_id, t)
+        events.mark(f"done {self.rec.op}", "done", t, op_id=self.rec.op_id)
 
     def is_completed(self) -> bool:
         if self._done:
@@ -87,17 +90,21 @@ class Handle:
     def wait(self):
         if not self._done:
             t0 = events.now_ns()
-            self._work.wait()
-            # an emulated link holds the op to its modelled end (gloo's own end, if known, too)
-            held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
-            if held is not None:
-                emulate.sleep_until(held)
+            with events.region(f"wait {self.rec.op}", "wait", op_id=self.rec.op_id) as region:
+                self._work.wait()
+                # an emulated link holds the op to its modelled end (gloo's own end, if known, too)
+                held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
+                if held is not None:
+                    emulate.sleep_until(held)
             t1 = events.now_ns()
+            region.update(t_ns=t0, t_end_ns=t1)  # the profile's wait is the recorder's, exactly
             rec = events.recorder()
             if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
                 self.rec.t_complete = t1 if held is None else held
                 if rec is not None and hasattr(rec, "comm_complete"):
                     rec.comm_complete(self.rec.op_id, self.rec.t_complete)
+                events.mark(f"done {self.rec.op}", "done", self.rec.t_complete,
+                            op_id=self.rec.op_id)
             self.rec.wait_ns += t1 - t0
             self.rec.waits = (self.rec.waits or []) + [(t0, t1)]
             if rec is not None and hasattr(rec, "comm_wait"):

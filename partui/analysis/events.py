@@ -12,8 +12,8 @@ import pandas as pd
 COLUMNS = ["rank", "track", "tid", "name", "cat", "kind", "device", "ts", "dur", "end", "step",
            "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation", "transfer_us"]
 ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation",
-            "transfer_us"]
-TEXT_ARGS = ("op", "group")  # the other args are numbers
+            "transfer_us", "partui"]  # partui: a `partui run --profile` range's category (partui.profile)
+TEXT_ARGS = ("op", "group", "partui")  # the other args are numbers
 TOP_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 EMPTY: dict = {}  # the args of an event without any (never written to)
 

@@ -4,7 +4,9 @@ GPU Kineto traces: kernels (and memcpys) of a comm family (comm_kernels.FAMILIES
 NVSHMEM, peer-to-peer memcpy, plus the user's --comm-kernels patterns) are comm, every other kernel
 compute; memcpy / memset outside a family are neither. CPU Kineto
 traces (gloo): `gloo:*` record_functions (in flight on gloo's thread) and `c10d::*` calls are comm,
-`aten::*` ops compute, `ProfilerStep#N` the step windows.
+`aten::*` ops compute, `ProfilerStep#N` the step windows; in a `partui run --profile` trace partui's
+own ranges (args.partui, partui.profile) are compute, wait and comm in flight as in partui's traces
+(gloo's and aten's own ranges are then only shown).
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import pandas as pd
 
 from partui.analysis.comm_kernels import family_of
 from partui.analysis.events import finish, slices, track_names
+from partui.analysis.partui_format import CONTAINER_CATS, WAIT_CATS
 
-KINDS = ["comm", "compute", "step", "other"]
+KINDS = ["comm", "wait", "compute", "step", "other"]
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
             "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
@@ -47,8 +50,15 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
         by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
         comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
         compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
-    df["kind"] = pd.Categorical.from_codes(np.select([comm, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2], 3),
-                                           KINDS)
+    wait = np.zeros(len(df), dtype=bool)
+    ours = df["partui"].notna().to_numpy()  # partui run --profile: its own ranges say compute and wait
+    if not gpu and ours.any():
+        kind = df["partui"].astype(object)
+        comm = ours & (kind == "comm").to_numpy()  # its in-flight ranges: issue to completion, with op and bytes
+        wait = ours & kind.isin(WAIT_CATS).to_numpy()
+        compute = ours & ~kind.isin(WAIT_CATS + CONTAINER_CATS + ("step", "comm", "issue", "done", "posted")).to_numpy()
+    df["kind"] = pd.Categorical.from_codes(
+        np.select([comm, wait, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2, 3], 4), KINDS)
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
     op = op.fillna(names.str.extract(r"^(?:void )?([\w:]+)", expand=False))  # a DeepEP kernel: its C++ name

@@ -11,6 +11,7 @@ import sys
 
 from partui.commands.flags import add_run_arguments, flagify, fields_from_args, world_options
 from partui.machine import usable_cpus
+from partui.profile import check_profile_dir
 from partui.results import line_text, public, summary_text
 from partui.world import World
 from partui.torchrun import run_joined, under_torchrun
@@ -20,6 +21,9 @@ from partui.launch import RankError, WorldTimeout
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="train headless on a gloo world (or under torchrun)")
     add_run_arguments(p)
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="record every rank with torch.profiler into DIR/rank-N.json (Kineto: "
+                        "`partui report DIR`, HTA, Perfetto); created if missing")
     p.set_defaults(func=run)
     return p
 
@@ -112,6 +116,8 @@ def run(args) -> int:
         asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:
             check_trace_path(args.trace)
+        if args.profile:
+            args.profile = check_profile_dir(args.profile)
         trace_steps = cap_trace_steps(asked, args.trace_uncapped)
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
@@ -131,7 +137,7 @@ def run(args) -> int:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
         try:
-            summary = run_joined(world, args.steps, print_line)
+            summary = run_joined(world, args.steps, print_line, profile=args.profile)
         except ValueError as e:
             return fail(str(e))
         if summary is not None:
@@ -140,7 +146,11 @@ def run(args) -> int:
     try:
         with world:
             world.launch()
+            if args.profile:
+                world.profile(args.profile)
             traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
+            if args.profile:
+                say_profiled(world.profile(None))
             if args.trace:
                 world.trace_save(args.trace, command="partui run " + " ".join(sys.argv[2:]))
             summary = world.summary()
@@ -148,6 +158,12 @@ def run(args) -> int:
         return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip(), 1)
     print_summary(summary, world, args.json)
     return 1 if world.failed else 0
+
+
+def say_profiled(paths: list[str]) -> None:
+    if paths:
+        print(f"partui run: profile: {len(paths)} rank file(s) in {os.path.dirname(paths[0])} "
+              f"(partui report {os.path.dirname(paths[0])})", file=sys.stderr, flush=True)
 
 
 def print_summary(summary: dict, world: World, as_json: bool) -> None:
