@@ -1,0 +1,165 @@
+"""Who made a step slow, and by how much: the cross-rank critical path of a recorded step and the
+what-if attribution of its slowdown, by replaying the step graphs (partui.analysis.opgraph) on the
+replay core, every what-if of a step in one batched pass (a duration column each).
+
+The method is the ByteDance straggler paper's ("Understanding Stragglers in Large Model Training
+Using What-if Analysis"), DEFINITIONS below says each figure.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.opgraph import COMM_TYPES, KIND_OF, StepGraph, step_time
+
+DEFINITIONS = {
+    "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
+    "replayed_s": "mean step time replaying the graph with every op at its recorded duration "
+                  "(a collective: its recorded transfer, its end less its last member's start) and "
+                  "launch gaps removed: each op starts when its lane and dependencies allow",
+    "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
+               "type: the mean over ranks and steps for compute, the median for communication "
+               "(as the paper does), launch gaps removed",
+    "slowdown": "straggler slowdown: replayed_s / ideal_s",
+    "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
+                  "mean replayed step / ideal_s",
+    "by stage": "slowdown with only that pipeline stage's ops kept as recorded",
+    "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
+                  "recv count as one type: forward- or backward-pp-comm)",
+    "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
+    "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
+           "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
+    "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
+           "min(their dp rank's slowdown, their stage's slowdown)",
+    "critical path": "the chain of ops that sets the slowest replayed step's end, walked back "
+                     "through what each op's start waited for (its lane, a dependency, a "
+                     "collective's last member to arrive); a wait is counted to the op waited on. "
+                     "Consecutive ops of one rank and type are one row",
+    "time_s": "critical path: the op's end less the previous row's end (its part of the step)",
+    "share_pct": "critical path: time_s / the step's replayed time",
+}
+
+
+def kind_of(optype: str) -> str:
+    return KIND_OF.get(optype, optype)
+
+
+def typical_durations(graphs: list[StepGraph]) -> dict:
+    """optype -> its typical duration over every rank and step (mean compute, median comm)."""
+    per: dict = {}
+    for g in graphs:
+        for n in g.nodes:
+            if not n.marker:
+                per.setdefault(n.optype, []).append(n.dur)
+    return {t: float(np.median(v) if t in COMM_TYPES else np.mean(v)) for t, v in per.items()}
+
+
+def analyse(graphs: list[StepGraph]) -> dict:
+    """Every figure of DEFINITIONS: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
+    "by worker": frames, "critical path": frame}."""
+    typ = typical_durations(graphs)
+    nodes0 = graphs[0].nodes
+    dps = sorted({n.dp for n in nodes0})
+    stages = sorted({n.stage for n in nodes0})
+    kinds = sorted({kind_of(n.optype) for g in graphs for n in g.nodes if not n.marker})
+    ranks = sorted({n.rank for n in nodes0})
+    last = max(stages)
+    cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
+            + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
+    times, worst = [], None
+    for g in graphs:
+        rec = np.array([n.dur for n in g.nodes])
+        ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
+        label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
+                 "kind": np.array([kind_of(n.optype) for n in g.nodes]),
+                 "rank": np.array([n.rank for n in g.nodes])}
+        durs = np.empty((len(g.nodes), len(cols)))
+        for j, c in enumerate(cols):
+            if c == "recorded":
+                durs[:, j] = rec
+            elif c == "ideal":
+                durs[:, j] = ide
+            elif c == "M_S":
+                durs[:, j] = np.where(label["stage"] == last, ide, rec)
+            else:
+                durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
+        got = g.replay(durs)
+        t = step_time(got)
+        times.append(t)
+        if worst is None or t[0] > worst[1][0]:
+            worst = (g, t, got)
+    times = np.array(times)                           # steps x columns
+    mean = dict(zip(map(_key, cols), times.mean(axis=0)))
+    ideal = mean["ideal"]
+
+    def split(kind, keys):
+        rows = [{kind: k, "slowdown": mean[_key((kind_col[kind], k))] / ideal} for k in keys]
+        return pd.DataFrame(rows).sort_values("slowdown", ascending=False, kind="stable",
+                                              ignore_index=True)
+    kind_col = {"dp_rank": "dp", "stage": "stage", "optype": "kind", "rank": "rank"}
+    by_dp, by_stage = split("dp_rank", dps), split("stage", stages)
+    by_kind, by_rank = split("optype", kinds), split("rank", ranks)
+    recorded, replayed = float(np.mean([g.recorded for g in graphs])), mean["recorded"]
+    m_s = (replayed - mean["M_S"]) / (replayed - ideal) if replayed > ideal else float("nan")
+    m_w, top = _m_w(graphs, typ, by_dp, by_stage, replayed, ideal)
+    summary = [("recorded_s", recorded), ("replayed_s", replayed), ("ideal_s", ideal),
+               ("slowdown", replayed / ideal),
+               ("top dp rank", int(by_dp["dp_rank"][0])), ("top stage", int(by_stage["stage"][0])),
+               ("top op type", by_kind["optype"][0]), ("worst worker", int(by_rank["rank"][0])),
+               ("M_S", m_s), ("M_W", m_w), ("M_W ranks", " ".join(map(str, top))),
+               ("steps", len(graphs))]
+    return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
+            "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
+            "critical path": critical_path(worst[0], worst[2], float(worst[1][0]))}
+
+
+def _key(c):
+    return c if isinstance(c, str) else f"{c[0]}:{c[1]}"
+
+
+def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
+    dp_score = dict(zip(by_dp["dp_rank"], by_dp["slowdown"]))
+    st_score = dict(zip(by_stage["stage"], by_stage["slowdown"]))
+    workers = sorted({(n.rank, n.dp, n.stage) for n in graphs[0].nodes})
+    n_top = max(1, math.ceil(len(workers) * 3 / 100))
+    scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
+    top = {w[0] for w in scored[:n_top]}
+    rem = []
+    for g in graphs:
+        durs = np.array([typ.get(n.optype, 0.0) if n.rank in top else n.dur for n in g.nodes])
+        rem.append(step_time(g.replay(durs)))
+    m_w = (replayed - float(np.mean(rem))) / (replayed - ideal) if replayed > ideal else float("nan")
+    return m_w, sorted(top)
+
+
+def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
+    """The chain of ops that ends the step last (column 0 of a batched replay), rows merged per
+    run of one rank and type (DEFINITIONS)."""
+    def end(i):
+        e = got.ops[i].end
+        return float(e[0]) if isinstance(e, np.ndarray) else float(e)
+
+    node = {n.id: n for n in graph.nodes}
+    last = max(got.ops, key=end)
+    path = got.critical_path(last)
+    keep = [i for k, i in enumerate(path) if not node[i].marker
+            and not (k + 1 < len(path) and node[i].group is not None
+                     and node[path[k + 1]].group == node[i].group)]
+    rows, prev = [], 0.0
+    for i in keep:
+        n, e = node[i], end(i)
+        seg = e - prev
+        prev = e
+        if rows and rows[-1]["rank"] == n.rank and rows[-1]["optype"] == n.optype:
+            rows[-1]["ops"] += 1
+            rows[-1]["time_s"] += seg
+            continue
+        rows.append({"rank": n.rank, "dp_rank": n.dp, "stage": n.stage, "optype": n.optype,
+                     "ops": 1, "end_s": e, "time_s": seg})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["share_pct"] = 100 * out["time_s"] / total
+    out.attrs["step"] = graph.step
+    return out
