@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from partui.analysis.opgraph import COMM_TYPES, KIND_OF, StepGraph, step_time
+from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
 
 DEFINITIONS = {
     "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
@@ -20,8 +20,11 @@ DEFINITIONS = {
                   "(a collective: its recorded transfer, its end less its last member's start) and "
                   "launch gaps removed: each op starts when its lane and dependencies allow",
     "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
-               "type: the mean over ranks and steps for compute, the median for communication "
-               "(as the paper does), launch gaps removed",
+               "type, launch gaps removed. Op-level traces: the mean over ranks and steps for "
+               "compute, the median for communication (as the paper does). partui traces (a type: "
+               "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
+               "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
+               "straggler out), comm at the median",
     "slowdown": "straggler slowdown: replayed_s / ideal_s",
     "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
                   "mean replayed step / ideal_s",
@@ -42,18 +45,21 @@ DEFINITIONS = {
 }
 
 
-def kind_of(optype: str) -> str:
-    return KIND_OF.get(optype, optype)
-
-
 def typical_durations(graphs: list[StepGraph]) -> dict:
-    """optype -> its typical duration over every rank and step (mean compute, median comm)."""
+    """optype -> its typical duration. "paper" (op-level traces): over every rank and step, the
+    mean for compute, the median for comm. "fastest" (partui traces, a type per program place
+    and stage): the lowest of the ranks' medians over steps for compute (with two dp ranks a
+    median cannot leave a straggler out), the median over ranks and steps for comm."""
     per: dict = {}
     for g in graphs:
         for n in g.nodes:
             if not n.marker:
-                per.setdefault(n.optype, []).append(n.dur)
-    return {t: float(np.median(v) if t in COMM_TYPES else np.mean(v)) for t, v in per.items()}
+                per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
+    if graphs and graphs[0].typical == "fastest":
+        return {t: float(np.median(sum(v.values(), [])) if t[0] == "comm" else
+                         min(np.median(x) for x in v.values())) for t, v in per.items()}
+    return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
+                     np.mean(sum(v.values(), []))) for t, v in per.items()}
 
 
 def analyse(graphs: list[StepGraph]) -> dict:
@@ -63,7 +69,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     nodes0 = graphs[0].nodes
     dps = sorted({n.dp for n in nodes0})
     stages = sorted({n.stage for n in nodes0})
-    kinds = sorted({kind_of(n.optype) for g in graphs for n in g.nodes if not n.marker})
+    kinds = sorted({n.kind for g in graphs for n in g.nodes if not n.marker})
     ranks = sorted({n.rank for n in nodes0})
     last = max(stages)
     cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
@@ -73,7 +79,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
         rec = np.array([n.dur for n in g.nodes])
         ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
         label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
-                 "kind": np.array([kind_of(n.optype) for n in g.nodes]),
+                 "kind": np.array([n.kind for n in g.nodes]),
                  "rank": np.array([n.rank for n in g.nodes])}
         durs = np.empty((len(g.nodes), len(cols)))
         for j, c in enumerate(cols):
@@ -139,7 +145,7 @@ def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
     run of one rank and type (DEFINITIONS)."""
     def end(i):
         e = got.ops[i].end
-        return float(e[0]) if isinstance(e, np.ndarray) else float(e)
+        return float("-inf") if e is None else float(e[0]) if isinstance(e, np.ndarray) else float(e)
 
     node = {n.id: n for n in graph.nodes}
     last = max(got.ops, key=end)
@@ -152,11 +158,11 @@ def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
         n, e = node[i], end(i)
         seg = e - prev
         prev = e
-        if rows and rows[-1]["rank"] == n.rank and rows[-1]["optype"] == n.optype:
+        if rows and rows[-1]["rank"] == n.rank and rows[-1]["optype"] == n.kind:
             rows[-1]["ops"] += 1
             rows[-1]["time_s"] += seg
             continue
-        rows.append({"rank": n.rank, "dp_rank": n.dp, "stage": n.stage, "optype": n.optype,
+        rows.append({"rank": n.rank, "dp_rank": n.dp, "stage": n.stage, "optype": n.kind,
                      "ops": 1, "end_s": e, "time_s": seg})
     out = pd.DataFrame(rows)
     if len(out):

@@ -62,6 +62,7 @@ class Node:
     holds: bool = True
     eager: bool = True
     marker: bool = False                # an arrival point (takes no time, enters no figure)
+    kind: str = ""                      # what "by op type" groups it under (default: optype)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class StepGraph:
     nodes: list = field(default_factory=list)
     starts: dict = field(default_factory=dict)      # lane -> start time (default 0)
     recorded: float | None = None                   # the step's recorded time, s
+    typical: str = "paper"                          # how blame takes typical durations
 
     ops: list | None = None                         # the replay ops, built once
 
@@ -245,6 +247,8 @@ def _rank_nodes(out: list, rows: list) -> None:
             deps = tuple(after.get(id(x), ()))
             if x.group is not None:              # arrive (deps met), then the collective
                 out.append(Node(("arrive",) + nid, lane, 0.0, "arrive", r, d, st, deps, marker=True))
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, (), x.group))
+                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, (), x.group,
+                                kind=KIND_OF.get(x.optype, x.optype)))
             else:
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, deps))
+                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, deps,
+                                kind=KIND_OF.get(x.optype, x.optype)))
