@@ -107,7 +107,8 @@ def analyse(graphs: list[StepGraph]) -> dict:
     kind_col = {"dp_rank": "dp", "stage": "stage", "optype": "kind", "rank": "rank"}
     by_dp, by_stage = split("dp_rank", dps), split("stage", stages)
     by_kind, by_rank = split("optype", kinds), split("rank", ranks)
-    recorded, replayed = float(np.mean([g.recorded for g in graphs])), mean["recorded"]
+    known = [g.recorded for g in graphs if g.recorded is not None]
+    recorded, replayed = float(np.mean(known)) if known else float("nan"), mean["recorded"]
     m_s = (replayed - mean["M_S"]) / (replayed - ideal) if replayed > ideal else float("nan")
     m_w, top = _m_w(graphs, typ, by_dp, by_stage, replayed, ideal)
     summary = [("recorded_s", recorded), ("replayed_s", replayed), ("ideal_s", ideal),

@@ -16,8 +16,8 @@ Large Model Training Using What-if Analysis"), per step and rank:
                  the forward compute two before the first backward compute
     collectives  params all-gather and grads reduce-scatter: across the dp ranks of a stage;
                  embedding all-reduce: first and last stage of a dp rank; clip: every rank
-    tail         the first forward compute waits for the params all-gather; gc for the last
-                 compute to end
+    tail         the first forward compute waits for the params all-gather; gc (or the tail's
+                 first op) for the last compute to end
 A collective's members all end at the last member's arrival plus their own transfer time, the
 recorded end less the last member's recorded start (0 if negative); every other op lasts its
 recorded duration. Launch gaps (an op starting later than its dependencies allow) are not in the
@@ -230,11 +230,11 @@ def _rank_nodes(out: list, rows: list) -> None:
         for t in ("backward-send", "backward-recv"):
             need(nth(t, 0), comp[first_b - 2])
     need(nth("forward-compute", 0), nth("params-all-gather", 0))
-    if comp:
-        need(nth("gc", 0), max(comp, key=lambda x: x.end))
-    lanes = {"compute": comp, **{t: by.get(t, []) for t in P2P},
-             "post": sorted((x for x in rows if x.optype in TAIL),
-                            key=lambda x: (TAIL.index(x.optype), x.k))}
+    post = sorted((x for x in rows if x.optype in TAIL), key=lambda x: (TAIL.index(x.optype), x.k))
+    tail = [x for x in post if x.optype != "params-all-gather"]
+    if comp and tail:                        # gc (the tail's first op) after the last compute
+        need(tail[0], max(comp, key=lambda x: x.end))
+    lanes = {"compute": comp, **{t: by.get(t, []) for t in P2P}, "post": post}
     other = [x for x in rows if x.optype not in TAIL and x.optype not in P2P
              and x.optype not in ("forward-compute", "backward-compute")]
     if other:
