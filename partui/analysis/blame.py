@@ -32,6 +32,9 @@ DEFINITIONS = {
     "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
                   "recv count as one type: forward- or backward-pp-comm)",
     "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
+    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Step times "
+             "are averaged over them: the mean for op-level traces (the paper's), the median for "
+             "partui traces (a few steps on a shared machine: one descheduled step would decide)",
     "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
            "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
     "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
@@ -97,7 +100,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
         if worst is None or t[0] > worst[1][0]:
             worst = (g, t, got)
     times = np.array(times)                           # steps x columns
-    mean = dict(zip(map(_key, cols), times.mean(axis=0)))
+    mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
     ideal = mean["ideal"]
 
     def split(kind, keys):
@@ -122,6 +125,11 @@ def analyse(graphs: list[StepGraph]) -> dict:
             "critical path": critical_path(worst[0], worst[2], float(worst[1][0]))}
 
 
+def over_steps(graphs):
+    """How step times are averaged over steps (DEFINITIONS "steps")."""
+    return np.median if graphs[0].typical == "fastest" else np.mean
+
+
 def _key(c):
     return c if isinstance(c, str) else f"{c[0]}:{c[1]}"
 
@@ -137,7 +145,8 @@ def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     for g in graphs:
         durs = np.array([typ.get(n.optype, 0.0) if n.rank in top else n.dur for n in g.nodes])
         rem.append(step_time(g.replay(durs)))
-    m_w = (replayed - float(np.mean(rem))) / (replayed - ideal) if replayed > ideal else float("nan")
+    t_rem = float(over_steps(graphs)(rem))
+    m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
     return m_w, sorted(top)
 
 

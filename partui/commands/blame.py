@@ -10,6 +10,9 @@ import sys
 
 from partui.analysis.blame import DEFINITIONS, analyse
 from partui.analysis.events import TraceError
+from partui.analysis.opgraph import bytedance_graphs, read_op_table
+from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.reader import read_doc
 from partui.commands.report import FORMATS, render
 
 SECTIONS = ("summary", "by dp rank", "by stage", "by op type", "by worker", "critical path")
@@ -29,11 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def graphs_of(path: str) -> list:
+    """The step graphs of an op-level table (.parquet / .csv) or of a partui trace."""
     if path.endswith((".parquet", ".csv")):
-        from partui.analysis.opgraph import bytedance_graphs, read_op_table
         return bytedance_graphs(read_op_table(path))
-    from partui.analysis.partui_graph import partui_graphs
-    from partui.analysis.reader import read_doc
     return partui_graphs(read_doc(path))
 
 
