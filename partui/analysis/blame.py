@@ -77,8 +77,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     last = max(stages)
     cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
             + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
-    times, worst = [], None
-    for g in graphs:
+    def columns(g):
         rec = np.array([n.dur for n in g.nodes])
         ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
         label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
@@ -94,12 +93,8 @@ def analyse(graphs: list[StepGraph]) -> dict:
                 durs[:, j] = np.where(label["stage"] == last, ide, rec)
             else:
                 durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
-        got = g.replay(durs)
-        t = step_time(got)
-        times.append(t)
-        if worst is None or t[0] > worst[1][0]:
-            worst = (g, t, got)
-    times = np.array(times)                           # steps x columns
+        return durs
+    times = replay_steps(graphs, columns)             # steps x columns
     mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
     ideal = mean["ideal"]
 
@@ -122,7 +117,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
                ("steps", len(graphs))]
     return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
             "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
-            "critical path": critical_path(worst[0], worst[2], float(worst[1][0]))}
+            "critical path": slowest_path(graphs, times[:, 0])}
 
 
 def over_steps(graphs):
@@ -141,13 +136,35 @@ def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     n_top = max(1, math.ceil(len(workers) * 3 / 100))
     scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
     top = {w[0] for w in scored[:n_top]}
-    rem = []
-    for g in graphs:
-        durs = np.array([typ.get(n.optype, 0.0) if n.rank in top else n.dur for n in g.nodes])
-        rem.append(step_time(g.replay(durs)))
+    rem = replay_steps(graphs, lambda g: np.array(
+        [[typ.get(n.optype, 0.0) if n.rank in top else n.dur] for n in g.nodes]))[:, 0]
     t_rem = float(over_steps(graphs)(rem))
     m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
     return m_w, sorted(top)
+
+
+def replay_steps(graphs: list[StepGraph], columns) -> np.ndarray:
+    """(steps, columns) step times: columns(graph) -> (nodes, columns) durations. Steps whose
+    graphs have the same shape (ops, lanes, dependencies, groups) replay in one batched pass."""
+    shapes: dict = {}
+    for i, g in enumerate(graphs):
+        shapes.setdefault(tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager)
+                                for n in g.nodes), []).append(i)
+    out = [None] * len(graphs)
+    for idx in shapes.values():
+        durs = [columns(graphs[i]) for i in idx]
+        width = durs[0].shape[1]
+        t = step_time(graphs[idx[0]].replay(np.hstack(durs)))
+        for j, i in enumerate(idx):
+            out[i] = t[j * width:(j + 1) * width]
+    return np.array(out)
+
+
+def slowest_path(graphs: list[StepGraph], replayed: np.ndarray) -> pd.DataFrame:
+    """The critical path of the step that replays slowest as recorded."""
+    g = graphs[int(np.argmax(replayed))]
+    got = g.replay()
+    return critical_path(g, got, float(step_time(got)))
 
 
 def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:

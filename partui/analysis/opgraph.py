@@ -180,7 +180,9 @@ def bytedance_graphs(df: pd.DataFrame) -> list[StepGraph]:
     key = _group_keys(df)
     df["transfer"] = _transfer(df, key)
     sizes = key.map(key.value_counts())
-    df["group"] = key.where(sizes >= 2, None)
+    # a step's graph names its groups without the step, so same-shaped steps batch (blame)
+    parts = key.str.split("|", n=2)
+    df["group"] = (parts.str[0] + "|" + parts.str[2]).where(sizes >= 2, None)
     df["end"] = df["start_ts"] + df["duration"]
     rows = list(df[["rank", "dp_rank", "stage", "optype", "k", "start_ts", "end", "transfer",
                     "group"]].itertuples(index=False, name="OpRow"))
