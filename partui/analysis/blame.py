@@ -164,7 +164,9 @@ def slowest_path(graphs: list[StepGraph], replayed: np.ndarray) -> pd.DataFrame:
     """The critical path of the step that replays slowest as recorded."""
     g = graphs[int(np.argmax(replayed))]
     got = g.replay()
-    return critical_path(g, got, float(step_time(got)))
+    out = critical_path(g, got, float(step_time(got)))
+    out.attrs["spans"] = [g.spans[i] for i in out.attrs["nodes"] if i in g.spans]
+    return out
 
 
 def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
@@ -195,4 +197,5 @@ def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
     if len(out):
         out["share_pct"] = 100 * out["time_s"] / total
     out.attrs["step"] = graph.step
+    out.attrs["nodes"] = keep                         # the path's op ids, first to last
     return out

@@ -72,6 +72,7 @@ class StepGraph:
     starts: dict = field(default_factory=dict)      # lane -> start time (default 0)
     recorded: float | None = None                   # the step's recorded time, s
     typical: str = "paper"                          # how blame takes typical durations
+    spans: dict = field(default_factory=dict)       # node id -> (rank, t0 µs, t1 µs, op_id): where it was recorded
 
     ops: list | None = None                         # the replay ops, built once
 

@@ -77,8 +77,10 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
     for r, items in plan_items.items():
         dp, stage = where[r].get("dp", 0), where[r].get("pp", 0)
         lane, k = (r, "main"), 0
-        for i, (it, _t) in enumerate(items):
+        for i, (it, t) in enumerate(items):
+            at = progs[r]["start"] + t
             if it[0] == "busy":
+                g.spans[("busy", r, i)] = (r, at, at + it[1] / 1e3, None)
                 g.nodes.append(Node(("busy", r, i), lane, it[1] / 1e9, ("busy", stage, k), r, dp,
                                     stage, kind="compute"))
                 k += 1
@@ -89,6 +91,7 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
                 end = waited.get((r, a["op_id"]))
                 dur = max(0.0, end - last) / 1e6 if end is not None else 0.0
                 grouped = len(members_of[key]) > 1
+                g.spans[("comm", key, r)] = (r, at, at, a["op_id"])
                 g.nodes.append(Node(("comm", key, r), lane, dur, ("comm", a["op"], a.get("group")),
                                     r, dp, stage, group=key if grouped else None, holds=False,
                                     eager=False, kind=a["op"]))

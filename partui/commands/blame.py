@@ -5,10 +5,12 @@ trace."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 
 from partui.analysis.blame import DEFINITIONS, analyse
+from partui.analysis.blame_marks import mark_critical_path
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import bytedance_graphs, read_op_table
 from partui.analysis.partui_graph import partui_graphs
@@ -27,6 +29,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "stage, rank, step, optype, start_ts, duration, seq_id) or a partui trace "
                    "(.json / .json.gz, partui run --trace)")
     p.add_argument("--format", default="table", choices=FORMATS)
+    p.add_argument("--critical-path", metavar="OUT.json",
+                   help="a partui trace: write a copy with the slowest step's critical path marked "
+                        "(args.critical_path on its slices, one flow chain through them) for Perfetto")
     p.set_defaults(func=run)
     return p
 
@@ -65,10 +70,20 @@ def _cell(v):
 
 def run(args) -> int:
     try:
+        if args.critical_path and args.trace.endswith((".parquet", ".csv")):
+            raise TraceError(f"--critical-path marks a partui trace; {args.trace} is an op-level "
+                             f"table with no slices to mark")
         result = analyse(graphs_of(args.trace))
     except TraceError as exc:
         print(f"partui blame: {exc}", file=sys.stderr)
         return 2
     print(render_all(result, args.format))
+    if args.critical_path:
+        doc = read_doc(args.trace)
+        n = mark_critical_path(doc, result["critical path"].attrs["spans"])
+        opener = gzip.open if args.critical_path.endswith(".gz") else open
+        with opener(args.critical_path, "wt") as f:
+            json.dump(doc, f)
+        print(f"{n} slices on the critical path marked: {args.critical_path}", file=sys.stderr)
     return 0
 

@@ -1,6 +1,7 @@
 """`partui blame`: hand-built step graphs whose critical path and what-if figures are worked by
 hand (a chain, a collective one late member delays, a pipeline bubble), the replay core's batched
-columns against one replay per column, and bad input (exit 2, the column or rank named)."""
+columns against one replay per column, bad input (exit 2, the column or rank named), and a
+hand-built partui trace: its late rank blamed and its critical path marked for Perfetto."""
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from partui.analysis.blame import analyse, critical_path, typical_durations
 from partui.analysis.opgraph import Node, StepGraph, step_time
+from partui.analysis.partui_graph import partui_graphs
 
 
 def node(name, rank, dur, optype="compute", after=(), group=None, stage=0, dp=None, lane="c"):
@@ -166,3 +168,42 @@ def test_a_partui_trace_without_steps_is_refused(cli, tmp_path):
                                                  "tid": 1, "ts": 0, "dur": 5, "args": {}}]}))
     p = cli("blame", path, timeout=120)
     assert p.returncode == 2 and "step" in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- a partui trace: its graph, and its critical path marked for Perfetto -----------------
+
+def X(pid, name, cat, ts_ms, dur_ms, **args):
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": 1, "ts": ts_ms * 1e3,
+            "dur": dur_ms * 1e3, "args": args}
+
+
+def late_rank_doc():
+    """Rank 0 computes 0-2 ms, issues an all-reduce and waits 5-5.1; rank 1 computes 0-4 ms,
+    issues at 4 and waits 4-5.1 (the transfer: 1.1 ms from the last issue); then 0.9 ms each."""
+    ar = dict(op="all_reduce", group="dp", bytes=1000, peer=None)
+    return {"traceEvents": [
+        X(0, "step", "step", 0, 6, step=0), X(1, "step", "step", 0, 6, step=0),
+        X(0, "F", "F", 0, 2), X(1, "F", "F", 0, 4),
+        X(0, "all_reduce", "comm", 2, 3.1, op_id=1, **ar), X(0, "wait", "wait", 5, 0.1, op_id=1),
+        X(1, "all_reduce", "comm", 4, 1.1, op_id=7, **ar), X(1, "wait", "wait", 4, 1.1, op_id=7),
+        X(0, "optimizer", "optimizer", 5.1, 0.9), X(1, "optimizer", "optimizer", 5.1, 0.9),
+    ], "metadata": {}}
+
+
+def test_a_partui_trace_blames_the_late_rank_and_marks_its_path(cli, tmp_path):
+    g = partui_graphs(late_rank_doc())[0]
+    # as recorded: rank 1's 4 ms, the 1.1 ms all-reduce, 0.9 ms: the 6 ms step
+    assert step_time(g.replay()) == pytest.approx(6.0e-3)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(late_rank_doc()))
+    out = tmp_path / "marked.json"
+    p = cli("blame", path, "--format", "json", "--critical-path", out, timeout=120, check_rc=0)
+    doc = json.loads(p.stdout)
+    s = {r["figure"]: r["value"] for r in doc["summary"]}
+    assert s["worst worker"] == 1
+    assert doc["critical path"][0]["rank"] == 1 and doc["critical path"][0]["optype"] == "compute"
+    marked = json.loads(out.read_text())["traceEvents"]
+    on = {(e["pid"], e["name"]) for e in marked if (e.get("args") or {}).get("critical_path")}
+    assert (1, "F") in on and (0, "F") not in on
+    flows = [e["ph"] for e in marked if e.get("cat") == "critical_path"]
+    assert flows[0] == "s" and flows[-1] == "f" and len(flows) >= 2
