@@ -3,13 +3,15 @@ hand (a chain, a collective one late member delays, a pipeline bubble), the repl
 columns against one replay per column, bad input (exit 2, the column or rank named), and a
 hand-built partui trace: its late rank blamed and its critical path marked for Perfetto."""
 import json
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from partui.analysis.blame import analyse, critical_path, typical_durations
-from partui.analysis.opgraph import Node, StepGraph, step_time
+from partui.analysis.events import TraceError
+from partui.analysis.opgraph import Node, StepGraph, read_op_table, step_time
 from partui.analysis.partui_graph import partui_graphs
 
 
@@ -207,3 +209,11 @@ def test_a_partui_trace_blames_the_late_rank_and_marks_its_path(cli, tmp_path):
     assert (1, "F") in on and (0, "F") not in on
     flows = [e["ph"] for e in marked if e.get("cat") == "critical_path"]
     assert flows[0] == "s" and flows[-1] == "f" and len(flows) >= 2
+
+
+def test_parquet_without_pyarrow_says_how_to_get_it(tmp_path, monkeypatch):
+    path = tmp_path / "ops.parquet"
+    op_table().to_parquet(path)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)      # import pyarrow now fails
+    with pytest.raises(TraceError, match=r"pip install partui\[parquet\].*csv"):
+        read_op_table(str(path))
