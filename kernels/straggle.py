@@ -44,7 +44,8 @@ def check_slow(plan) -> None:
 def slow_factor(plan, rank: int, stage: int) -> float:
     """How many times as long this rank's compute runs (1.0: not slowed)."""
     f = 1.0
-    for spec, field, who in ((plan.slow_rank, "slow_rank", rank), (plan.slow_stage, "slow_stage", stage)):
+    for spec, field, who in ((plan.slow_rank, "slow_rank", rank),
+                             (plan.slow_stage, "slow_stage", stage)):
         got = parse_slow(spec, field)
         if got and got[0] == who:
             f *= got[1]

@@ -72,7 +72,8 @@ class StepGraph:
     starts: dict = field(default_factory=dict)      # lane -> start time (default 0)
     recorded: float | None = None                   # the step's recorded time, s
     typical: str = "paper"                          # how blame takes typical durations
-    spans: dict = field(default_factory=dict)       # node id -> (rank, t0 µs, t1 µs, op_id): where it was recorded
+    # node id -> (rank, t0 µs, t1 µs, op_id): where a partui trace recorded it (blame_marks)
+    spans: dict = field(default_factory=dict)
 
     ops: list | None = None                         # the replay ops, built once
 
@@ -139,8 +140,9 @@ def check_op_table(df: pd.DataFrame, path: str) -> None:
     for rank, have in steps.items():
         if have != every:
             lack = sorted(every - have)
-            raise TraceError(f"{path}: rank {rank} lacks step(s) {lack[:5]}{' ...' if len(lack) > 5 else ''} "
-                             f"the other ranks recorded: give every rank the same steps")
+            more = " ..." if len(lack) > 5 else ""
+            raise TraceError(f"{path}: rank {rank} lacks step(s) {lack[:5]}{more} the other ranks "
+                             f"recorded: give every rank the same steps")
 
 
 def _transfer(df: pd.DataFrame, key: pd.Series) -> np.ndarray:
