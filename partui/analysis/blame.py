@@ -199,3 +199,15 @@ def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
     out.attrs["step"] = graph.step
     out.attrs["nodes"] = keep                         # the path's op ids, first to last
     return out
+
+
+def blame_line(graphs: list[StepGraph]) -> str:
+    """One line for the app's Trace tab: the worst worker and what it cost the others."""
+    res = analyse(graphs)
+    s = dict(zip(res["summary"]["figure"], res["summary"]["value"]))
+    w = res["by worker"].iloc[0]
+    ideal_ms = s["ideal_s"] * 1e3
+    return (f"blame: rank {int(w['rank'])} is the slowest worker: with only its ops as recorded "
+            f"the step replays in {w['slowdown'] * ideal_ms:.1f} ms against {ideal_ms:.1f} ms "
+            f"with every op typical (+{(w['slowdown'] - 1) * ideal_ms:.1f} ms on every rank); "
+            f"straggler slowdown {s['slowdown']:.2f} (partui blame for the table)")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis.blame import analyse, critical_path, typical_durations
+from partui.analysis.blame import analyse, blame_line, critical_path, typical_durations
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import Node, StepGraph, read_op_table, step_time
 from partui.analysis.partui_graph import partui_graphs
@@ -217,3 +217,10 @@ def test_parquet_without_pyarrow_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)      # import pyarrow now fails
     with pytest.raises(TraceError, match=r"pip install partui\[parquet\].*csv"):
         read_op_table(str(path))
+
+
+def test_the_trace_tabs_line_names_the_late_rank_and_its_cost():
+    line = blame_line(partui_graphs(late_rank_doc()))
+    # rank 1 kept as recorded: 4 + 1.1 + 0.9 ms; typical compute: the fastest rank's (2 ms)
+    assert line.startswith("blame: rank 1 is the slowest worker")
+    assert "6.0 ms against 4.0 ms" in line and "(+2.0 ms" in line
