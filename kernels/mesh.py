@@ -117,6 +117,11 @@ class Plan:
     dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES)
     collectives: str = plan_field("native", "native gloo collectives, or the hand-written ring / "
                                             "chain / pairwise ones", kind=str, choices=COLLECTIVES)
+    slow_rank: str = plan_field("", "a straggler on purpose: R=F runs rank R's compute F times as "
+                                    "long (real work after each compute, recorded as compute)",
+                                kind=str, label="slow rank")
+    slow_stage: str = plan_field("", "a straggler on purpose: S=F runs pipeline stage S's compute "
+                                     "F times as long", kind=str, dim="pp", label="slow stage")
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""

@@ -23,6 +23,10 @@ lanes left blocked raise Stuck naming what each waits for.
 Each op records its cause: the one candidate its start took its value from, ("lane", previous
 holding op or None at the lane's start) | ("dep", op id) | ("group", the last member to arrive),
 so `Replay.critical_path` walks a chain of ops back from any op.
+
+Batched: `pick` compares two times (default: plain numbers). Given an elementwise one, durations
+may be vectors, one column per duration set (what-if scenarios of one graph): the event loop's
+order does not depend on the values, so one pass replays every column; causes follow column 0.
 """
 from __future__ import annotations
 
@@ -103,13 +107,19 @@ def gc_paused():
             gc.enable()
 
 
-def run(ops: list[Op], starts: dict | None = None) -> Replay:
-    """Replay `ops` (each lane's in program order); starts: lane -> start time (default 0)."""
+def later(current, candidate) -> tuple:
+    """(the later time, whether the candidate is it): scalar times."""
+    return (candidate, True) if candidate > current else (current, False)
+
+
+def run(ops: list[Op], starts: dict | None = None, pick=later) -> Replay:
+    """Replay `ops` (each lane's in program order); starts: lane -> start time (default 0);
+    pick: how two times compare (`later`; an elementwise one replays vector durations)."""
     with gc_paused():
-        return _run(ops, starts)
+        return _run(ops, starts, pick)
 
 
-def _run(ops: list[Op], starts: dict | None) -> Replay:
+def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
     lanes: dict = {}
     by_id: dict = {}
     need: dict = {}
@@ -145,14 +155,16 @@ def _run(ops: list[Op], starts: dict | None) -> Replay:
                 at = dep_time(d)
                 if at is None:
                     return None
-                if at > start:
-                    start, cause = at, ("dep", d.op)
+                start, won = pick(start, at)
+                if won:
+                    cause = ("dep", d.op)
             if op.group is not None:
                 if len(arrived[op.group]) < need[op.group]:
                     return None
                 for at, who in arrived[op.group]:
-                    if at > start:
-                        start, cause = at, ("group", who)
+                    start, won = pick(start, at)
+                    if won:
+                        cause = ("group", who)
             t.start, t.cause = start, cause
         return t.start
 
@@ -164,7 +176,7 @@ def _run(ops: list[Op], starts: dict | None) -> Replay:
                 return None
             op = by_id[i]
             end = op.finish(start) if op.finish is not None else start + op.dur
-            t.end = max(end, t.reached + op.floor)
+            t.end = pick(end, t.reached + op.floor)[0]
         return t.end
 
     moved = True
@@ -176,7 +188,7 @@ def _run(ops: list[Op], starts: dict | None) -> Replay:
                 if op.id not in timed:
                     now = clock[lane]
                     if op.holds and not op.after and op.group is None and op.finish is None:
-                        end = max(now + op.dur, now + op.floor)     # nothing to wait for
+                        end = pick(now + op.dur, now + op.floor)[0]     # nothing to wait for
                         timed[op.id] = Timed(now, last[lane], now, end, ("lane", last[lane]))
                         clock[lane], last[lane] = end, op.id
                         pc[lane] += 1

@@ -9,6 +9,7 @@ from kernels.comm import events
 from kernels.context import RankContext
 from kernels.cp.layout import sequence_shard
 from kernels.model import forward_backward, named_params
+from kernels.straggle import slow_factor, stretch
 
 
 class MicrobatchRunner:
@@ -16,6 +17,7 @@ class MicrobatchRunner:
 
     def __init__(self, ctx: RankContext, layers: list, backward: str):
         self.ctx, self.layers, self.backward = ctx, layers, backward
+        self.slow = slow_factor(ctx.plan, ctx.rank, ctx.coords["pp"])   # --slow-rank / --slow-stage
 
     def params(self) -> dict:
         return named_params(self.layers)
@@ -37,5 +39,6 @@ class MicrobatchRunner:
             t0 = events.now_ns()
             with events.span("F+B", "microbatch", mb=mb):  # a container: its layers are the compute
                 loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks)
+            stretch(t0, self.slow)
             spans.append((t0, events.now_ns()))
         return loss, spans

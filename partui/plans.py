@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kernels.config import make_config
 from kernels.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
+from kernels.straggle import check_slow
 from kernels.validate import plan_for_model
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
@@ -62,7 +63,9 @@ def build_plan(preset: str = "custom", model: str = "tiny", model_overrides: dic
     """(validated Plan, ModelConfig with the plan's MoE fields) from a preset, a model preset and its
     overrides (layers, dim, ...), and Plan field overrides; PlanError / ValueError naming the problem."""
     cfg = make_config(model, **{k: v for k, v in (model_overrides or {}).items() if v is not None})
-    return plan_for_model(preset_fields(preset, **fields), cfg)
+    plan, cfg = plan_for_model(preset_fields(preset, **fields), cfg)
+    check_slow(plan)
+    return plan, cfg
 
 
 def check_backward(plan: Plan, backward: str) -> None:

@@ -21,6 +21,7 @@ from kernels.pp.parts import chunk_pair_order
 from kernels.pp.schedules import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
+from kernels.straggle import slow_factor
 
 
 class PipelineRunner:
@@ -34,6 +35,7 @@ class PipelineRunner:
         self.ctx, self.plan = ctx, plan
         self.group = ctx.group("pp")
         self.rank = ctx.coords["pp"]
+        self.slow = slow_factor(plan, ctx.rank, self.rank)   # --slow-rank / --slow-stage
         self.schedule = plan_schedule(plan)
         self.actions = self.schedule.actions[self.rank]
         self.chunks = build_chunks(layers, self.schedule, self.rank)   # the other stages' layers are dropped

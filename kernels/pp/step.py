@@ -19,6 +19,7 @@ from kernels import comm
 from kernels.comm import events
 from kernels.pp.parts import BackwardParts, ForwardParts, run_carried, run_pair
 from kernels.pp.stages import backward_steps, drive, forward_steps, weight_grads
+from kernels.straggle import stretch
 
 TAG = {"F": 7101, "B": 7102}   # activations and gradients: one FIFO channel each per peer
 
@@ -63,6 +64,7 @@ class PipelineStep:
             if a.kind != "FB":
                 run_carried(self.carry)                  # before any other compute: in order
             getattr(self, "_" + a.kind)(a)
+            stretch(t0, self.r.slow)
             self.spans.append((t0, events.now_ns()))
 
     def _input(self, mb: int, ch) -> torch.Tensor:

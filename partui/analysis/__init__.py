@@ -6,14 +6,18 @@
     overlap_views(df)                 # {"rank", "step", "op"}: shared work computed once
     fb_pair_a2a(df)                   # pairs: each all-to-all inside an F&B pair (fb_overlap)
     saved(read_doc(path), link)       # whatif: what overlap saves under a link (replayed)
+    blame_line(partui_graphs(doc))    # blame: the slowest worker and its cost, one line
 """
+from partui.analysis.blame import blame_line
 from partui.analysis.events import COLUMNS, TraceError
 from partui.analysis.metrics import hta_overlap, overlap, overlap_views, oversubscription_note, step_times
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
+from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.pipeline import theoretical_bubble
 from partui.analysis.reader import detect, frame, load, read_doc
 from partui.analysis.whatif import SAVED_DEFINITIONS, saved
 
-__all__ = ["COLUMNS", "SAVED_DEFINITIONS", "TraceError", "detect", "fb_pair_a2a", "frame", "hta_overlap", "load",
-           "overlap", "overlap_views", "oversubscription_note", "pair_summary", "read_doc", "saved", "step_times",
+__all__ = ["COLUMNS", "SAVED_DEFINITIONS", "TraceError", "blame_line", "detect", "fb_pair_a2a", "frame",
+           "hta_overlap", "load",
+           "overlap", "overlap_views", "oversubscription_note", "pair_summary", "partui_graphs", "read_doc", "saved", "step_times",
            "theoretical_bubble"]

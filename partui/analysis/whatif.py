@@ -83,7 +83,7 @@ def programs(doc: dict, step: int | None = None) -> dict:
     return out
 
 
-def _members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
+def members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
     if plan is None or group not in GROUPS:
         return tuple(range(world))
     return tuple(next(g for g in partition(plan, group) if rank in g))
@@ -133,7 +133,7 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
                 a = it[1]
                 base, kind, ranks = match_key(a["op"], r, a.get("peer"), a.get("tag", 0),
                                               a.get("group"),
-                                              _members(plan, a.get("group"), r, world))
+                                              members(plan, a.get("group"), r, world))
                 n = seq[r, base, kind] = seq.get((r, base, kind), -1) + 1
                 key = base + (n,)
                 if kind == "send":                   # eager: its end is known at its issue

@@ -67,18 +67,23 @@ class TraceMixin:
     def _saved(self):
         """(table, line): the saved trace's op graph replayed under the current link with and
         without overlap (partui.analysis.whatif.saved); no table without a link."""
-        from partui.analysis import SAVED_DEFINITIONS, TraceError, read_doc, saved  # lazy: pandas
+        from partui.analysis import (SAVED_DEFINITIONS, TraceError, blame_line,  # lazy: pandas
+                                     partui_graphs, read_doc, saved)
+        try:                                       # the slowest worker and its cost (partui blame)
+            blame = blame_line(partui_graphs(read_doc(self.world.trace_path))) + "\n"
+        except TraceError as e:
+            blame = f"blame: {e}\n"
         if not self.world.link:
-            return None, ("in flight / saved: no emulated link; `link h800` (or link "
+            return None, (blame + "in flight / saved: no emulated link; `link h800` (or link "
                           "alpha_us=A,gbps=B) and save a trace to see what overlap saves on it")
         link = LinkModel.from_dict(self.world.link)
         try:
             table = saved(read_doc(self.world.trace_path), link)
         except TraceError as e:
-            return None, f"in flight / saved: {e}"
+            return None, blame + f"in flight / saved: {e}"
         step = table[table["rank"] == "step"].iloc[0]
         legend = "; ".join(f"{k.replace('_ms', '')}: {v}" for k, v in SAVED_DEFINITIONS.items())
-        return table, (f"under {link.describe()}: overlap saves {step['saved_ms']:.1f} ms a step "
+        return table, (blame + f"under {link.describe()}: overlap saves {step['saved_ms']:.1f} ms a step "
                        f"({step['no_overlap_step_ms']:.1f} ms without it, {step['step_ms']:.1f} "
                        f"ms as recorded; replayed, slowest rank).\n{legend}")
 

@@ -1,0 +1,213 @@
+"""Who made a step slow, and by how much: the cross-rank critical path of a recorded step and the
+what-if attribution of its slowdown, by replaying the step graphs (partui.analysis.opgraph) on the
+replay core, every what-if of a step in one batched pass (a duration column each).
+
+The method is the ByteDance straggler paper's ("Understanding Stragglers in Large Model Training
+Using What-if Analysis"), DEFINITIONS below says each figure.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
+
+DEFINITIONS = {
+    "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
+    "replayed_s": "mean step time replaying the graph with every op at its recorded duration "
+                  "(a collective: its recorded transfer, its end less its last member's start) and "
+                  "launch gaps removed: each op starts when its lane and dependencies allow",
+    "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
+               "type, launch gaps removed. Op-level traces: the mean over ranks and steps for "
+               "compute, the median for communication (as the paper does). partui traces (a type: "
+               "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
+               "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
+               "straggler out), comm at the median",
+    "slowdown": "straggler slowdown: replayed_s / ideal_s",
+    "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
+                  "mean replayed step / ideal_s",
+    "by stage": "slowdown with only that pipeline stage's ops kept as recorded",
+    "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
+                  "recv count as one type: forward- or backward-pp-comm)",
+    "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
+    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Step times "
+             "are averaged over them: the mean for op-level traces (the paper's), the median for "
+             "partui traces (a few steps on a shared machine: one descheduled step would decide)",
+    "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
+           "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
+    "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
+           "min(their dp rank's slowdown, their stage's slowdown)",
+    "critical path": "the chain of ops that sets the slowest replayed step's end, walked back "
+                     "through what each op's start waited for (its lane, a dependency, a "
+                     "collective's last member to arrive); a wait is counted to the op waited on. "
+                     "Consecutive ops of one rank and type are one row",
+    "time_s": "critical path: the op's end less the previous row's end (its part of the step)",
+    "share_pct": "critical path: time_s / the step's replayed time",
+}
+
+
+def typical_durations(graphs: list[StepGraph]) -> dict:
+    """optype -> its typical duration. "paper" (op-level traces): over every rank and step, the
+    mean for compute, the median for comm. "fastest" (partui traces, a type per program place
+    and stage): the lowest of the ranks' medians over steps for compute (with two dp ranks a
+    median cannot leave a straggler out), the median over ranks and steps for comm."""
+    per: dict = {}
+    for g in graphs:
+        for n in g.nodes:
+            if not n.marker:
+                per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
+    if graphs and graphs[0].typical == "fastest":
+        return {t: float(np.median(sum(v.values(), [])) if t[0] == "comm" else
+                         min(np.median(x) for x in v.values())) for t, v in per.items()}
+    return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
+                     np.mean(sum(v.values(), []))) for t, v in per.items()}
+
+
+def analyse(graphs: list[StepGraph]) -> dict:
+    """Every figure of DEFINITIONS: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
+    "by worker": frames, "critical path": frame}."""
+    typ = typical_durations(graphs)
+    nodes0 = graphs[0].nodes
+    dps = sorted({n.dp for n in nodes0})
+    stages = sorted({n.stage for n in nodes0})
+    kinds = sorted({n.kind for g in graphs for n in g.nodes if not n.marker})
+    ranks = sorted({n.rank for n in nodes0})
+    last = max(stages)
+    cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
+            + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
+    def columns(g):
+        rec = np.array([n.dur for n in g.nodes])
+        ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
+        label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
+                 "kind": np.array([n.kind for n in g.nodes]),
+                 "rank": np.array([n.rank for n in g.nodes])}
+        durs = np.empty((len(g.nodes), len(cols)))
+        for j, c in enumerate(cols):
+            if c == "recorded":
+                durs[:, j] = rec
+            elif c == "ideal":
+                durs[:, j] = ide
+            elif c == "M_S":
+                durs[:, j] = np.where(label["stage"] == last, ide, rec)
+            else:
+                durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
+        return durs
+    times = replay_steps(graphs, columns)             # steps x columns
+    mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
+    ideal = mean["ideal"]
+
+    def split(kind, keys):
+        rows = [{kind: k, "slowdown": mean[_key((kind_col[kind], k))] / ideal} for k in keys]
+        return pd.DataFrame(rows).sort_values("slowdown", ascending=False, kind="stable",
+                                              ignore_index=True)
+    kind_col = {"dp_rank": "dp", "stage": "stage", "optype": "kind", "rank": "rank"}
+    by_dp, by_stage = split("dp_rank", dps), split("stage", stages)
+    by_kind, by_rank = split("optype", kinds), split("rank", ranks)
+    known = [g.recorded for g in graphs if g.recorded is not None]
+    recorded, replayed = float(np.mean(known)) if known else float("nan"), mean["recorded"]
+    m_s = (replayed - mean["M_S"]) / (replayed - ideal) if replayed > ideal else float("nan")
+    m_w, top = _m_w(graphs, typ, by_dp, by_stage, replayed, ideal)
+    summary = [("recorded_s", recorded), ("replayed_s", replayed), ("ideal_s", ideal),
+               ("slowdown", replayed / ideal),
+               ("top dp rank", int(by_dp["dp_rank"][0])), ("top stage", int(by_stage["stage"][0])),
+               ("top op type", by_kind["optype"][0]), ("worst worker", int(by_rank["rank"][0])),
+               ("M_S", m_s), ("M_W", m_w), ("M_W ranks", " ".join(map(str, top))),
+               ("steps", len(graphs))]
+    return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
+            "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
+            "critical path": slowest_path(graphs, times[:, 0])}
+
+
+def over_steps(graphs):
+    """How step times are averaged over steps (DEFINITIONS "steps")."""
+    return np.median if graphs[0].typical == "fastest" else np.mean
+
+
+def _key(c):
+    return c if isinstance(c, str) else f"{c[0]}:{c[1]}"
+
+
+def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
+    dp_score = dict(zip(by_dp["dp_rank"], by_dp["slowdown"]))
+    st_score = dict(zip(by_stage["stage"], by_stage["slowdown"]))
+    workers = sorted({(n.rank, n.dp, n.stage) for n in graphs[0].nodes})
+    n_top = max(1, math.ceil(len(workers) * 3 / 100))
+    scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
+    top = {w[0] for w in scored[:n_top]}
+    rem = replay_steps(graphs, lambda g: np.array(
+        [[typ.get(n.optype, 0.0) if n.rank in top else n.dur] for n in g.nodes]))[:, 0]
+    t_rem = float(over_steps(graphs)(rem))
+    m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
+    return m_w, sorted(top)
+
+
+def replay_steps(graphs: list[StepGraph], columns) -> np.ndarray:
+    """(steps, columns) step times: columns(graph) -> (nodes, columns) durations. Steps whose
+    graphs have the same shape (ops, lanes, dependencies, groups) replay in one batched pass."""
+    shapes: dict = {}
+    for i, g in enumerate(graphs):
+        shapes.setdefault(tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager)
+                                for n in g.nodes), []).append(i)
+    out = [None] * len(graphs)
+    for idx in shapes.values():
+        durs = [columns(graphs[i]) for i in idx]
+        width = durs[0].shape[1]
+        t = step_time(graphs[idx[0]].replay(np.hstack(durs)))
+        for j, i in enumerate(idx):
+            out[i] = t[j * width:(j + 1) * width]
+    return np.array(out)
+
+
+def slowest_path(graphs: list[StepGraph], replayed: np.ndarray) -> pd.DataFrame:
+    """The critical path of the step that replays slowest as recorded."""
+    g = graphs[int(np.argmax(replayed))]
+    got = g.replay()
+    out = critical_path(g, got, float(step_time(got)))
+    out.attrs["spans"] = [g.spans[i] for i in out.attrs["nodes"] if i in g.spans]
+    return out
+
+
+def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
+    """The chain of ops that ends the step last (column 0 of a batched replay), rows merged per
+    run of one rank and type (DEFINITIONS)."""
+    def end(i):
+        e = got.ops[i].end
+        return float("-inf") if e is None else float(e[0]) if isinstance(e, np.ndarray) else float(e)
+
+    node = {n.id: n for n in graph.nodes}
+    last = max(got.ops, key=end)
+    path = got.critical_path(last)
+    keep = [i for k, i in enumerate(path) if not node[i].marker
+            and not (k + 1 < len(path) and node[i].group is not None
+                     and node[path[k + 1]].group == node[i].group)]
+    rows, prev = [], 0.0
+    for i in keep:
+        n, e = node[i], end(i)
+        seg = e - prev
+        prev = e
+        if rows and rows[-1]["rank"] == n.rank and rows[-1]["optype"] == n.kind:
+            rows[-1]["ops"] += 1
+            rows[-1]["time_s"] += seg
+            continue
+        rows.append({"rank": n.rank, "dp_rank": n.dp, "stage": n.stage, "optype": n.kind,
+                     "ops": 1, "end_s": e, "time_s": seg})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["share_pct"] = 100 * out["time_s"] / total
+    out.attrs["step"] = graph.step
+    out.attrs["nodes"] = keep                         # the path's op ids, first to last
+    return out
+
+
+def blame_line(graphs: list[StepGraph]) -> str:
+    """One line for the app's Trace tab: the worst worker and what it cost the others."""
+    res = analyse(graphs)
+    s = dict(zip(res["summary"]["figure"], res["summary"]["value"]))
+    w = res["by worker"].iloc[0]
+    ideal_ms = s["ideal_s"] * 1e3
+    return (f"blame: rank {int(w['rank'])} is the slowest worker: with only its ops as recorded "
+            f"the step replays in {w['slowdown'] * ideal_ms:.1f} ms against {ideal_ms:.1f} ms "
+            f"with every op typical (+{(w['slowdown'] - 1) * ideal_ms:.1f} ms on every rank); "
+            f"straggler slowdown {s['slowdown']:.2f} (partui blame for the table)")

@@ -1,0 +1,102 @@
+"""The step graphs (partui.analysis.opgraph) of a partui trace, any plan: each rank's recorded
+step as a program (partui.analysis.whatif.programs: busy stretches, comm issues and waits), one
+lane per rank.
+    busy         a compute node lasting the recorded stretch (compute and the host work around it)
+    comm issue   a collective member, grouped with the other members' issue of the same op
+                 (kernels.link.match_key: the n-th op on a group, p2p by src, dst, tag): the
+                 group starts at the last member's issue; each member ends its own recorded
+                 transfer later (its wait's end less that last issue, 0 if negative)
+    wait         blocks the rank until its op ends
+Types (for typical durations): the k-th busy stretch of a stage's program; a comm op's name and
+process group. dp rank and stage come from the trace's plan.
+"""
+from __future__ import annotations
+
+from kernels.link import match_key
+from kernels.mesh import Plan, coords
+from partui.analysis.events import TraceError
+from partui.analysis.opgraph import Node, StepGraph
+from partui.analysis.whatif import members, programs, steps_of
+
+
+def _timeline(prog: dict) -> list:
+    """(item, µs from the rank's step start) per item, from the recorded lengths."""
+    out, t = [], 0.0
+    for it in prog["items"]:
+        out.append((it, t))
+        if it[0] == "busy":
+            t += it[1] / 1e3
+        elif it[0] == "wait":
+            t += it[2]
+    return out
+
+
+def partui_graphs(doc: dict) -> list[StepGraph]:
+    """One StepGraph per recorded step (the first left out when there are more), times in s."""
+    meta = doc.get("metadata") or {}
+    plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
+    if not any(e.get("ph") == "X" and e.get("cat") == "step" for e in doc.get("traceEvents", [])):
+        raise TraceError("the trace has no step spans (no step ids): record it with partui run --trace")
+    steps = steps_of(doc)
+    progs = {s: programs(doc, s) for s in steps}
+    ranks = {s: sorted(p) for s, p in progs.items()}
+    every = sorted(set().union(*map(set, ranks.values())))
+    for s, rs in ranks.items():
+        if rs != every:
+            lack = sorted(set(every) - set(rs))
+            raise TraceError(f"rank {lack[0]} did not record step {s}: every rank needs the same steps")
+    return [_graph(s, progs[s], plan) for s in steps]
+
+
+def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
+    world = max(progs) + 1
+    where = {r: coords(plan, r) if plan is not None else {"dp": r, "pp": 0} for r in progs}
+    seq: dict = {}
+    issued: dict = {}                       # (rank, op_id) -> (group key, absolute issue µs)
+    members_of: dict = {}                   # group key -> [(rank, issue µs)]
+    waited: dict = {}                       # (rank, op_id) -> absolute wait end µs
+    plan_items = {}
+    for r, p in progs.items():
+        items = []
+        for it, t in _timeline(p):
+            at = p["start"] + t
+            if it[0] == "issue":
+                a = it[1]
+                base, kind, ranks = match_key(a["op"], r, a.get("peer"), a.get("tag", 0),
+                                              a.get("group"), members(plan, a.get("group"), r, world))
+                n = seq[r, base] = seq.get((r, base), -1) + 1
+                key = base + (n,)
+                issued[r, a["op_id"]] = (key, at)
+                members_of.setdefault(key, []).append((r, at))
+            elif it[0] == "wait":
+                waited[r, it[1]] = at + it[2]
+            items.append((it, t))
+        plan_items[r] = items
+    g = StepGraph(step, typical="fastest")
+    g.recorded = (max(p["end"] for p in progs.values()) - min(p["start"] for p in progs.values())) / 1e6
+    for r, items in plan_items.items():
+        dp, stage = where[r].get("dp", 0), where[r].get("pp", 0)
+        lane, k = (r, "main"), 0
+        for i, (it, t) in enumerate(items):
+            at = progs[r]["start"] + t
+            if it[0] == "busy":
+                g.spans[("busy", r, i)] = (r, at, at + it[1] / 1e3, None)
+                g.nodes.append(Node(("busy", r, i), lane, it[1] / 1e9, ("busy", stage, k), r, dp,
+                                    stage, kind="compute"))
+                k += 1
+            elif it[0] == "issue":
+                a = it[1]
+                key, _at = issued[r, a["op_id"]]
+                last = max(t for _r, t in members_of[key])
+                end = waited.get((r, a["op_id"]))
+                dur = max(0.0, end - last) / 1e6 if end is not None else 0.0
+                grouped = len(members_of[key]) > 1
+                g.spans[("comm", key, r)] = (r, at, at, a["op_id"])
+                g.nodes.append(Node(("comm", key, r), lane, dur, ("comm", a["op"], a.get("group")),
+                                    r, dp, stage, group=key if grouped else None, holds=False,
+                                    eager=False, kind=a["op"]))
+            elif (r, it[1]) in issued:            # else: waited op issued before this step
+                key = issued[r, it[1]][0]
+                g.nodes.append(Node(("wait", r, i), lane, 0.0, "wait", r, dp, stage,
+                                    after=(("comm", key, r),), marker=True))
+    return g
