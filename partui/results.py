@@ -2,7 +2,8 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
+step / compute / comm / overlapped / exposed comm / wait ms: kernels.intervals.figures, the terms
+of partui.analysis.definitions, what `partui report` counts on a trace of the step), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
 the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
 max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from kernels.ep.figures import merge_layers, routing_totals
 
-RANK_KEYS = ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "wait_ms")
+FIGURE_KEYS = ("compute_ms", "comm_ms", "overlapped_ms", "exposed_comm_ms", "wait_ms")
+RANK_KEYS = ("step_ms",) + FIGURE_KEYS
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
 CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_rel_grad_err",
@@ -38,6 +40,23 @@ def step_line(items: list[dict]) -> dict:
         out["moe_layers"] = layers
         out.update(routing_totals(layers))
     out["ledgers"] = [s.get("ledger") for s in items]
+    return out
+
+
+def overlap_pct(item: dict) -> float | None:
+    """overlapped_ms / comm_ms in % (the report's overlap_pct); None without comm."""
+    return 100 * item["overlapped_ms"] / item["comm_ms"] if item.get("comm_ms") else None
+
+
+def rank_figures(lines: list[dict]) -> list[dict]:
+    """Per rank, the mean of each step figure over the steps (the first, a warm-up, left out when
+    there are more), with its overlap_pct: the summary's `figures`."""
+    lines = lines[1:] or lines
+    out = []
+    for rank in range(len(lines[0]["ranks"]) if lines else 0):
+        mean = {k: sum(ln["ranks"][rank][k] for ln in lines) / len(lines) for k in FIGURE_KEYS}
+        out.append({"rank": rank, **{k: round(v, 3) for k, v in mean.items()},
+                    "overlap_pct": overlap_pct(mean)})
     return out
 
 
@@ -72,6 +91,8 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
             out[key] = [sum(col) / len(col) for col in zip(*rows)]
     if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
+    out["figures"] = rank_figures(lines)
+    out["figures_defined_by"] = "partui report --help (partui.analysis.definitions)"
     if trace_path:
         out["trace"] = trace_path
     return out

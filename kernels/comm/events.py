@@ -21,6 +21,8 @@ now_ns = time.perf_counter_ns
 thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it is time without a core
 
 _recorder = None
+# every finished span since the last drain, (cat, t0, t1): the engine's step figures read it, tracer or not
+_spans: list[tuple[str, int, int]] = []
 
 
 def set_recorder(recorder) -> None:
@@ -38,14 +40,26 @@ def span(name: str, cat: str = "compute", **args):
     """Time a compute region; `cat` is its kind (F, B, W, optimizer, attention, expert ...)."""
     rec = _recorder
     if rec is None:
-        yield
+        t0 = now_ns()
+        try:
+            yield
+        finally:
+            _spans.append((cat, t0, now_ns()))
         return
     t0, c0 = now_ns(), thread_cpu_ns()
     try:
         yield
     finally:
         t1, c1 = now_ns(), thread_cpu_ns()
+        _spans.append((cat, t0, t1))
         rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
+
+
+def drain_spans() -> list[tuple[str, int, int]]:
+    """Every span (cat, t0_ns, t1_ns) finished since the last drain, and forget them."""
+    global _spans
+    out, _spans = _spans, []
+    return out
 
 
 def counter(name: str, **values) -> None:

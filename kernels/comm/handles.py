@@ -24,6 +24,7 @@ class OpRecord:
     wait_ns: int = 0
     waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
     hold: object = None        # its place on an emulated link (kernels.comm.emulate.Hold)
+    post: tuple | None = None  # (t0, t1) the caller spent posting it (not compute time)
 
 
 class OpLog:
@@ -61,9 +62,11 @@ class Handle:
                 fut = None
             if fut is not None:
                 fut.add_done_callback(self.mark_complete)
+        if work is not None:
+            rec.post = (rec.t_issue, events.now_ns())  # the caller's time posting it
         r = events.recorder()
         if work is not None and r is not None and hasattr(r, "comm_posted"):
-            r.comm_posted(rec.op_id, rec.t_issue, events.now_ns())  # the caller's time posting it
+            r.comm_posted(rec.op_id, *rec.post)
 
     def mark_complete(self, _fut=None) -> None:
         """The data is in place: take the completion time (a future's callback, or whoever ran
