@@ -16,7 +16,7 @@ plan before launching (coordinates, groups, experts, memory, stages: what `partu
 **Enter / Launch** (ctrl+l) starts the world. Back from the run screen (`p`), the form holds the
 running plan.
 
-**Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
+**Run**: `s` one step · `n` ten steps · `r` run until `r` again (pause) · `x` reset (step 0, same plan) ·
 `t` trace record on / off (off saves what was recorded and shows its report) ·
 `[` `]` previous / next rank (or click a card) · `p` back to setup (the running plan).
 Tabs (keys `1`–`5`): `1` Params, `2` Grads (each gradient's own piece: ZeRO-2/3 hold a flat

@@ -14,6 +14,7 @@ from kernels import mesh
 from kernels.mesh import PlanError, coord_label
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
+from partui.app.widgets.number_input import NumberInput
 from partui.plans import build_plan
 
 MODELS = ("tiny", "small", "medium", "large")
@@ -46,7 +47,8 @@ def _number(raw: str, kind: type):
 class SetupScreen(Screen):
     BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("ctrl+g", "mesh", "mesh"),
                 Binding("colon", "command", "command"),
-                Binding("question_mark", "app.help", "help")]
+                Binding("question_mark", "app.help", "help"),
+                Binding("escape", "leave", "leave field", show=False)]   # a select, the presets
 
     def __init__(self, presets: dict):
         super().__init__(id="setup")
@@ -62,19 +64,25 @@ class SetupScreen(Screen):
             with Vertical(id="mesh"):
                 numbers, start = input_names(), defaults()
                 with Grid(id="mesh-grid"):
-                    for name in numbers:
-                        yield Label(name)
-                        kind = "integer" if isinstance(start[name], int) else "number"
-                        yield Input(str(start[name]), type=kind, id=f"f-{name}", classes="field")
+                    for spec in form_specs():
+                        if spec.name in numbers:
+                            yield Label(spec.name)
+                            yield NumberInput(start[spec.name], spec, id=f"f-{spec.name}",
+                                              classes="field")
                 for spec in form_specs():
                     if spec.name not in numbers:
                         values = spec.choices or (False, True)
-                        yield Select([(str(v), v) for v in values], value=start[spec.name],
-                                     allow_blank=False, id=f"f-{spec.name}",
-                                     prompt=spec.label or spec.name.replace("_", " "))
+                        label = spec.label or spec.name.replace("_", " ")
+                        with Horizontal(classes="labelled"):
+                            yield Label(label, classes="select-label")
+                            yield Select([(str(v), v) for v in values], value=start[spec.name],
+                                         allow_blank=False, id=f"f-{spec.name}", prompt=label,
+                                         tooltip=spec.help)
             with Vertical(id="model"):
-                yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
-                             id="f-model")
+                with Horizontal(classes="labelled"):
+                    yield Label("model", classes="select-label")
+                    yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
+                                 id="f-model")
                 yield Static("", id="model-info")
                 yield Button("Launch ⏎", variant="primary", id="launch")
                 yield Button("Mesh ^g", id="mesh-view")
@@ -197,6 +205,9 @@ class SetupScreen(Screen):
 
     def action_command(self) -> None:
         self.query_one("#command").focus()
+
+    def action_leave(self) -> None:
+        self.set_focus(None)   # the screen's keys (: ? q ^l ^g) and tab take over
 
     def progress(self, msg: str) -> None:
         self.query_one("#progress", Static).update(Text(msg, style="yellow"))

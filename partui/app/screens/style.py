@@ -8,6 +8,9 @@ CSS = """
 #mesh-grid Label { padding: 0 0 0 1; }
 .field { border: none; height: 1; padding: 0; }
 #model { width: 1fr; padding: 0 1; }
+.labelled { height: 3; }
+.select-label { width: 9; padding: 1 0 0 0; }
+.labelled Select { width: 1fr; }
 #model-info { height: auto; margin: 1 0; }
 #status { height: 2; padding: 0 1; }
 #status.-invalid { background: $error 15%; }
