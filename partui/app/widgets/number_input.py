@@ -23,6 +23,10 @@ class NumberInput(Input):
                          tooltip=spec.help, **kw)
         self.spec = spec
 
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        """The screen's keys are not this field's (so their bindings fire and the footer shows them)."""
+        return character not in SCREEN_KEYS and super().check_consume_key(key, character)
+
     async def _on_key(self, event: events.Key) -> None:
         if event.character in SCREEN_KEYS:
             event.prevent_default()     # not typed (never a digit): the screen's binding takes it
