@@ -23,8 +23,10 @@ from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
-from kernels.intervals import CONTAINER_CATS, WAIT_CATS, figures
+from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, pair_p2p, parts_figures, window_parts
 from kernels.mesh import Plan, coords
+
+P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (kernels.intervals.pair_p2p)
 from kernels.model import build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
@@ -113,18 +115,21 @@ class Engine:
 
 
 def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
-    """This step's figures (kernels.intervals.figures) from the spans the layers recorded
+    """This step's figures (kernels.intervals.parts_figures) from the spans the layers recorded
     ((cat, t0, t1): kernels.comm.events.drain_spans) and the op log's issue / completion / wait /
-    post times; no tracer. What a trace of the step reports, but a p2p pair's in flight, which
-    the trace takes from the send's post to the recv's completion across two ranks."""
+    post times; no tracer. A p2p op's in flight is its own here; extra["figure_parts"] and
+    extra["p2p_ops"] let the controller pair it with its peer's (partui.results.step_line), so the
+    step line counts what a trace of the step reports."""
     leaf = [(a, b) for cat, a, b in spans if cat not in CONTAINER_CATS and cat not in WAIT_CATS]
     waits = [(a, b) for cat, a, b in spans if cat in WAIT_CATS]
     waits += [w for o in ops for w in (o.waits or [])] + [o.post for o in ops if o.post]
-    in_flight = [(o.t_issue, in_flight_end(o, t1)) for o in ops if o.nbytes]
-    f = figures(leaf, in_flight, waits, t0, t1)
-    res.compute_ms, res.comm_ms = f["compute"] / 1e6, f["comm"] / 1e6
-    res.overlapped_ms, res.exposed_comm_ms = f["overlapped"] / 1e6, f["exposed"] / 1e6
-    res.wait_ms = f["wait"] / 1e6
+    p2p = [(o.op, o.peer, o.tag, o.t_issue, in_flight_end(o, t1)) for o in ops
+           if o.nbytes and o.op in P2P_OPS]
+    in_flight = [(o.t_issue, in_flight_end(o, t1)) for o in ops if o.nbytes and o.op not in P2P_OPS]
+    parts = window_parts(leaf, in_flight, waits, t0, t1)
+    for name, value in in_ms(parts_figures(parts, pair_p2p([p2p])[0])).items():
+        setattr(res, name, value)
+    res.extra["figure_parts"], res.extra["p2p_ops"] = parts, p2p
     res.extra["comm_bytes"] = sum(o.nbytes for o in ops)
     res.extra["comm_ops"] = len(ops)
 

@@ -12,8 +12,9 @@ max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
 from __future__ import annotations
 
 from kernels.ep.figures import merge_layers, routing_totals
+from kernels.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
 
-FIGURE_KEYS = ("compute_ms", "comm_ms", "overlapped_ms", "exposed_comm_ms", "wait_ms")
+FIGURE_KEYS = tuple(MS_NAMES)   # compute, comm, overlapped, exposed comm, wait (ms)
 RANK_KEYS = ("step_ms",) + FIGURE_KEYS
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
@@ -22,8 +23,19 @@ CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_
 PRIVATE_KEYS = ("ledgers",)
 
 
+def pair_figures(items: list[dict]) -> None:
+    """Each rank's figures again, in place, with its p2p ops paired to its peers' (the send's post
+    to the recv's completion, kernels.intervals.pair_p2p): what a trace of the step reports."""
+    if not items or not all("figure_parts" in s for s in items):
+        return
+    paired = pair_p2p([s.get("p2p_ops") or [] for s in items])
+    for s, p2p in zip(items, paired):
+        s.update(in_ms(parts_figures(s["figure_parts"], p2p)))
+
+
 def step_line(items: list[dict]) -> dict:
     """One step line from every rank's step summary (rank order)."""
+    pair_figures(items)
     r0 = items[0]
     out = {"step": r0["step"], "loss": r0["loss"], "step_ms": max(s["step_ms"] for s in items),
            "ranks": [{k: round(s[k], 3) for k in RANK_KEYS} for s in items]}

@@ -25,6 +25,7 @@ class OpRecord:
     waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
     hold: object = None        # its place on an emulated link (kernels.comm.emulate.Hold)
     post: tuple | None = None  # (t0, t1) the caller spent posting it (not compute time)
+    tag: int = 0               # a p2p op's tag (its pair on the peer has the same)
 
 
 class OpLog:

@@ -1,7 +1,7 @@
 """The engine's own overlap figures (from comm-layer timestamps, no tracer)."""
 from kernels.comm import OpRecord
 from kernels.engine import StepResult, fill_overlap
-from kernels.intervals import figures, intersect, merge, subtract
+from kernels.intervals import figures, intersect, merge, pair_p2p, subtract
 
 
 def test_interval_helpers():
@@ -32,3 +32,15 @@ def test_figures_cut_to_the_window_and_count_each_time_once():
     f = figures([(0, 50), (10, 20), (40, 80)], [(70, 200)], [(15, 25)], 0, 100)
     assert f == {"window": 100, "compute": 70, "comm": 30, "overlapped": 10, "exposed": 20,
                  "wait": 10}
+
+
+def test_p2p_pairs_as_a_trace_pairs_them():
+    # rank 0 sends twice to rank 1 (tag 0); gloo sees each send done only at the step's end (100).
+    # rank 1 posted its first recv early (at 5, before the send at 10), done at 30; the second
+    # recv posted at 60 after the send at 50, done at 70. A send to rank 2 has no recv: untouched.
+    sends = [("send", 1, 0, 10, 100), ("send", 1, 0, 50, 100), ("send", 2, 0, 20, 100)]
+    recvs = [("recv", 0, 0, 5, 30), ("recv", 0, 0, 60, 70)]
+    paired = pair_p2p([sends, recvs, []])
+    assert paired[0] == [(10, 30), (50, 70), (20, 100)]    # each send ends at its recv's end
+    assert paired[1] == [(11, 30), (60, 70)]                   # an early recv starts after its send
+    assert paired[2] == []

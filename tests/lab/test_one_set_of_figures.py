@@ -12,9 +12,13 @@ pytestmark = pytest.mark.timeout(300)
 TOL_MS = 0.05   # the engine cuts to its step() call; the trace, to the step span just inside it
 
 
-def test_step_line_card_frame_and_report_agree_on_one_traced_step(tmp_path):
+@pytest.mark.parametrize("preset, fields", [("dp-bucketed", {}), ("1f1b", {"microbatches": 2})],
+                         ids=["dp-bucketed", "1f1b"])
+def test_step_line_card_frame_and_report_agree_on_one_traced_step(tmp_path, preset, fields):
+    """dp: all-reduces under the backward; 1f1b: p2p pairs, in flight from the send's post to the
+    recv's completion on the other rank (paired by the step line, as the trace pairs them)."""
     with World(timeout_s=120) as w:
-        w.plan("dp-bucketed", layers=2)   # its all-reduces fly under the backward
+        w.plan(preset, **fields)
         w.launch()
         w.step(1)                      # warm-up, untraced
         w.trace_on()
