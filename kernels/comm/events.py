@@ -23,6 +23,7 @@ thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it i
 _recorder = None
 # every finished span since the last drain, (cat, t0, t1): the engine's step figures read it, tracer or not
 _spans: list[tuple[str, int, int]] = []
+SPAN_LOG_CAP = 1 << 20  # a process that never drains (a reference model, a bench) keeps the newest half
 
 
 def set_recorder(recorder) -> None:
@@ -39,6 +40,8 @@ def recorder():
 def span(name: str, cat: str = "compute", **args):
     """Time a compute region; `cat` is its kind (F, B, W, optimizer, attention, expert ...)."""
     rec = _recorder
+    if len(_spans) > SPAN_LOG_CAP:
+        del _spans[:SPAN_LOG_CAP // 2]
     if rec is None:
         t0 = now_ns()
         try:
