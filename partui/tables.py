@@ -99,6 +99,17 @@ def step_rows(lines: list[dict], title: str = "steps") -> Rows:
     return Rows(lines, cols, title, expand=_rank_items, defined=STEP_DEFINED)
 
 
+SHOW_DEFINED = {"name": "the tensor's name in the model", "global_shape": "the full tensor's shape",
+                "local_shape": "this rank's piece's shape",
+                "piece": "where this rank's piece sits in the global tensor: whole, a slice per dim, "
+                         "or a flat range (ZeRO)",
+                "grad_piece": "where this rank's gradient piece sits ('not held here': another rank's)",
+                "norm": "L2 norm of this rank's piece", "absmax": "largest |value| of this rank's piece",
+                "step": "the optimizer's step count for this tensor",
+                "m_norm": "L2 norm of AdamW's first moment m (this rank's piece)",
+                "v_norm": "L2 norm of AdamW's second moment v (this rank's piece)"}
+
+
 def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
     """A rank's params, grads or optimizer state (partui.snapshot) as rows."""
     cols: dict[str, Callable[[dict], object]] = {"name": lambda r: r["name"]}
@@ -117,4 +128,4 @@ def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
         cols.update({"global_shape": lambda r: r["global_shape"],
                      "local_shape": lambda r: r["local_shape"], "piece": _piece,
                      "norm": _norm("value")})
-    return Rows(rows, cols, title)
+    return Rows(rows, cols, title, defined=SHOW_DEFINED)
