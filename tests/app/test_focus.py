@@ -55,7 +55,12 @@ async def test_a_command_typed_while_a_field_has_focus():
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help by command")
         await pilot.press("escape")
         await pilot.pause(0.1)
-        setup.query_one("#f-pp", Input).focus()
+        pp = setup.query_one("#f-pp", Input)
+        pp.focus()
+        await pilot.press("shift+tab")                       # shift+tab leaves it too
+        await pilot.pause(0.1)
+        assert app.focused is not None and app.focused is not pp
+        pp.focus()
         await pilot.press("escape")                          # escape leaves the field
         await pilot.pause(0.1)
         assert app.focused is None
