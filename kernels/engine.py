@@ -23,15 +23,15 @@ from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
-from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, pair_p2p, parts_figures, window_parts
+from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
 from kernels.mesh import Plan, coords
-
-P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (kernels.intervals.pair_p2p)
 from kernels.model import build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
 from kernels.runner import MicrobatchRunner
 from kernels.tp.layers import build_tp_layers
+
+P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (kernels.intervals.pair_p2p)
 
 
 @dataclass
@@ -88,8 +88,9 @@ class Engine:
         with events.span("step", "step", step=step):
             ids, targets = self.local_batch(step)
             self.sync.start_step()
-            loss_part, _ = self.runner.forward_backward(ids, targets, self.cfg.batch *
-                                                                    self.cfg.seq, self.sync.hooks)
+            # its compute spans are containers: the step's figures take the leaf spans (fill_overlap)
+            loss_part, _ = self.runner.forward_backward(ids, targets, self.cfg.batch * self.cfg.seq,
+                                                        self.sync.hooks)
             self.sync.finish_backward()
             self.sync.optimizer_step()
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
@@ -127,7 +128,7 @@ def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
            if o.nbytes and o.op in P2P_OPS]
     in_flight = [(o.t_issue, in_flight_end(o, t1)) for o in ops if o.nbytes and o.op not in P2P_OPS]
     parts = window_parts(leaf, in_flight, waits, t0, t1)
-    for name, value in in_ms(parts_figures(parts, pair_p2p([p2p])[0])).items():
+    for name, value in in_ms(parts_figures(parts, [(a, b) for *_, a, b in p2p])).items():
         setattr(res, name, value)
     res.extra["figure_parts"], res.extra["p2p_ops"] = parts, p2p
     res.extra["comm_bytes"] = sum(o.nbytes for o in ops)

@@ -2,8 +2,9 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step / compute / comm / overlapped / exposed comm / wait ms: kernels.intervals.figures, the terms
-of partui.analysis.definitions, what `partui report` counts on a trace of the step), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
+step / compute / comm / overlapped / exposed comm / wait ms: kernels.intervals, the terms of
+partui.analysis.definitions, what `partui report` counts on a trace of the step, p2p pairs
+matched across ranks here), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
 the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
 max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
