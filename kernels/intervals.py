@@ -82,7 +82,8 @@ def parts_figures(parts: dict, more_in_flight: Intervals = ()) -> dict:
     completion) merged; overlapped = |compute & comm|; exposed = comm - overlapped; wait = waits
     and posts merged. `more_in_flight`: p2p ops paired across ranks (pair_p2p)."""
     t0, t1 = parts["window"]
-    flying = merge(list(parts["in_flight"]) + clip(list(more_in_flight), t0, t1))
+    # pairs as tuples: parts that crossed a process as JSON (torchrun's gather) hold lists
+    flying = merge([tuple(iv) for iv in parts["in_flight"]] + clip(list(more_in_flight), t0, t1))
     computing = [tuple(iv) for iv in parts["computing"]]
     comm, overlapped = length(flying), intersect(computing, flying)
     return {"window": t1 - t0, "compute": length(computing), "comm": comm,

@@ -61,16 +61,18 @@ def overlap_pct(item: dict) -> float | None:
     return 100 * item["overlapped_ms"] / item["comm_ms"] if item.get("comm_ms") else None
 
 
-def rank_figures(lines: list[dict]) -> list[dict]:
-    """Per rank, the mean of each step figure over the steps (the first, a warm-up, left out when
-    there are more), with its overlap_pct: the summary's `figures`."""
-    lines = lines[1:] or lines
+def rank_figures(lines: list[dict]) -> tuple[list[dict], list[int]]:
+    """Per rank, the mean of each step figure over the steps whose per-rank rows are kept (a World
+    keeps the last one's: partui.world.past; the first step, a warm-up, left out when there are
+    more), with its overlap_pct: the summary's `figures`; and those steps."""
+    rows = [ln for ln in lines if "ranks" in ln]
+    rows = rows[1:] or rows
     out = []
-    for rank in range(len(lines[0]["ranks"]) if lines else 0):
-        mean = {k: sum(ln["ranks"][rank][k] for ln in lines) / len(lines) for k in FIGURE_KEYS}
+    for rank in range(len(rows[0]["ranks"]) if rows else 0):
+        mean = {k: sum(ln["ranks"][rank][k] for ln in rows) / len(rows) for k in FIGURE_KEYS}
         out.append({"rank": rank, **{k: round(v, 3) for k, v in mean.items()},
                     "overlap_pct": overlap_pct(mean)})
-    return out
+    return out, [ln["step"] for ln in rows]
 
 
 def public(line: dict) -> dict:
@@ -104,7 +106,7 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
             out[key] = [sum(col) / len(col) for col in zip(*rows)]
     if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
-    out["figures"] = rank_figures(lines)
+    out["figures"], out["figures_steps"] = rank_figures(lines)
     out["figures_defined_by"] = "partui report --help (partui.analysis.definitions)"
     if trace_path:
         out["trace"] = trace_path

@@ -44,3 +44,14 @@ def test_p2p_pairs_as_a_trace_pairs_them():
     assert paired[0] == [(10, 30), (50, 70), (20, 100)]    # each send ends at its recv's end
     assert paired[1] == [(11, 30), (60, 70)]                   # an early recv starts after its send
     assert paired[2] == []
+
+
+def test_parts_that_crossed_a_process_as_json_give_the_same_figures():
+    import json
+    from kernels.intervals import parts_figures, window_parts
+    # compute [0,45] [48,50] [60,90] (a wait at 45-48); in flight [40,70] and a p2p [80,95]:
+    # overlapped 5 + 2 + 10 + 10
+    parts = window_parts([(0, 50), (60, 90)], [(40, 70)], [(45, 48)], 0, 100)
+    again = json.loads(json.dumps(parts))              # torchrun's gather: tuples become lists
+    assert parts_figures(again, [[80, 95]]) == parts_figures(parts, [(80, 95)]) == \
+        {"window": 100, "compute": 77, "comm": 45, "overlapped": 27, "exposed": 18, "wait": 3}

@@ -54,3 +54,13 @@ def test_repl_banner_lists_what_to_try():
     for call in ('w.plan("zero2", dp=2)', "w.launch()", "w.step(3)", 'w.show(1, "optim")',
                  "w.step(3).to_pandas()", "w.report()"):
         assert call in BANNER, call
+
+
+def test_summary_figures_average_the_kept_rows_past_the_warm_up():
+    from partui.results import rank_figures
+    kept = [{"step": 0}] + LINES   # a World's older lines keep no per-rank rows (partui.world.past)
+    figures, steps = rank_figures(kept)
+    assert steps == [1]            # step 0 has rows too, but is the warm-up
+    assert figures[1] == {"rank": 1, "compute_ms": 6.0, "comm_ms": 4.0, "overlapped_ms": 2.0,
+                          "exposed_comm_ms": 2.0, "wait_ms": 0.0, "overlap_pct": 50.0}
+    assert rank_figures([{"step": 0}]) == ([], [])
