@@ -19,6 +19,9 @@ def test_every_number_field_has_an_upper_bound_in_the_metadata():
             assert spec.le is not None or spec.choices, spec.name
     with pytest.raises(mesh.PlanError, match=r"tp 3000 must be <= 1024"):
         mesh.Plan(tp=3000)
+    from partui.app.widgets.number_input import range_text
+    specs = {s.name: s for s in form_specs()}
+    assert range_text(specs["tp"]) == "1 to 1024" and range_text(specs["zero"]) == "one of 0, 1, 2, 3"
 
 
 async def test_a_command_typed_while_a_field_has_focus():

@@ -11,6 +11,14 @@ from textual.widgets import Input
 SCREEN_KEYS = (":", "?", "q")   # the setup screen's command line, help and quit
 
 
+def range_text(spec) -> str:
+    """What the field takes, from its metadata: `1 to 1024`, `one of 0, 1, 2, 3`."""
+    if spec.choices:
+        return "one of " + ", ".join(map(str, spec.choices))
+    low = f"{spec.ge}" if spec.ge is not None else f"above {spec.gt}" if spec.gt is not None else "any"
+    return f"{low} to {spec.le}" if spec.le is not None else f"{low} or more"
+
+
 class NumberInput(Input):
     BINDINGS = [Binding("escape", "leave", "leave field")]
 
@@ -20,7 +28,7 @@ class NumberInput(Input):
         top = spec.le if spec.le is not None else max(spec.choices, default=None)
         super().__init__(str(value), type="integer" if spec.kind is int else "number",
                          max_length=len(str(int(top))) if top is not None else 0,
-                         tooltip=spec.help, **kw)
+                         tooltip=f"{spec.help} ({range_text(spec)})", **kw)
         self.spec = spec
 
     def check_consume_key(self, key: str, character: str | None) -> bool:
