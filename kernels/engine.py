@@ -23,7 +23,7 @@ from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
-from kernels.intervals import intersect, length, merge, subtract
+from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
 from kernels.mesh import Plan, coords
 from kernels.model import build_model
 from kernels.optim import make_optimizer
@@ -31,16 +31,20 @@ from kernels.pp.executor import PipelineRunner
 from kernels.runner import MicrobatchRunner
 from kernels.tp.layers import build_tp_layers
 
+P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (kernels.intervals.pair_p2p)
+
 
 @dataclass
 class StepResult:
     step: int
     loss: float
     step_ms: float
-    compute_ms: float = 0.0
-    comm_ms: float = 0.0          # merged in-flight comm time
-    overlap_ms: float = 0.0       # comm in flight while this rank computed
-    wait_ms: float = 0.0
+    # this rank's step window by kernels.intervals.figures (partui.analysis.definitions' terms)
+    compute_ms: float = 0.0       # leaf compute spans merged, less waits and posts
+    comm_ms: float = 0.0          # comm in flight (issue to completion), merged
+    overlapped_ms: float = 0.0    # comm in flight while this rank computed
+    exposed_comm_ms: float = 0.0  # comm_ms - overlapped_ms
+    wait_ms: float = 0.0          # blocked on or posting comm ops, merged
     extra: dict = field(default_factory=dict)
 
 
@@ -79,12 +83,14 @@ class Engine:
     def step(self) -> StepResult:
         step = self.step_count
         comm.oplog.clear()
+        events.drain_spans()
         t0 = events.now_ns()
         with events.span("step", "step", step=step):
             ids, targets = self.local_batch(step)
             self.sync.start_step()
-            loss_part, compute_spans = self.runner.forward_backward(ids, targets, self.cfg.batch *
-                                                                    self.cfg.seq, self.sync.hooks)
+            # its compute spans are containers: the step's figures take the leaf spans (fill_overlap)
+            loss_part, _ = self.runner.forward_backward(ids, targets, self.cfg.batch * self.cfg.seq,
+                                                        self.sync.hooks)
             self.sync.finish_backward()
             self.sync.optimizer_step()
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
@@ -93,7 +99,7 @@ class Engine:
         t1 = events.now_ns()
         self.step_count += 1
         res = StepResult(step, loss.item(), (t1 - t0) / 1e6)
-        fill_overlap(res, compute_spans, comm.oplog.clear(), t0, t1)
+        fill_overlap(res, events.drain_spans(), comm.oplog.clear(), t0, t1)
         res.extra.update(self.sync.step_stats())
         # attention time / FLOPs / K/V overlap (cp), routing figures (MoE); dense, no cp: nothing
         res.extra.update(self.ctx.stats.drain())
@@ -109,17 +115,31 @@ class Engine:
         return self.sync.param_pieces()
 
 
-def fill_overlap(res: StepResult, compute_spans, ops, t0, t1) -> None:
-    """Compute / comm / overlap of this step from the comm layer's own timestamps (no tracer)."""
-    computing = subtract(merge(compute_spans), merge([w for o in ops for w in (o.waits or [])]))
-    in_flight = merge([(o.t_issue, o.t_complete or t1) for o in ops
-                       if o.nbytes and o.op != "barrier"])
-    res.compute_ms = length(computing) / 1e6
-    res.comm_ms = length(in_flight) / 1e6
-    res.overlap_ms = intersect(computing, in_flight) / 1e6
-    res.wait_ms = sum(o.wait_ns for o in ops) / 1e6
+def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
+    """This step's figures (kernels.intervals.parts_figures) from the spans the layers recorded
+    ((cat, t0, t1): kernels.comm.events.drain_spans) and the op log's issue / completion / wait /
+    post times; no tracer. A p2p op's in flight is its own here; extra["figure_parts"] and
+    extra["p2p_ops"] let the controller pair it with its peer's (partui.results.step_line), so the
+    step line counts what a trace of the step reports."""
+    leaf = [(a, b) for cat, a, b in spans if cat not in CONTAINER_CATS and cat not in WAIT_CATS]
+    waits = [(a, b) for cat, a, b in spans if cat in WAIT_CATS]
+    waits += [w for o in ops for w in (o.waits or [])] + [o.post for o in ops if o.post]
+    p2p = [(o.op, o.peer, o.tag, o.t_issue, in_flight_end(o, t1)) for o in ops
+           if o.nbytes and o.op in P2P_OPS]
+    in_flight = [(o.t_issue, in_flight_end(o, t1)) for o in ops if o.nbytes and o.op not in P2P_OPS]
+    parts = window_parts(leaf, in_flight, waits, t0, t1)
+    for name, value in in_ms(parts_figures(parts, [(a, b) for *_, a, b in p2p])).items():
+        setattr(res, name, value)
+    res.extra["figure_parts"], res.extra["p2p_ops"] = parts, p2p
     res.extra["comm_bytes"] = sum(o.nbytes for o in ops)
     res.extra["comm_ops"] = len(ops)
+
+
+def in_flight_end(op, t_stop: int) -> int:
+    """Done at the earlier of its completion and the return of its first wait (as a trace has it:
+    partui.trace); never seen done: in flight to the step's end."""
+    ends = [t for t in (op.t_complete, min((w[1] for w in op.waits or []), default=None)) if t is not None]
+    return max(op.t_issue, min(ends)) if ends else max(op.t_issue, t_stop)
 
 
 # ---------------------------------------------------------------- building blocks by dimension

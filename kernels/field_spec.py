@@ -20,12 +20,12 @@ class PlanError(ValueError):
 
 
 def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: tuple = (),
-               ge=None, gt=None, label: str = "", form: int = 0, grid: int | None = None):
+               ge=None, gt=None, le=None, label: str = "", form: int = 0, grid: int | None = None):
     """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
-    gt: >), help, the dimension it belongs to, the label its messages use, its place in the app's
+    gt: >, le: <=, so any number answers at once), help, the dimension it belongs to, the label its messages use, its place in the app's
     setup form (0: not shown), and for the four grid dimensions their place in the rank number."""
     return field(default=default, metadata={
-        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt,
+        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt, "le": le,
         "label": label, "form": form, "grid": grid})
 
 
@@ -40,6 +40,7 @@ class FieldSpec:
     choices: tuple = ()
     ge: float | None = None
     gt: float | None = None
+    le: float | None = None
     label: str = ""
     form: int = 0             # place in the app's setup form (0: not shown)
     grid: int | None = None
@@ -68,6 +69,9 @@ class FieldSpec:
                 floor = ([{self.name: self.default}] if self.default != value else
                          [{self.name: bound}] if sign == ">=" else [])
                 return f"{label} {value} must be {sign} {bound}", flipped + floor
+        if self.le is not None and value > self.le:
+            return (f"{label} {value} must be <= {self.le}",
+                    [{self.name: self.default}] if self.default else [])   # 0 / None: derived
         return None
 
 
@@ -75,7 +79,7 @@ class FieldSpec:
 def specs_of(cls) -> tuple[FieldSpec, ...]:
     """The description of every field of a dataclass made of plan_field()s, in field order."""
     return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],
-                           **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "label",
+                           **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "le", "label",
                                                           "form", "grid")})
                  for f in fields(cls))
 

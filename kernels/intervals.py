@@ -1,5 +1,8 @@
-"""Interval arithmetic on lists of (start, end) pairs (nanoseconds in practice): how the engine and
-the benchmarks turn compute spans and comm in-flight times into compute / comm / overlap figures.
+"""Interval arithmetic on lists of (start, end) pairs (nanoseconds in practice), and the one
+definition of a window's compute / comm / overlapped / exposed figures (`figures`): the engine's
+per-step figures (step lines, rank cards, the run summary, World.step().to_pandas()) come from it,
+and the trace analysis (partui.analysis.sweep, vectorized over many windows) counts the same span
+categories the same way (CONTAINER_CATS, WAIT_CATS; tests pin the two equal on one traced step).
 
 `merge` sorts and joins touching intervals; `subtract` and `intersect` expect merged lists.
 """
@@ -52,3 +55,77 @@ def intersect(x: Intervals, y: Intervals) -> int:
         else:
             j += 1
     return total
+
+
+# span categories (kernels.comm.events.span's cat) that are structure around compute, never compute
+CONTAINER_CATS = ("step", "FB", "microbatch")
+# blocked on a comm op, or posting one: exposed, neither compute nor overlap
+WAIT_CATS = ("wait", "post")
+
+
+def clip(intervals: Intervals, t0: int, t1: int) -> Intervals:
+    """The parts of intervals inside [t0, t1]."""
+    return [(max(a, t0), min(b, t1)) for a, b in intervals if min(b, t1) > max(a, t0)]
+
+
+def window_parts(leaf_compute: Intervals, in_flight: Intervals, waits: Intervals, t0: int, t1: int) -> dict:
+    """What a window's figures are made of, cut to [t0, t1] and merged (small, plain: a rank ships it
+    with its step): computing (leaf compute less waits and posts), in flight, wait length, window."""
+    waiting = merge(clip(waits, t0, t1))
+    return {"computing": subtract(merge(clip(leaf_compute, t0, t1)), waiting),
+            "in_flight": merge(clip(in_flight, t0, t1)), "wait": length(waiting), "window": (t0, t1)}
+
+
+def parts_figures(parts: dict, more_in_flight: Intervals = ()) -> dict:
+    """One window's figures (partui.analysis.definitions), lengths in the intervals' unit:
+    compute = leaf compute spans merged, less waits and posts; comm = ops in flight (issue to
+    completion) merged; overlapped = |compute & comm|; exposed = comm - overlapped; wait = waits
+    and posts merged. `more_in_flight`: p2p ops paired across ranks (pair_p2p)."""
+    t0, t1 = parts["window"]
+    # pairs as tuples: parts that crossed a process as JSON (torchrun's gather) hold lists
+    flying = merge([tuple(iv) for iv in parts["in_flight"]] + clip(list(more_in_flight), t0, t1))
+    computing = [tuple(iv) for iv in parts["computing"]]
+    comm, overlapped = length(flying), intersect(computing, flying)
+    return {"window": t1 - t0, "compute": length(computing), "comm": comm,
+            "overlapped": overlapped, "exposed": comm - overlapped, "wait": parts["wait"]}
+
+
+def figures(leaf_compute: Intervals, in_flight: Intervals, waits: Intervals, t0: int, t1: int) -> dict:
+    """One window's figures from its spans (parts_figures of window_parts); everything is cut to
+    [t0, t1] first."""
+    return parts_figures(window_parts(leaf_compute, in_flight, waits, t0, t1))
+
+
+# the figures in ms, under the names the step lines, StepResult and `partui report` share
+MS_NAMES = {"compute_ms": "compute", "comm_ms": "comm", "overlapped_ms": "overlapped",
+            "exposed_comm_ms": "exposed", "wait_ms": "wait"}
+
+
+def in_ms(f: dict) -> dict:
+    """Figures in ns (parts_figures) as the named ms figures."""
+    return {name: f[key] / 1e6 for name, key in MS_NAMES.items()}
+
+
+def pair_p2p(p2p_by_rank: list) -> list[Intervals]:
+    """Each rank's p2p ops in flight, paired across ranks as a trace pairs them
+    (partui.tracefile.in_flight_between). p2p_by_rank[r]: rank r's ops (op "send" / "recv",
+    global peer, tag, t_issue, t_end). The k-th send a->b with tag t pairs with the k-th recv on b
+    from a with tag t: the send ends at the recv's completion when that is earlier (gloo's sends
+    are seen complete only when waited), and a recv posted before its send starts just after it."""
+    out = [[[a, b] for _op, _peer, _tag, a, b in ops] for ops in p2p_by_rank]
+    sends: dict = {}
+    recvs: dict = {}
+    for rank, ops in enumerate(p2p_by_rank):
+        for i, (op, peer, tag, a, _b) in enumerate(ops):
+            if op == "send":
+                sends.setdefault((rank, peer, tag), []).append((a, rank, i))
+            else:
+                recvs.setdefault((peer, rank, tag), []).append((a, rank, i))
+    for key, ss in sends.items():
+        for (_, sr, si), (_, rr, ri) in zip(sorted(ss), sorted(recvs.get(key, []))):
+            s, r = out[sr][si], out[rr][ri]
+            if r[1] < s[1]:
+                s[1] = max(s[0], r[1])
+            if r[0] <= s[0]:
+                r[0] = min(s[0] + 1, r[1])   # one ns after the send's post, as the trace has it
+    return [[(a, b) for a, b in ops] for ops in out]

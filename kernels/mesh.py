@@ -30,6 +30,13 @@ DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given
 MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
+# upper bounds of the sizes (plan_field le=): far past any CPU world, and a number typed into the
+# app or the CLI is refused at once instead of sized against the model
+MAX_DIM = 1024        # tp, cp, pp, ep: ranks of one dimension
+MAX_RANKS = 65536     # world, dp
+MAX_COUNT = 65536     # microbatches, experts, virtual stages, top-k
+
+
 def field_specs(cls=None) -> tuple[FieldSpec, ...]:
     """The description of every field of a Plan class (default: Plan), in field order: what the
     flags, the app's command line and its setup form are generated from."""
@@ -39,10 +46,10 @@ def field_specs(cls=None) -> tuple[FieldSpec, ...]:
 @dataclass(frozen=True)
 class Plan:
     world: int = plan_field(0, "ranks, >= 1 (default: the product of the dims)", ge=0,
-                            label="world")
+                            le=MAX_RANKS, label="world")
     # ---- data parallel
     dp: int = plan_field(0, "data-parallel ranks, >= 1 (default: derived from --world)", dim="dp",
-                         ge=0, form=1, grid=2)
+                         ge=0, le=MAX_RANKS, form=1, grid=2)
     zero: int = plan_field(0, "ZeRO stage: 1 shards optimizer state, 2 also grads, 3 also params "
                               "(needs --dp 2+)", dim="dp", choices=(0, 1, 2, 3),
                            label="ZeRO stage", form=6)
@@ -53,32 +60,35 @@ class Plan:
                                   gt=0, label="bucket size")
     # ---- tensor parallel
     tp: int = plan_field(1, "tensor-parallel ranks; divides heads and kv heads", dim="tp", ge=1,
-                         form=2, grid=0)
+                         le=MAX_DIM, form=2, grid=0)
     sp: bool = plan_field(False, "sequence parallel (with --tp)", kind=bool, dim="tp")
     # ---- context parallel
     cp: int = plan_field(1, "context-parallel ranks; divides the sequence", dim="cp", ge=1,
-                         form=4, grid=1)
+                         le=MAX_DIM, form=4, grid=1)
     cp_mode: str = plan_field("ring", "context-parallel attention: ring, zigzag (balanced causal "
                                       "ring) or Ulysses", kind=str, dim="cp", choices=CP_MODES,
                               label="cp mode", form=10)
     # ---- pipeline parallel
-    pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, form=3,
-                         grid=3)
+    pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, le=MAX_DIM,
+                         form=3, grid=3)
     schedule: str = plan_field("1f1b", "pipeline schedule", kind=str, dim="pp", choices=SCHEDULES,
                                form=9)
     microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
-                                   dim="pp", ge=1, form=7)
+                                   dim="pp", ge=1, le=MAX_COUNT, form=7)
     virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
-                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1)
+                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1,
+                                     le=MAX_COUNT)
     fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
                                          "interleaves the forward's and the backward's attention / "
                                          "expert parts so every all-to-all flies under the other "
                                          "microbatch", kind=bool, dim="pp")
     # ---- expert parallel (carved out of dp)
     ep: int = plan_field(1, "expert-parallel ranks (carved out of --dp); divides --experts",
-                         dim="ep", ge=1, form=5)
-    experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, form=8)
-    top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, label="top-k")
+                         dim="ep", ge=1, le=MAX_DIM, form=5)
+    experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, le=MAX_COUNT,
+                              form=8)
+    top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, le=MAX_COUNT,
+                          label="top-k")
     capacity_factor: float | None = plan_field(None, "expert capacity, > 0 (default: no limit)",
                                                kind=float, dim="ep", gt=0, label="capacity factor")
     overlap: bool = plan_field(False, "EP: overlap all-to-all with compute (two microbatches "

@@ -2,7 +2,9 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
+step / compute / comm / overlapped / exposed comm / wait ms: kernels.intervals, the terms of
+partui.analysis.definitions, what `partui report` counts on a trace of the step, p2p pairs
+matched across ranks here), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
 the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
 max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
@@ -11,8 +13,10 @@ max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
 from __future__ import annotations
 
 from kernels.ep.figures import merge_layers, routing_totals
+from kernels.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
 
-RANK_KEYS = ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "wait_ms")
+FIGURE_KEYS = tuple(MS_NAMES)   # compute, comm, overlapped, exposed comm, wait (ms)
+RANK_KEYS = ("step_ms",) + FIGURE_KEYS
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
 CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_rel_grad_err",
@@ -20,8 +24,19 @@ CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_
 PRIVATE_KEYS = ("ledgers",)
 
 
+def pair_figures(items: list[dict]) -> None:
+    """Each rank's figures again, in place, with its p2p ops paired to its peers' (the send's post
+    to the recv's completion, kernels.intervals.pair_p2p): what a trace of the step reports."""
+    if not items or not all("figure_parts" in s for s in items):
+        return
+    paired = pair_p2p([s.get("p2p_ops") or [] for s in items])
+    for s, p2p in zip(items, paired):
+        s.update(in_ms(parts_figures(s["figure_parts"], p2p)))
+
+
 def step_line(items: list[dict]) -> dict:
     """One step line from every rank's step summary (rank order)."""
+    pair_figures(items)
     r0 = items[0]
     out = {"step": r0["step"], "loss": r0["loss"], "step_ms": max(s["step_ms"] for s in items),
            "ranks": [{k: round(s[k], 3) for k in RANK_KEYS} for s in items]}
@@ -39,6 +54,25 @@ def step_line(items: list[dict]) -> dict:
         out.update(routing_totals(layers))
     out["ledgers"] = [s.get("ledger") for s in items]
     return out
+
+
+def overlap_pct(item: dict) -> float | None:
+    """overlapped_ms / comm_ms in % (the report's overlap_pct); None without comm."""
+    return 100 * item["overlapped_ms"] / item["comm_ms"] if item.get("comm_ms") else None
+
+
+def rank_figures(lines: list[dict]) -> tuple[list[dict], list[int]]:
+    """Per rank, the mean of each step figure over the steps whose per-rank rows are kept (a World
+    keeps the last one's: partui.world.past; the first step, a warm-up, left out when there are
+    more), with its overlap_pct: the summary's `figures`; and those steps."""
+    rows = [ln for ln in lines if "ranks" in ln]
+    rows = rows[1:] or rows
+    out = []
+    for rank in range(len(rows[0]["ranks"]) if rows else 0):
+        mean = {k: sum(ln["ranks"][rank][k] for ln in rows) / len(rows) for k in FIGURE_KEYS}
+        out.append({"rank": rank, **{k: round(v, 3) for k, v in mean.items()},
+                    "overlap_pct": overlap_pct(mean)})
+    return out, [ln["step"] for ln in rows]
 
 
 def public(line: dict) -> dict:
@@ -72,6 +106,8 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
             out[key] = [sum(col) / len(col) for col in zip(*rows)]
     if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
+    out["figures"], out["figures_steps"] = rank_figures(lines)
+    out["figures_defined_by"] = "partui report --help (partui.analysis.definitions)"
     if trace_path:
         out["trace"] = trace_path
     return out

@@ -3,11 +3,13 @@
 and converts to a pandas DataFrame. Light to import: pandas loads on `to_pandas()` only.
 
     >>> w.show(1, "optim")          # name  piece  step  m norm  v norm, one line per tensor
-    >>> w.step(3).to_pandas()       # one row per step: step, loss, step_ms, ...
+    >>> w.step(3).to_pandas()       # one row per step and rank: step, rank, loss, compute_ms, ...
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+
+from partui.results import FIGURE_KEYS, overlap_pct
 
 
 def piece_label(kind: str, index, shape) -> str:
@@ -31,26 +33,36 @@ def fmt(v) -> str:
 
 
 class Rows(list):
-    """A list of dicts with named columns: each column a function of one dict."""
+    """A list of dicts with named columns: each column a function of one dict. `expand` turns one
+    dict into the several a table shows for it (a step line: one per rank); `defined` names what
+    columns count beyond partui.analysis.definitions (the DataFrame's attrs["definitions"])."""
 
-    def __init__(self, rows, columns: dict[str, Callable[[dict], object]], title: str = ""):
+    def __init__(self, rows, columns: dict[str, Callable[[dict], object]], title: str = "",
+                 expand: Callable[[dict], list[dict]] | None = None, defined: dict | None = None):
         super().__init__(rows)
-        self.columns, self.title = columns, title
+        self.columns, self.title, self.expand, self.defined = columns, title, expand, defined
 
     def records(self) -> list[dict]:
         """One flat dict per row: the columns' values (what to_pandas holds)."""
-        return [{c: fn(r) for c, fn in self.columns.items()} for r in self]
+        items = [x for r in self for x in self.expand(r)] if self.expand else list(self)
+        return [{c: fn(x) for c, fn in self.columns.items()} for x in items]
 
     def to_pandas(self):
         # lazy: pandas costs ~0.5 s; a REPL that never converts never pays it
         import pandas as pd
-        return pd.DataFrame(self.records(), columns=list(self.columns))
+
+        from partui.analysis.definitions import definitions
+        df = pd.DataFrame(self.records(), columns=list(self.columns))
+        if self.defined is not None:
+            df.attrs["definitions"] = {**definitions(df.columns), **self.defined}
+        return df
 
     def __repr__(self) -> str:
-        cells = [list(self.columns)] + [[fmt(v) for v in rec.values()] for rec in self.records()]
+        records = self.records()
+        cells = [list(self.columns)] + [[fmt(v) for v in rec.values()] for rec in records]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-        head = [f"{self.title} ({len(self)} rows; .to_pandas() for a DataFrame)"] if self.title else []
+        head = [f"{self.title} ({len(records)} rows; .to_pandas() for a DataFrame)"] if self.title else []
         return "\n".join(head + lines)
 
     __str__ = __repr__
@@ -64,16 +76,38 @@ def _piece(r: dict) -> str:
     return piece_label(r["kind"], r["index"], r["global_shape"])
 
 
+STEP_DEFINED = {"loss": "the step's global loss", "step_ms": "the slowest rank's step time",
+                "window_ms": "this rank's step, start to end (the window of its figures)",
+                "max_abs_grad_err": "--check: largest gradient error against the reference"}
+
+
+def _rank_items(line: dict) -> list[dict]:
+    """A step line as one dict per rank: the step's columns beside the rank's figures."""
+    return [{**line, "rank": i, "window_ms": x["step_ms"], **{k: x[k] for k in FIGURE_KEYS}}
+            for i, x in enumerate(line["ranks"])]
+
+
 def step_rows(lines: list[dict], title: str = "steps") -> Rows:
-    """Step lines (partui.results) as rows: step, loss, slowest rank's step time, ..."""
-    cols = {"step": lambda r: r["step"], "loss": lambda r: r["loss"],
-            "step_ms": lambda r: r["step_ms"],
-            "compute_ms": lambda r: max(x["compute_ms"] for x in r["ranks"]),
-            "comm_ms": lambda r: max(x["comm_ms"] for x in r["ranks"]),
-            "overlap_ms": lambda r: max(x["overlap_ms"] for x in r["ranks"])}
+    """Step lines (partui.results) as rows, one per step and rank: the rank's figures are the
+    report's columns, counted as partui.analysis.definitions says (kernels.intervals.figures)."""
+    cols = {"step": lambda r: r["step"], "rank": lambda r: r["rank"], "loss": lambda r: r["loss"],
+            "step_ms": lambda r: r["step_ms"], "window_ms": lambda r: r["window_ms"]}
+    cols.update({k: (lambda r, k=k: r[k]) for k in FIGURE_KEYS})
+    cols["overlap_pct"] = overlap_pct
     if any("max_abs_grad_err" in ln for ln in lines):
         cols["max_abs_grad_err"] = lambda r: r.get("max_abs_grad_err")
-    return Rows(lines, cols, title)
+    return Rows(lines, cols, title, expand=_rank_items, defined=STEP_DEFINED)
+
+
+SHOW_DEFINED = {"name": "the tensor's name in the model", "global_shape": "the full tensor's shape",
+                "local_shape": "this rank's piece's shape",
+                "piece": "where this rank's piece sits in the global tensor: whole, a slice per dim, "
+                         "or a flat range (ZeRO)",
+                "grad_piece": "where this rank's gradient piece sits ('not held here': another rank's)",
+                "norm": "L2 norm of this rank's piece", "absmax": "largest |value| of this rank's piece",
+                "step": "the optimizer's step count for this tensor",
+                "m_norm": "L2 norm of AdamW's first moment m (this rank's piece)",
+                "v_norm": "L2 norm of AdamW's second moment v (this rank's piece)"}
 
 
 def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
@@ -94,4 +128,4 @@ def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
         cols.update({"global_shape": lambda r: r["global_shape"],
                      "local_shape": lambda r: r["local_shape"], "piece": _piece,
                      "norm": _norm("value")})
-    return Rows(rows, cols, title)
+    return Rows(rows, cols, title, defined=SHOW_DEFINED)

@@ -190,7 +190,7 @@ def tensor_bytes(t: torch.Tensor) -> int:
 def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
     """Record an op as issued now: one OpLog record, and comm_issue to the recorder."""
     rec = OpRecord(next_op_id(), op, group.name if group else "world", int(nbytes), peer,
-                   events.now_ns())
+                   events.now_ns(), tag=args.get("tag", 0))
     if emulate.model() is not None:
         ranks = group.ranks if group is not None else list(range(world_size()))
         rec.hold = emulate.on_issue(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),

@@ -27,6 +27,9 @@ thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it i
 
 _recorder = None
 _regions = None  # (name, cat, args) -> a context manager, or None
+# every finished span since the last drain, (cat, t0, t1): the engine's step figures read it, tracer or not
+_spans: list[tuple[str, int, int]] = []
+SPAN_LOG_CAP = 1 << 20  # a process that never drains (a reference model, a bench) keeps the newest half
 
 
 def set_recorder(recorder) -> None:
@@ -77,8 +80,14 @@ def mark(name: str, cat: str, t_ns: int, **args) -> None:
 def span(name: str, cat: str = "compute", **args):
     """Time a compute region; `cat` is its kind (F, B, W, optimizer, attention, expert ...)."""
     rec, regions = _recorder, _regions
-    if rec is None and regions is None:
-        yield
+    if len(_spans) > SPAN_LOG_CAP:
+        del _spans[:SPAN_LOG_CAP // 2]
+    if rec is None and regions is None:   # no tracer, no profiler: the engine's span log only
+        t0 = now_ns()
+        try:
+            yield
+        finally:
+            _spans.append((cat, t0, now_ns()))
         return
     times = dict(args)                   # the region hook's args: t_ns / t_end_ns once it ends
     with regions(name, cat, times) if regions is not None else nullcontext():
@@ -87,9 +96,17 @@ def span(name: str, cat: str = "compute", **args):
             yield
         finally:
             t1, c1 = now_ns(), thread_cpu_ns()
+            _spans.append((cat, t0, t1))
             times.update(t_ns=t0, t_end_ns=t1)
             if rec is not None:
                 rec.compute(name, cat, t0, t1, {**args, "cpu_us": (c1 - c0) / 1000})
+
+
+def drain_spans() -> list[tuple[str, int, int]]:
+    """Every span (cat, t0_ns, t1_ns) finished since the last drain, and forget them."""
+    global _spans
+    out, _spans = _spans, []
+    return out
 
 
 def counter(name: str, **values) -> None:

@@ -24,6 +24,8 @@ class OpRecord:
     wait_ns: int = 0
     waits: list | None = None  # [(t0, t1)] the caller blocked on this op (not compute time)
     hold: object = None        # its place on an emulated link (kernels.comm.emulate.Hold)
+    post: tuple | None = None  # (t0, t1) the caller spent posting it (not compute time)
+    tag: int = 0               # a p2p op's tag (its pair on the peer has the same)
 
 
 class OpLog:
@@ -61,11 +63,12 @@ class Handle:
                 fut = None
             if fut is not None:
                 fut.add_done_callback(self.mark_complete)
-        r, t_posted = events.recorder(), events.now_ns()
-        if work is not None and r is not None and hasattr(r, "comm_posted"):
-            r.comm_posted(rec.op_id, rec.t_issue, t_posted)  # the caller's time posting it
         if work is not None:
-            events.mark(f"posted {rec.op}", "posted", t_posted, op_id=rec.op_id)
+            rec.post = (rec.t_issue, events.now_ns())  # the caller's time posting it
+            r = events.recorder()
+            if r is not None and hasattr(r, "comm_posted"):
+                r.comm_posted(rec.op_id, *rec.post)
+            events.mark(f"posted {rec.op}", "posted", rec.post[1], op_id=rec.op_id)
 
     def mark_complete(self, _fut=None) -> None:
         """The data is in place: take the completion time (a future's callback, or whoever ran

@@ -3,6 +3,7 @@ trace analysis run in thread workers, so keys are handled while the ranks work."
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import threading
 import time
@@ -158,7 +159,9 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             self.run_screen().set_busy(True)
             self._step_worker(n, single=True)
 
-    def action_run_or_pause(self, n: int = 20) -> None:
+    def action_run_or_pause(self, n: int = 0) -> None:
+        """`r`: a toggle. Running (or stepping): pause after this step; idle: run until `r` again
+        (n = 0), or n steps (`run N`), pausable."""
         if self.busy:
             self.pause_requested = True
             self.notify("pausing after this step")
@@ -170,9 +173,10 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
 
     @work(thread=True, group="world")
     def _step_worker(self, n: int, single: bool) -> None:
-        """`single`: one call of n steps; else n calls of one step each, pausable between."""
+        """`single`: one call of n steps; else n calls of one step each (n = 0: until paused),
+        pausable between."""
         try:
-            todo = [n] if single else [1] * n
+            todo = [n] if single else itertools.repeat(1, n) if n else itertools.repeat(1)
             for k in todo:
                 if self.pause_requested:
                     break

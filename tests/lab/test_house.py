@@ -37,6 +37,8 @@ LOCAL_IMPORTS_ALLOWED = {
         "the single-process reference imports torch; only a checked world needs it",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
+    ("partui/tables.py", "partui.analysis.definitions"):
+        "the analysis package imports pandas; the definitions ride along only in to_pandas()",
 }
 
 

@@ -79,7 +79,8 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         assert rows and all(r["step"] == 2 and r["state"]["m"]["norm"] > 0 for r in rows)
         assert list(rows.to_pandas()["m_norm"]) == [r["state"]["m"]["norm"] for r in rows]
         assert len(repr(rows).splitlines()) == len(rows) + 2   # title, header, a line per tensor
-        assert list(lines.to_pandas()["loss"]) == [ln["loss"] for ln in lines]
+        frame = lines.to_pandas()   # one row per step and rank
+        assert list(frame["loss"]) == [ln["loss"] for ln in lines for _ in ln["ranks"]]
         with pytest.raises(ValueError, match="outside the world of 2"):
             w.show(5)
         with pytest.raises(ValueError, match="no parameter matching"):

@@ -16,17 +16,24 @@ plan before launching (coordinates, groups, experts, memory, stages: what `partu
 **Enter / Launch** (ctrl+l) starts the world. Back from the run screen (`p`), the form holds the
 running plan.
 
-**Run**: `s` one step · `n` ten steps · `r` run / pause · `x` reset (step 0, same plan) ·
+**Run**: `s` one step · `n` ten steps · `r` run until `r` again (pause) · `x` reset (step 0, same plan) ·
 `t` trace record on / off (off saves what was recorded and shows its report) ·
 `[` `]` previous / next rank (or click a card) · `p` back to setup (the running plan).
-Tabs (keys `1`–`5`): `1` Params, `2` Grads (each gradient's own piece: ZeRO-2/3 hold a flat
+Tabs (keys `1`–`6`): `1` Params, `2` Grads (each gradient's own piece: ZeRO-2/3 hold a flat
 shard, "not held here" where another rank holds it), `3` Optim (AdamW m, v, step), `4` Shards
 (the highlighted parameter across ranks), `5` Trace (overlap report per rank and step, whose
 trace it is and when it was saved, a text timeline: F light, B dark, W grey, comm in flight ▔,
-and the path to open in https://ui.perfetto.dev). Its columns, in ms or %: window, compute,
-comm in flight, ovl (comm overlapped by compute), exposed (comm not overlapped), idle, ovl%
-(ovl / comm), bubble% (100 - compute / window); pipelines add pipe% (the bubble inside the
-pipeline window), sim% (the simulator's bubble) and formula%.
+and the path to open in https://ui.perfetto.dev), `6` Routing (MoE load per expert).
+**One set of figures**: the rank cards (comp, comm, ovl, exp: the last step), the step lines,
+`World.step().to_pandas()` and the Trace tab count alike, as `partui report --help` defines:
+compute = leaf compute spans merged (a step, an F&B pair, a microbatch never; waits and posting
+an op never); comm = each op in flight from its issue to its completion (a p2p pair from the
+send's post to the recv's completion), merged; ovl = comm while computing; exposed = comm - ovl.
+The Trace tab's columns, in ms or %: window, compute, comm, ovl, exposed, idle (neither compute
+nor comm), ovl% (ovl / comm), bubble% (100 - compute / window); pipelines add a table of pipe%
+(the bubble inside the pipeline window), sim% (the simulator's replay of this trace), ideal%
+(the schedule's own) and formula% (the published formula's bubble, as a % of the ideal
+simulated step).
 Under 100 columns the rank cards hide so the tabs fit: `c` shows / hides them.
 
 **Command line** (`:` focuses it, esc leaves it; keys typed there are text, never bindings;

@@ -12,7 +12,9 @@ from textual.widgets import Button, DataTable, Static
 
 
 class MeshScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q", "dismiss", "close")]
+    BINDINGS = [Binding("escape,q", "dismiss", "close"),
+                Binding("right", "scroll_table(16)", "scroll right", show=False),
+                Binding("left", "scroll_table(-16)", "scroll left", show=False)]
 
     def __init__(self, plan, cfg):
         super().__init__()
@@ -23,8 +25,9 @@ class MeshScreen(ModalScreen):
         with VerticalScroll(id="mesh-box"):
             yield Static(f"{self.plan.describe()} · world {self.plan.world} · each rank as the "
                          f"world will build it (memory: MiB per rank)", id="mesh-title")
+            yield Static("", id="mesh-hint", markup=False)
+            yield DataTable(id="mesh-table", show_cursor=False)   # first: roles can run long
             yield Static("working out each rank's layout ...", id="mesh-roles", markup=False)
-            yield DataTable(id="mesh-table", show_cursor=False)
             yield Button("Close (esc)", id="mesh-close")
 
     def on_mount(self) -> None:
@@ -51,6 +54,19 @@ class MeshScreen(ModalScreen):
             table.add_row(*row)
         self.rows = rows
         self.query_one("#mesh-roles", Static).update(roles)
+        self.call_after_refresh(self.hint_scroll)
+
+    def action_scroll_table(self, cells: int) -> None:
+        table = self.query_one("#mesh-table", DataTable)
+        table.scroll_to(x=table.scroll_x + cells, animate=False)
+
+    def hint_scroll(self) -> None:
+        """Say so when the table is wider than the screen: its last columns are a scroll away."""
+        table = self.query_one("#mesh-table", DataTable)
+        hidden = table.virtual_size.width > table.scrollable_content_region.width
+        last = table.ordered_columns[-1].label.plain if table.ordered_columns else ""
+        self.query_one("#mesh-hint", Static).update(
+            f"wider than the screen: ← → scroll the table (to {last})" if hidden else "")
 
     def on_button_pressed(self, _event) -> None:
         self.dismiss()

@@ -78,23 +78,25 @@ class RunScreen(Screen):
             c.busy = busy
 
     def update_status(self, note: str = "") -> None:
+        """Two lines (three when long), so nothing falls off at 80 columns: what is happening now
+        (recording, the rank shown, steps, loss), then the plan, the link and a note."""
         w = self.world
         plan = w.current_plan
         losses = w.losses()
         t = Text()
-        t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
-                 style="bold")
-        t.append(f" · {len(losses)} step{'' if len(losses) == 1 else 's'} done")
-        if w.link:
-            t.append(f" · link {w.link['name']}" + (f" x{w.link['factor']:.3g}"
-                                                     if w.link["factor"] != 1 else ""), style="cyan")
+        if not w.launched:
+            t.append("world closed: x (reset) relaunches · ", style="bold red")
+        if w.recording:
+            t.append("● rec · ", style="bold red")
+        t.append(f"showing rank {self.selected} · {len(losses)} step{'' if len(losses) == 1 else 's'}")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
-        t.append(f" · showing rank {self.selected}")
-        if w.recording:
-            t.append(" · ● rec", style="bold red")
-        if not w.launched:
-            t.append(" · world closed: x (reset) relaunches", style="bold red")
+        t.append("\n")
+        t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
+                 style="bold")
+        if w.link:   # a long link wraps to a third line (#run-top grows), never off the screen
+            t.append(f" · link {w.link['name']}" + (f" x{w.link['factor']:.3g}"
+                                                     if w.link["factor"] != 1 else ""), style="cyan")
         if note:
             t.append(f" · {note}", style="yellow")
         self.query_one("#run-status", Static).update(t)

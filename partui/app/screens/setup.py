@@ -3,6 +3,7 @@ and Launch (in a worker, with visible progress)."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
@@ -14,6 +15,7 @@ from kernels import mesh
 from kernels.mesh import PlanError, coord_label
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
+from partui.app.widgets.number_input import NumberInput
 from partui.plans import build_plan
 
 MODELS = ("tiny", "small", "medium", "large")
@@ -35,6 +37,18 @@ def defaults() -> dict:
     return {**{s.name: s.default for s in form_specs()}, **FORM_DEFAULTS}
 
 
+def check_plan(fields: dict, model: str) -> tuple:
+    """(plan, cfg, None) for a valid form, else (None, None, the Plan's own message)."""
+    bad = [k for k in input_names() if isinstance(fields[k], str)]
+    if bad:
+        return None, None, f"{bad[0]} must be a whole number"
+    try:
+        plan, cfg = build_plan("custom", model, **fields)
+    except (PlanError, ValueError) as e:
+        return None, None, str(e)
+    return plan, cfg, None
+
+
 def _number(raw: str, kind: type):
     """The input's value as its kind, or the raw text (revalidate names it)."""
     try:
@@ -46,13 +60,15 @@ def _number(raw: str, kind: type):
 class SetupScreen(Screen):
     BINDINGS = [Binding("ctrl+l", "launch", "launch"), Binding("ctrl+g", "mesh", "mesh"),
                 Binding("colon", "command", "command"),
-                Binding("question_mark", "app.help", "help")]
+                Binding("question_mark", "app.help", "help"),
+                Binding("escape", "leave", "leave field", show=False)]   # a select, the presets
 
     def __init__(self, presets: dict):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
         self.plan = self.cfg = self.error = None
         self.extra: dict = {}             # plan fields the form has no input for (sp, grad_sync ...)
+        self._edits = 0                   # edits so far: a check's answer shows if still the newest
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,19 +78,25 @@ class SetupScreen(Screen):
             with Vertical(id="mesh"):
                 numbers, start = input_names(), defaults()
                 with Grid(id="mesh-grid"):
-                    for name in numbers:
-                        yield Label(name)
-                        kind = "integer" if isinstance(start[name], int) else "number"
-                        yield Input(str(start[name]), type=kind, id=f"f-{name}", classes="field")
+                    for spec in form_specs():
+                        if spec.name in numbers:
+                            yield Label(spec.name)
+                            yield NumberInput(start[spec.name], spec, id=f"f-{spec.name}",
+                                              classes="field")
                 for spec in form_specs():
                     if spec.name not in numbers:
                         values = spec.choices or (False, True)
-                        yield Select([(str(v), v) for v in values], value=start[spec.name],
-                                     allow_blank=False, id=f"f-{spec.name}",
-                                     prompt=spec.label or spec.name.replace("_", " "))
+                        label = spec.label or spec.name.replace("_", " ")
+                        with Horizontal(classes="labelled"):
+                            yield Label(label, classes="select-label")
+                            yield Select([(str(v), v) for v in values], value=start[spec.name],
+                                         allow_blank=False, id=f"f-{spec.name}", prompt=label,
+                                         tooltip=spec.help)
             with Vertical(id="model"):
-                yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
-                             id="f-model")
+                with Horizontal(classes="labelled"):
+                    yield Label("model", classes="select-label", id="model-label")
+                    yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
+                                 id="f-model")
                 yield Static("", id="model-info")
                 yield Button("Launch ⏎", variant="primary", id="launch")
                 yield Button("Mesh ^g", id="mesh-view")
@@ -132,28 +154,33 @@ class SetupScreen(Screen):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id and event.input.id.startswith("f-"):
-            self.revalidate()
+            self.revalidate_later()
 
     def on_select_changed(self, _event) -> None:
-        self.revalidate()
+        self.revalidate_later()
+
+    def revalidate_later(self) -> None:
+        """Validate off the UI thread while the user types: keys are never held up by a check
+        (the newest edit's answer is the one shown)."""
+        if self.app.engine_ready:
+            self._edits += 1
+            self._validate_worker(self._edits, self.fields(), self.model())
+
+    @work(thread=True, group="validate")
+    def _validate_worker(self, edit: int, fields: dict, model: str) -> None:
+        found = check_plan(fields, model)
+        if self.app.is_running:
+            self.app.call_from_thread(lambda: edit == self._edits and self.show_validation(*found))
 
     def revalidate(self) -> None:
         """Validate the editor's plan now; the status line shows the Plan's own message."""
-        if not self.app.engine_ready:
-            return
+        if self.app.engine_ready:
+            self._edits += 1   # an answer still in flight is older than this one
+            self.show_validation(*check_plan(self.fields(), self.model()))
+
+    def show_validation(self, plan, cfg, error: str | None) -> None:
+        self.plan, self.cfg, self.error = plan, cfg, error
         status = self.query_one("#status", Static)
-        fields = self.fields()
-        bad = [k for k in input_names() if isinstance(fields[k], str)]
-        self.plan = None
-        if bad:
-            self.error = f"{bad[0]} must be a whole number"
-        else:
-            try:
-                self.plan, cfg = build_plan("custom", self.model(), **fields)
-                self.cfg = cfg
-                self.error = None
-            except (PlanError, ValueError) as e:
-                self.error, cfg = str(e), None
         if self.error:
             status.update(Text(f"✗ {self.error}", style="bold red"))
             status.set_class(True, "-invalid")
@@ -197,6 +224,9 @@ class SetupScreen(Screen):
 
     def action_command(self) -> None:
         self.query_one("#command").focus()
+
+    def action_leave(self) -> None:
+        self.set_focus(None)   # the screen's keys (: ? q ^l ^g) and tab take over
 
     def progress(self, msg: str) -> None:
         self.query_one("#progress", Static).update(Text(msg, style="yellow"))

@@ -1,5 +1,6 @@
 """One rank's card on the Run screen: coordinates, role, memory ledger, last step's compute /
-comm / overlap, and a spinner while a step is in flight on it."""
+comm / overlapped / exposed (the step line's figures: partui.results, defined as the report's,
+partui.analysis.definitions), and a spinner while a step is in flight on it."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -7,11 +8,21 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from partui.results import overlap_pct
+
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 def mb(nbytes) -> str:
     return "—" if nbytes is None else f"{nbytes / 2**20:.2f}"
+
+
+def card_figures(item: dict) -> str:
+    """A rank's step figures as its card shows them, the report's names shortened."""
+    pct = overlap_pct(item)
+    return (f"comp {item['compute_ms']:.1f} comm {item['comm_ms']:.1f} ms\n"
+            f"ovl {item['overlapped_ms']:.1f} {'—' if pct is None else f'{pct:.0f}%'}"
+            f" exp {item['exposed_comm_ms']:.1f} ms\nstep {item['step_ms']:.0f} ms")
 
 
 class RankCard(Static):
@@ -67,9 +78,7 @@ class RankCard(Static):
         if s is None:
             t.append("no step yet", style="dim")
         else:
-            t.append(f"comp {s['compute_ms']:.1f} comm {s['comm_ms']:.1f} ms\n")
-            pct = 100 * s["overlap_ms"] / s["comm_ms"] if s["comm_ms"] else 0.0
-            t.append(f"ovl {s['overlap_ms']:.1f} ms {pct:.0f}% · {s['step_ms']:.0f} ms")
+            t.append(card_figures(s))
         self.update(t)
 
     def on_click(self) -> None:

@@ -10,8 +10,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Static
 
 REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped_ms",
-               "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct", "pipe_bubble_pct",
-               "sim_bubble_pct", "formula_bubble_pct")   # the last three: pipeline runs only
+               "exposed_comm_ms", "idle_ms", "overlap_pct", "bubble_pct")
+# pipeline runs only, a table of their own so the figures' fit 80 columns beside them
+PIPE_COLS = ("rank", "pipe_bubble_pct", "sim_bubble_pct", "sim_ideal_bubble_pct", "formula_bubble_pct")
+DEFINED = "the same figures as the step lines, the rank cards and `partui report` (definitions: ?)"
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
 SAVED_COLS = ("rank", "in_flight_ms", "exposed_comm_ms", "step_ms", "no_overlap_step_ms", "saved_ms")
 
@@ -20,7 +22,7 @@ SAVED_COLS = ("rank", "in_flight_ms", "exposed_comm_ms", "step_ms", "no_overlap_
 HEADERS = {"overlapped_ms": "ovl", "exposed_comm_ms": "exposed", "overlap_pct": "ovl%",
            "in_flight_ms": "in flight", "no_overlap_step_ms": "no-overlap step",
            "pipe_bubble_pct": "pipe%", "sim_bubble_pct": "sim%",
-           "formula_bubble_pct": "formula%"}
+           "sim_ideal_bubble_pct": "ideal%", "formula_bubble_pct": "formula%"}
 
 
 def header(col: str) -> str:
@@ -45,8 +47,10 @@ class TracePanel(VerticalScroll):
             yield Button("save", id="trace-save", compact=True)
         yield Static("not recording · record, step, stop (or save): the report appears here",
                      id="trace-path", markup=False)
+        yield Static(DEFINED, id="figures-defined", markup=False)
         yield DataTable(id="report-rank", show_cursor=False)
         yield DataTable(id="report-step", show_cursor=False)
+        yield DataTable(id="report-pipe", show_cursor=False)
         yield Static("", id="saved-line", markup=False)
         yield DataTable(id="report-saved", show_cursor=False)
         yield Static("", id="pair-summary", markup=False)
@@ -67,6 +71,10 @@ class TracePanel(VerticalScroll):
         where = f"{path}  (open in https://ui.perfetto.dev)"
         self.query_one("#trace-path", Static).update(f"{about}\n{where}" if about else where)
         tables = [("#report-rank", by_rank, REPORT_COLS, 1), ("#report-step", by_step, REPORT_COLS, 1)]
+        has_pipe = "pipe_bubble_pct" in by_rank.columns
+        if has_pipe:
+            tables.append(("#report-pipe", by_rank, PIPE_COLS, 1))
+        self.query_one("#report-pipe").display = has_pipe
         has_pairs = pairs is not None and len(pairs) > 0
         if has_pairs:                                   # one all-to-all is a fraction of a millisecond
             tables.append(("#report-pair", pairs, PAIR_COLS, 3))
@@ -96,6 +104,6 @@ class TracePanel(VerticalScroll):
             t.add_row(*[cell(v, c) for v, c in zip(row, SAVED_COLS)])
 
     def report_rows(self, which: str = "rank") -> list[list[str]]:
-        """Rows of the rank, step or pair table as shown."""
+        """Rows of the rank, step, pipe, saved or pair table as shown."""
         t = self.query_one(f"#report-{which}", DataTable)
         return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
