@@ -98,8 +98,11 @@ class Engine:
             comm.all_reduce(loss, comm.world_group())
         t1 = events.now_ns()
         self.step_count += 1
+        spans = events.drain_spans()
+        # the window is the step span's own times, the ones a trace of this step records
+        t0, t1 = next(((a, b) for cat, a, b in reversed(spans) if cat == "step"), (t0, t1))
         res = StepResult(step, loss.item(), (t1 - t0) / 1e6)
-        fill_overlap(res, events.drain_spans(), comm.oplog.clear(), t0, t1)
+        fill_overlap(res, spans, comm.oplog.clear(), t0, t1)
         res.extra.update(self.sync.step_stats())
         # attention time / FLOPs / K/V overlap (cp), routing figures (MoE); dense, no cp: nothing
         res.extra.update(self.ctx.stats.drain())
