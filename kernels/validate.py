@@ -37,11 +37,13 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def least_microbatches(schedule: str, pp: int) -> int:
-    """The fewest microbatches `schedule` runs at pp pipeline ranks (what _pipeline_checks asks)."""
-    if pp <= 1 or schedule == "gpipe":
-        return 1
-    return 2 * pp if schedule in DUALPIPES else pp
+def least_microbatches(schedule: str, pp: int, local_batch: int | None = None) -> int:
+    """The fewest microbatches `schedule` runs at pp pipeline ranks (what _pipeline_checks asks);
+    with the per-rank batch, the fewest that also divide it (the least alone where none does)."""
+    least = 1 if pp <= 1 or schedule == "gpipe" else 2 * pp if schedule in DUALPIPES else pp
+    step = 2 if schedule in DUALPIPES else pp if schedule == "interleaved" else 1
+    fits = [m for m in divisors(local_batch or 0) if m >= least and m % step == 0]
+    return fits[0] if fits else least
 
 
 def round_up(n: int, k: int) -> int:

@@ -127,7 +127,7 @@ def fields_from_args(args) -> dict:
     check_flag_values(args)
     names = (*(spec.name for spec in mesh.field_specs()), *MODEL_FIELDS)
     fields = {f: getattr(args, f) for f in names if getattr(args, f, None) is not None}
-    default = default_microbatches(fields)
+    default = default_microbatches({**fields, "model": getattr(args, "model", "tiny")})
     if default:
         fields["microbatches"] = default
     return fields
@@ -135,11 +135,19 @@ def fields_from_args(args) -> dict:
 
 def default_microbatches(fields: dict) -> int | None:
     """The microbatches a pipeline plan takes when --microbatches is not given: the least its
-    schedule runs (1f1b at pp 2: 2); None where the flag was given or there is no pipeline."""
+    schedule runs that divides the per-rank batch (1f1b at pp 2: 2; at pp 3 with 8 a rank: 4);
+    None where the flag was given or there is no pipeline."""
     pp = fields.get("pp", 1)
     if "microbatches" in fields or pp <= 1:
         return None
-    return least_microbatches(fields.get("schedule", mesh.Plan.schedule), pp)
+    batch = fields.get("batch") or MODEL_PRESETS[fields.get("model", "tiny")].batch \
+        if fields.get("model", "tiny") in MODEL_PRESETS else None
+    other = pp * fields.get("tp", 1) * fields.get("cp", 1)
+    world = fields.get("world", 0)
+    dp = fields.get("dp") or (world // other if world and world % other == 0 else
+                              fields.get("ep", 1))
+    local = batch // dp if batch and dp and batch % dp == 0 else None
+    return least_microbatches(fields.get("schedule", mesh.Plan.schedule), pp, local)
 
 
 def microbatches_note(args, plan: mesh.Plan) -> str:
