@@ -234,7 +234,7 @@ def bad_end(e: BaseException) -> str:
 
 def print_summary(summary: dict, world: World, as_json: bool, note: str = "") -> None:
     if as_json:
-        print(json.dumps({"summary": summary}), flush=True)
+        print(json.dumps({"summary": {**summary, "defaults": note} if note else summary}), flush=True)
         return
     describe = world.current_plan.describe() + (f" · {note}" if note else "")
     print(summary_text(summary, describe), flush=True)
