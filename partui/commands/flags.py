@@ -140,8 +140,8 @@ def default_microbatches(fields: dict) -> int | None:
     pp = fields.get("pp", 1)
     if "microbatches" in fields or pp <= 1:
         return None
-    batch = fields.get("batch") or MODEL_PRESETS[fields.get("model", "tiny")].batch \
-        if fields.get("model", "tiny") in MODEL_PRESETS else None
+    preset = MODEL_PRESETS.get(fields.get("model", "tiny"))     # an unknown one is refused later
+    batch = fields.get("batch") or (preset.batch if preset else None)
     other = pp * fields.get("tp", 1) * fields.get("cp", 1)
     world = fields.get("world", 0)
     dp = fields.get("dp") or (world // other if world and world % other == 0 else
@@ -155,7 +155,7 @@ def microbatches_note(args, plan: mesh.Plan) -> str:
     if getattr(args, "microbatches", None) is not None or plan.pp <= 1:
         return ""
     return (f"microbatches {plan.microbatches} (not given: the least {plan.schedule} takes at "
-            f"pp {plan.pp})")
+            f"pp {plan.pp} that divides the per-rank batch)")
 
 
 def check_flag_values(args) -> None:

@@ -82,7 +82,7 @@ BAD_INPUTS = [  # (argv, words the message must hold): each refused before anyth
     ('plan --pp 100000', 'is not divisible by 100000 microbatches'),
     ('plan --pp 4 --layers 2', 'set --layers 4 or --pp 2'),
     ('plan --pp 2 --schedule nope', 'pick schedule in gpipe, 1f1b, zb1p'),
-    ('plan --pp 2 --microbatches 0', 'microbatches 0 must be >= 1'),
+    ('plan --pp 2 --microbatches 0', 'must be >= 1: pick microbatches in 2, 4, 8'),
     ('plan --pp 2 --microbatches 3', 'set --microbatches 2 or --microbatches 4'),
     ('plan --pp 2 --microbatches 1', '1f1b needs at least pp = 2 microbatches, got 1'),
     ('plan --pp 3 --schedule dualpipe --layers 6', 'set --schedule dualpipev or --pp 2'),

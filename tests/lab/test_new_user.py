@@ -82,7 +82,8 @@ def test_microbatches_default_to_the_least_the_schedule_takes(schedule, pp, want
 
 def test_the_plan_says_which_microbatches_it_took():
     rc, out, _ = cli("plan", "--pp", 2)
-    assert rc == 0 and out.rstrip().endswith("microbatches 2 (not given: the least 1f1b takes at pp 2)")
+    assert rc == 0 and out.rstrip().endswith(
+        "microbatches 2 (not given: the least 1f1b takes at pp 2 that divides the per-rank batch)")
     rc, out, _ = cli("plan", "--pp", 2, "--microbatches", 4)
     assert rc == 0 and "not given" not in out
 
