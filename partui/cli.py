@@ -49,7 +49,9 @@ def main(argv=None) -> int:
     if unknown:                   # the command's own usage, not the top level's (exits 2)
         parsers[args.cmd].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()        # the last buffered lines: a closed pipe raises here, not at exit
+        return code
     except KeyboardInterrupt:     # Ctrl-C: the command's `with` blocks have closed its world
         print(f"partui {args.cmd}: interrupted", file=sys.stderr)
         return 130
