@@ -288,23 +288,42 @@ def _session_pids(sid: int) -> list[int]:
     return out
 
 
-def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
-    p = subprocess.Popen([sys.executable, "-m", "partui", "run", "--dp", "2", "--steps", "300"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def interrupt_after(args: list, lines: int):
+    """`partui run ARGS` with Ctrl-C (SIGINT to its process group, as a terminal sends it) after
+    `lines` step lines: the finished process."""
+    p = subprocess.Popen([sys.executable, "-m", "partui", "run", *map(str, args)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        assert p.stdout.readline().startswith("step"), "no first step"
-        os.killpg(p.pid, signal.SIGINT)                 # what a terminal's Ctrl-C does
-        _, err = p.communicate(timeout=30)
+        for _ in range(lines):
+            assert p.stdout.readline().startswith("step"), "the run stopped early"
+        os.killpg(p.pid, signal.SIGINT)
+        _, p.err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+    return p
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
+    p = interrupt_after(["--dp", 2, "--steps", 300], 1)
     assert p.returncode == 130
-    assert err.strip().splitlines() == ["partui run: interrupted"], err
+    assert p.err.strip().splitlines() == ["partui run: interrupted"], p.err
     deadline = time.monotonic() + 10
     while _session_pids(p.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _session_pids(p.pid), "rank or helper processes outlived the run"
+
+
+def test_ctrl_c_in_a_traced_run_keeps_the_steps_done_in_the_partial_file(tmp_path):
+    asked = tmp_path / "run.json"
+    p = interrupt_after(["--dp", 2, "--layers", 1, "--steps", 45, "--trace", asked], 3)  # < 50 cap
+    partial = tmp_path / "run.partial.json"
+    assert p.returncode == 130 and not asked.exists(), p.err
+    assert f"are in {partial}; {asked} was not written" in p.err and "Traceback" not in p.err, p.err
+    assert p.err.strip().splitlines()[-1] == "partui run: interrupted"
+    first, last = json.loads(partial.read_text())["metadata"]["steps"]
+    assert first == 0 and last >= 2
 
 
 def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped():
