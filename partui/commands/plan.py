@@ -8,7 +8,6 @@ import json
 import sys
 
 from partui.commands.flags import add_plan_arguments, fields_from_args, flagify, microbatches_note
-from partui.layout import layout_text, plan_layout
 from partui.plans import MODEL_FIELDS, build_plan
 
 
@@ -30,6 +29,7 @@ def run(args) -> int:
     except ValueError as e:                       # PlanError too: one line, in flags
         print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
         return 2
+    from partui.layout import layout_text, plan_layout   # torch: only once the plan is valid
     ranks = plan_layout(plan, cfg)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "model": cfg.to_dict(), "ranks": ranks}))
