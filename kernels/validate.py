@@ -8,6 +8,7 @@ would refuse is never suggested. Torch-free, so plans validate before anything l
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from kernels.config import ModelConfig, model_config_for
@@ -18,6 +19,7 @@ from kernels.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHED
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
 OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp
 MAX_FIXES = 4
+MAX_LISTED = 8     # `pick top_k in 1, 2, 3, 4`: a list of one field's values names every valid one
 # the last resort of a rejection whose own candidates fix nothing: every change of one or two of
 # these fields to these values (dims up to 8, the worlds this lab runs), singles first
 BROAD = {"world": (0, 1, 2, 3, 4, 6, 8), "dp": (0, 1, 2, 3, 4), "tp": (1, 2, 3, 4, 8),
@@ -30,7 +32,18 @@ RESETS = ({"ep": 1}, {"tp": 1}, {"cp": 1}, {"pp": 1}, {"microbatches": 1}, {"ove
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """n's divisors, ascending; sqrt(n) steps, so a huge number answers at once."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def least_microbatches(schedule: str, pp: int, local_batch: int | None = None) -> int:
+    """The fewest microbatches `schedule` runs at pp pipeline ranks (what _pipeline_checks asks);
+    with the per-rank batch, the fewest that also divide it (the least alone where none does)."""
+    least = 1 if pp <= 1 or schedule == "gpipe" else 2 * pp if schedule in DUALPIPES else pp
+    step = 2 if schedule in DUALPIPES else pp if schedule == "interleaved" else 1
+    fits = [m for m in divisors(local_batch or 0) if m >= least and m % step == 0]
+    return fits[0] if fits else least
 
 
 def round_up(n: int, k: int) -> int:
@@ -103,12 +116,15 @@ class _Checks:
         if self.collect is not None or not self.suggest or not candidates:
             raise err          # no candidates: the problem's own text names the fix
         base = self.resolved or self.plan
+        one_field = len({tuple(c) for c in candidates}) == 1 and len(candidates[0]) == 1
+        limit = MAX_LISTED if one_field else MAX_FIXES
         tries = [fix for cand in candidates for fix in _with_world(self.plan, base, cand)]
         both = [fix for cand in candidates for reset in RESETS if not set(reset) & set(cand)
                 for fix in _with_world(self.plan, base, {**cand, **reset})]
         for pool, after in ((tries, None), (both, None), (tries, self.count), (None, None)):
             err.fixes = _first_valid(self.plan, self.cfg,
-                                     broad_changes(self.plan) if pool is None else pool, after)
+                                     broad_changes(self.plan) if pool is None else pool, after,
+                                     limit if pool is tries else MAX_FIXES)
             if err.fixes:
                 break
         err.args = (f"{problem}: {fix_text(err.fixes)}" if err.fixes else
@@ -127,8 +143,9 @@ def broad_changes(plan: Plan):
                 yield {**a, **b}
 
 
-def _first_valid(plan: Plan, cfg, pool: list[dict], after: int | None) -> list[dict]:
-    """Up to MAX_FIXES distinct fixes of pool under which the plan validates (with `after`: gets
+def _first_valid(plan: Plan, cfg, pool: list[dict], after: int | None,
+                 limit: int = MAX_FIXES) -> list[dict]:
+    """Up to `limit` distinct fixes of pool under which the plan validates (with `after`: gets
     past check `after` and on to a plan whose next problems have fixes)."""
     out, seen = [], set()
     for fix in pool:
@@ -136,7 +153,7 @@ def _first_valid(plan: Plan, cfg, pool: list[dict], after: int | None) -> list[d
         if key not in seen and _valid(plan, cfg, fix, after, depth=2):
             out.append(fix)
         seen.add(key)
-        if len(out) == MAX_FIXES:
+        if len(out) == limit:
             break
     return out
 
@@ -193,7 +210,8 @@ def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
 
 def _tp_checks(plan: Plan, cfg, need: _Checks) -> None:
     tp = plan.tp
-    tps = [{"tp": d} for d in range(1, 2 * max(tp, cfg.heads) + 1) if d != tp]
+    # a valid tp divides the heads: the model's own size bounds the search, whatever tp was asked
+    tps = [{"tp": d} for d in divisors(cfg.heads) if d != tp]
     need(cfg.heads % tp == 0, f"tp {tp} does not divide {cfg.heads} heads", tps)
     need(cfg.kv_heads % tp == 0 or tp % cfg.kv_heads == 0,
          f"tp {tp} and {cfg.kv_heads} kv heads: tp must divide the kv heads (sharded) or be a "
@@ -286,7 +304,8 @@ def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
         need(dp % ep == 0, f"ep {ep} must divide {dp_is} (experts are sharded over data-parallel "
                            f"ranks)", [*({"ep": d} for d in both), {"dp": ep}])
         need(1 <= plan.top_k <= experts, f"top-k {plan.top_k} must be between 1 and the {experts} "
-                                         f"experts", [{"top_k": min(2, experts)}, {"top_k": 1}])
+                                         f"experts",
+             [{"top_k": k} for k in range(1, min(experts, MAX_LISTED) + 1)])
     need(routing_problem(cfg) is None, routing_problem(cfg) or "")     # MoE family fields (DeepSeek)
     need(not plan.overlap or experts > 0, "overlap splits MoE all-to-all: it needs experts",
          [{"experts": 4}, {"overlap": False}])
@@ -316,6 +335,9 @@ def plan_for_model(fields: dict, cfg: ModelConfig, suggest: bool = True) -> tupl
         if e.field is None or not suggest:
             raise
         e.fixes = [fix for fix in e.candidates if _fields_valid({**fields, **fix}, cfg)][:MAX_FIXES]
+        if not e.fixes and isinstance(fields.get(e.field), int):   # the field's small values
+            e.fixes = [fix for fix in ({e.field: v} for v in range(1, 2 * MAX_LISTED + 1))
+                       if _fields_valid({**fields, **fix}, cfg)][:MAX_LISTED]
         e.args = (f"{e.problem}: {fix_text(e.fixes)}" if e.fixes else
                   f"{e.problem}: no value of {e.field} makes this plan valid; change the others first",)
         raise

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> (module with add_parser(subparsers) and run(args), help). A dispatch table: only the
@@ -21,15 +22,18 @@ COMMANDS = {
 }
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser, with the full subparser of `command` (its module imported) and the others named."""
+def build_parser(command: str | None = None, parsers: dict | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full subparser of `command` (its module imported) and the others named;
+    `parsers` (when given) receives name -> subparser."""
     ap = argparse.ArgumentParser(prog="partui", description=__doc__)
     sub = ap.add_subparsers(dest="cmd")
     for name, (module, help_text) in COMMANDS.items():
         if name == command:
-            importlib.import_module(module).add_parser(sub)
+            parser = importlib.import_module(module).add_parser(sub)
         else:
-            sub.add_parser(name, help=help_text, add_help=False)
+            parser = sub.add_parser(name, help=help_text, add_help=False)
+        if parsers is not None:
+            parsers[name] = parser
     return ap
 
 
@@ -37,15 +41,33 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     argv = argv or ["app"]
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    parsers: dict = {}
+    args, unknown = build_parser(command if command in COMMANDS else None,
+                                 parsers).parse_known_args(argv)
     if args.cmd is None:
         build_parser().print_help()
         return 2
+    if unknown:                   # the command's own usage, not the top level's (exits 2)
+        parsers[args.cmd].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()        # the last buffered lines: a closed pipe raises here, not at exit
+        return code
     except KeyboardInterrupt:     # Ctrl-C: the command's `with` blocks have closed its world
         print(f"partui {args.cmd}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:       # `partui ... | head`: the reader has what it wanted
+        quiet_stdout()
+        return 0
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit cannot raise on the closed
+    pipe again (the fd is replaced, not closed: it stays valid until exit)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout is not a real file (captured in a test)
+        pass
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
 def summary_text(summary: dict, describe: str) -> str:
     """The one line `partui run` prints at the end (without --json)."""
     mean = summary["mean_step_ms"]
-    return (f"{describe} · world {summary['world']} · {summary['steps']} steps · final loss "
+    return (f"{describe} · world {summary['world']} · {summary['steps']} step{'s' if summary['steps'] != 1 else ''} · final loss "
             f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
             + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
                if "check" in summary else "")

@@ -295,10 +295,15 @@ class World:
                 return []
             return self._guard(lambda c: c.call("profile_stop", {}))
 
-    def trace_save(self, name: str = "", command: str = "partui app") -> str:
+    def trace_save(self, name: str = "", command: str = "partui app", fetched_only: bool = False) -> str:
         """Merge what was recorded into one Chrome trace (Perfetto; `partui report`): NAME.json or
-        NAME.json.gz as given, else traces/NAME.json. Returns the path."""
+        NAME.json.gz as given, else traces/NAME.json. Returns the path. fetched_only: the windows
+        already fetched from the ranks, without asking them for the open one (after a rank died)."""
         with self._lock:
+            if fetched_only:
+                if self.recording:        # the open window stays on the ranks: not its steps
+                    del self._traced_steps[self._window_from:]
+                self.recording = False
             self.trace_off()
             if not self._traced:
                 raise RuntimeError("nothing recorded: trace_on(), step, then trace_save(name)")

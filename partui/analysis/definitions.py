@@ -51,7 +51,10 @@ COLUMNS = {
                       "completion, where the receiver already waited; else its edge's mean)",
     "sim_ideal_bubble_pct": "the schedule's own bubble for this rank's stage: the simulator under "
                             "mean F / B / W over all ranks, comm free (transfers and posts take 0)",
-    "formula_bubble_pct": "the published formula's bubble, as a % of the ideal simulated step",
+    "formula_bubble_pct": "the published formula's bubble, as a % of the ideal simulated step; "
+                          "negative where the formula subtracts more than it adds (ZB1P's F+B-2W, "
+                          "DualPipe's F&B+B-3W go below 0 when W, the weight-grad time, is large "
+                          "against F and B): the formula assumes W small, not an error",
     "op": "comm op",
     "group": "process group",
     "ops": "number of ops",

@@ -7,10 +7,12 @@ command line takes as they are; on the command line the same message names flags
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 from kernels import mesh
 from kernels.config import PRESETS as MODEL_PRESETS
+from kernels.validate import least_microbatches
 from partui.plans import MODEL_FIELDS
 
 PLAN_FLAGS = tuple(spec.name for spec in mesh.field_specs())   # generated: the Plan's own fields
@@ -100,7 +102,8 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default=None, metavar="PATH",
                    help="record a Chrome trace to this path (.json or .json.gz; opens in Perfetto)")
     p.add_argument("--trace-steps", default=None, metavar="A:B",
-                   help="steps to trace, e.g. 2:4 (default all)")
+                   help="steps to trace with --trace, A included, B excluded: 2:4 traces steps 2 "
+                        "and 3 (default all)")
     p.add_argument("--trace-full", action="store_true", help="full viztracer (slow) not sparse")
     p.add_argument("--trace-uncapped", action="store_true",
                    help="trace every step asked for (default: the last 50 of them)")
@@ -119,9 +122,54 @@ def add_link_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fields_from_args(args) -> dict:
-    """The plan fields and model overrides given on the command line (the rest: plans' defaults)."""
+    """The plan fields and model overrides given on the command line (the rest: plans' defaults),
+    with --microbatches, when not given beside --pp 2+, the least the schedule takes."""
+    check_flag_values(args)
     names = (*(spec.name for spec in mesh.field_specs()), *MODEL_FIELDS)
-    return {f: getattr(args, f) for f in names if getattr(args, f, None) is not None}
+    fields = {f: getattr(args, f) for f in names if getattr(args, f, None) is not None}
+    default = default_microbatches({**fields, "model": getattr(args, "model", "tiny")})
+    if default:
+        fields["microbatches"] = default
+    return fields
+
+
+def default_microbatches(fields: dict) -> int | None:
+    """The microbatches a pipeline plan takes when --microbatches is not given: the least its
+    schedule runs that divides the per-rank batch (1f1b at pp 2: 2; at pp 3 with 8 a rank: 4);
+    None where the flag was given or there is no pipeline."""
+    pp = fields.get("pp", 1)
+    if "microbatches" in fields or pp <= 1:
+        return None
+    preset = MODEL_PRESETS.get(fields.get("model", "tiny"))     # an unknown one is refused later
+    batch = fields.get("batch") or (preset.batch if preset else None)
+    other = pp * fields.get("tp", 1) * fields.get("cp", 1)
+    world = fields.get("world", 0)
+    dp = fields.get("dp") or (world // other if world and world % other == 0 else
+                              fields.get("ep", 1))
+    local = batch // dp if batch and dp and batch % dp == 0 else None
+    return least_microbatches(fields.get("schedule", mesh.Plan.schedule), pp, local)
+
+
+def microbatches_note(args, plan: mesh.Plan) -> str:
+    """What the summary says when --microbatches was taken by default ('' when it was given)."""
+    if getattr(args, "microbatches", None) is not None or plan.pp <= 1:
+        return ""
+    return (f"microbatches {plan.microbatches} (not given: the least {plan.schedule} takes at "
+            f"pp {plan.pp} that divides the per-rank batch)")
+
+
+def check_flag_values(args) -> None:
+    """Flag values outside their range that the Plan itself takes as 'not given' (dp 0) or that are
+    not Plan fields (the optimizer's): ValueError naming the range."""
+    if getattr(args, "dp", None) == 0:
+        raise ValueError("--dp 0: data-parallel ranks are 1 or more; leave --dp out to derive it "
+                         "from --world")
+    lr, wd = getattr(args, "lr", None), getattr(args, "weight_decay", None)
+    if lr is not None and not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"--lr {lr:g}: the learning rate must be > 0 (and finite); try --lr 1e-3")
+    if wd is not None and not (wd >= 0 and math.isfinite(wd)):
+        raise ValueError(f"--weight-decay {wd:g}: weight decay must be >= 0 (and finite); try "
+                         f"--weight-decay 0.01")
 
 
 def world_options(args) -> dict:

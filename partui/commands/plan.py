@@ -7,8 +7,7 @@ import argparse
 import json
 import sys
 
-from partui.commands.flags import add_plan_arguments, flagify, fields_from_args
-from partui.layout import layout_text, plan_layout
+from partui.commands.flags import add_plan_arguments, fields_from_args, flagify, microbatches_note
 from partui.plans import MODEL_FIELDS, build_plan
 
 
@@ -23,16 +22,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    fields = fields_from_args(args)
-    model = {k: fields.pop(k) for k in list(fields) if k in MODEL_FIELDS}
     try:
+        fields = fields_from_args(args)
+        model = {k: fields.pop(k) for k in list(fields) if k in MODEL_FIELDS}
         plan, cfg = build_plan("custom", args.model, model, **fields)
     except ValueError as e:                       # PlanError too: one line, in flags
         print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
         return 2
+    from partui.layout import layout_text, plan_layout   # torch: only once the plan is valid
     ranks = plan_layout(plan, cfg)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "model": cfg.to_dict(), "ranks": ranks}))
     else:
-        print(layout_text(plan, cfg, ranks))
+        note = microbatches_note(args, plan)
+        print(layout_text(plan, cfg, ranks) + (f"\n{note}" if note else ""))
     return 0

@@ -148,6 +148,12 @@ def run(args) -> int:
             table = compare(df, other)
         elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
             table = kineto_pairs(df) if is_part_trace(df) else fb_pair_a2a(df)
+            if table.empty:
+                print(f"partui report: {args.trace} holds no F&B pairs, so --by pair has nothing to "
+                      f"show: record a run with --fb-overlap (e.g. partui run --pp 2 --ep 2 "
+                      f"--experts 4 --fb-overlap --trace traces/fb.json) or pick --by rank",
+                      file=sys.stderr)
+                return 2
         elif args.by == "schedule":
             table = schedule_view(df, args.step)
         else:

@@ -8,8 +8,10 @@ import json
 import math
 import os
 import sys
+import tempfile
 
-from partui.commands.flags import add_run_arguments, flagify, fields_from_args, world_options
+from partui.commands.flags import (add_run_arguments, fields_from_args, flagify,
+                                   microbatches_note, world_options)
 from partui.machine import usable_cpus
 from partui.profile import check_profile_dir
 from partui.results import line_text, public, summary_text
@@ -84,7 +86,7 @@ def traced_run(world: World, steps: int, asked: set[int], kept: set[int], sparse
     """world.run with `kept` traced. When more than the cap is asked, the first asked step is
     traced alone first (kept or not) to measure a step's events, and the warning names the size."""
     if len(asked) <= TRACE_CAP_STEPS:
-        world.run(steps, on_step=print_line, trace_steps=kept, sparse=sparse)
+        run_fetching(world, steps, print_line, kept, sparse)
         return
     at = min(asked)
     world.run(at, on_step=print_line)
@@ -94,10 +96,48 @@ def traced_run(world: World, steps: int, asked: set[int], kept: set[int], sparse
     evs = [e for rank in window for e in rank["events"]]
     print(trace_size_warning(asked, kept, at, len(evs), len(json.dumps(evs))), file=sys.stderr,
           flush=True)
-    world.run(steps - at - 1, on_step=print_line, trace_steps=kept, sparse=sparse)
+    run_fetching(world, steps - at - 1, print_line, kept, sparse)
+
+
+def run_fetching(world: World, steps: int, print_line, kept: set[int], sparse: bool) -> None:
+    """world.run with each traced step fetched from the ranks as it ends (a window a step), so a
+    run that ends badly still holds every step traced so far for the partial file."""
+    if not kept:
+        world.run(steps, on_step=print_line)
+        return
+    for _ in range(steps):
+        at = len(world.history)
+        world.run(1, on_step=print_line, trace_steps={at} & kept, sparse=sparse)
+
+
+def partial_path(path: str) -> str:
+    """NAME.partial.json (or .json.gz) beside the asked NAME.json: where a bad end saves."""
+    base, ext = (path[:-8], ".json.gz") if path.endswith(".json.gz") else os.path.splitext(path)
+    return f"{base}.partial{ext}"
+
+
+def save_partial(world: World, path: str, command: str, why: str) -> None:
+    """The steps already fetched, saved to NAME.partial.json (never over the asked path); one line
+    on stderr naming the file, or why it could not be written."""
+    partial = partial_path(path)
+    if not world.recorded_steps():
+        print(f"partui run: {why}: no traced step had finished; nothing saved (not {path})",
+              file=sys.stderr, flush=True)
+        return
+    try:
+        steps = world.recorded_steps()
+        world.trace_save(partial, command=command + "  # partial: " + why, fetched_only=True)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"partui run: {why}; the traced steps could not be saved to {partial} either: {e}",
+              file=sys.stderr, flush=True)
+        return
+    print(f"partui run: {why}: the {len(steps)} traced step{'s' if len(steps) != 1 else ''} "
+          f"done ({min(steps)}:{max(steps) + 1}) are in {partial}; {path} was not written",
+          file=sys.stderr, flush=True)
 
 
 def check_trace_path(path: str) -> None:
+    """Refuse, before anything launches, a trace path the save at the end could not write."""
     d = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"--trace {path} is a folder: name a file in it, e.g. "
@@ -106,6 +146,12 @@ def check_trace_path(path: str) -> None:
         raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
     if not path.endswith((".json", ".json.gz")):
         raise ValueError(f"--trace {path}: name it .json or .json.gz")
+    try:   # a real write, not os.access: root passes os.access where a read-only mount refuses
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".partui-probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--trace {path}: folder {d} cannot be written ({e.strerror or e}); "
+                         f"pick a folder you can write, e.g. --trace traces/run.json")
 
 
 def run(args) -> int:
@@ -121,6 +167,9 @@ def run(args) -> int:
         trace_steps = cap_trace_steps(asked, args.trace_uncapped)
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
+    if args.trace_steps and not args.trace:
+        print(f"partui run: warning: --trace-steps {args.trace_steps} without --trace records "
+              f"nothing; add --trace traces/run.json", file=sys.stderr)
     cpus = usable_cpus()
     if world.current_plan.world > cpus:
         print(f"partui run: warning: world {world.current_plan.world} puts "
@@ -136,27 +185,40 @@ def run(args) -> int:
         if args.check or args.trace:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
+        from torch.distributed import DistNetworkError   # torch is already in: the world needs it
         try:
             summary = run_joined(world, args.steps, print_line, profile=args.profile)
         except ValueError as e:
             return fail(str(e))
+        except DistNetworkError as e:                  # most often: the rendezvous port is taken
+            return fail(port_in_use_text(e), 1)
         if summary is not None:
-            print_summary(summary, world, args.json)
+            print_summary(summary, world, args.json, microbatches_note(args, world.current_plan))
         return 0
+    command = "partui run " + " ".join(sys.argv[2:])
     try:
         with world:
             world.launch()
             if args.profile:
                 world.profile(args.profile)
-            traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
+            try:
+                traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
+                if args.trace:
+                    world.trace_save(args.trace, command=command)
+            except BaseException as e:            # a rank died or stopped, Ctrl-C, a save error
+                if args.trace:
+                    save_partial(world, args.trace, command, bad_end(e))
+                raise
             if args.profile:
                 say_profiled(world.profile(None))
-            if args.trace:
-                world.trace_save(args.trace, command="partui run " + " ".join(sys.argv[2:]))
             summary = world.summary()
     except (RankError, WorldTimeout) as e:
         return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip(), 1)
-    print_summary(summary, world, args.json)
+    except OSError as e:                          # the save itself (the partial line said where)
+        if isinstance(e, BrokenPipeError):
+            raise
+        return fail(f"--trace {args.trace} could not be saved: {e}", 1)
+    print_summary(summary, world, args.json, microbatches_note(args, world.current_plan))
     return 1 if world.failed else 0
 
 
@@ -166,6 +228,29 @@ def say_profiled(paths: list[str]) -> None:
               f"(partui report {os.path.dirname(paths[0])})", file=sys.stderr, flush=True)
 
 
-def print_summary(summary: dict, world: World, as_json: bool) -> None:
-    print(json.dumps({"summary": summary}) if as_json
-          else summary_text(summary, world.current_plan.describe()), flush=True)
+def port_in_use_text(e: Exception) -> str:
+    """The one line for torchrun's rendezvous failing to listen or connect (DistNetworkError)."""
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return (f"torchrun's rendezvous at {where} failed ({first[:160]}): the port is most likely in "
+            f"use by another torchrun or world; pick a free one (torchrun --master-port N, or "
+            f"--standalone for one machine)")
+
+
+def bad_end(e: BaseException) -> str:
+    """How a traced run ended badly, in a few words for the partial file's line."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(e, (RankError, WorldTimeout)):
+        return "the world failed"
+    if isinstance(e, BrokenPipeError):
+        return "the output pipe closed"
+    return f"the save failed ({type(e).__name__})" if isinstance(e, OSError) else type(e).__name__
+
+
+def print_summary(summary: dict, world: World, as_json: bool, note: str = "") -> None:
+    if as_json:
+        print(json.dumps({"summary": {**summary, "defaults": note} if note else summary}), flush=True)
+        return
+    describe = world.current_plan.describe() + (f" · {note}" if note else "")
+    print(summary_text(summary, describe), flush=True)

@@ -116,7 +116,7 @@ def run(args) -> int:
     print(f"{schedule.name}: pp {schedule.pp}, microbatches {schedule.microbatches}, "
           f"{schedule.stages} stages, {schedule.chunks_per_rank} chunk(s) per rank; makespan {result.makespan:g}")
     if args.timeline:
-        print(text_timeline(result, color=args.color))
+        print(text_timeline(result, color=args.color, kinds=True))
         if parts is not None and args.fb_overlap:
             print(text_pair(parts))
     for r, (idle, peak) in enumerate(zip(result.bubble_per_rank, result.peak_activations)):

@@ -1,7 +1,11 @@
 """Every bad input a new user tried exits 2 with one line naming the problem and a fix that is itself
 valid, before any process starts; `partui report` refuses broken traces the same way; Ctrl-C prints
-one line, exits 130 and leaves no process."""
+one line, exits 130 and leaves no process. BAD_INPUTS is the count of issue 28: each runs in this
+process through partui.cli.main (they all fail before a world starts, so no subprocess is needed)."""
+import contextlib
 import gzip
+import io
+import shlex
 import json
 import os
 import re
@@ -13,6 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_cli
+from partui.cli import main
 from partui.commands.run import cap_trace_steps, trace_size_warning
 
 FLAG = re.compile(r"--([a-z-]+)(?: (-?[\w.]+))?")
@@ -34,6 +39,153 @@ RUN_BAD = [  # (flags, words the one line must hold)
     (["--overlap", "--batch", "6", "--experts", "4", "--dp", "2"], "--batch 4"),
     (["--experts", "4", "--ep", "3"], "dp follows ep 3"),
 ]
+
+
+SAMPLE = "traces/sample-dualpipev-ep.json.gz"
+BAD_INPUTS = [  # (argv, words the message must hold): each refused before anything launches
+    ('run --dp 0', 'data-parallel ranks are 1 or more'),
+    ('plan --dp 0', 'data-parallel ranks are 1 or more'),
+    ('run --dp -2', 'pick dp in 0, 2'),
+    ('run --lr -1', 'the learning rate must be > 0 (and finite); try --lr 1e-3'),
+    ('run --lr 0', 'the learning rate must be > 0 (and finite); try --lr 1e-3'),
+    ('run --lr nan', 'the learning rate must be > 0 (and finite); try --lr 1e-3'),
+    ('run --weight-decay -5', 'weight decay must be >= 0'),
+    ('run --weight-decay inf', 'weight decay must be >= 0'),
+    ('run --steps 0', 'a run takes 1 step or more; try --steps 5'),
+    ('run --steps -3', 'a run takes 1 step or more; try --steps 5'),
+    ('run --timeout 0', 'seconds any command may take must be > 0; try --timeout 120'),
+    ('run --timeout -1', 'seconds any command may take must be > 0; try --timeout 120'),
+    ('run --timeout nan', 'seconds any command may take must be > 0; try --timeout 120'),
+    ('run --tp 3', 'pick tp in 1, 2, 4'),
+    ('plan --tp 100000', 'pick tp in 1, 2, 4'),
+    ('plan --tp 0', 'set --tp 1'),
+    ('plan --tp -1', 'set --tp 1'),
+    ('plan --cp 0', 'set --cp 1'),
+    ('plan --pp 0', 'set --pp 1'),
+    ('plan --pp -2', 'set --pp 1'),
+    ('plan --world -1', 'pick world in 0, 1'),
+    ('plan --world 3 --tp 2', 'set --world 2 or --world 4 or --tp 1 --world 0'),
+    ('plan --world 6 --dp 2', 'set --world 2'),
+    ('plan --zero 4', 'set --zero 0'),
+    ('plan --zero 2', 'set --dp 2 or --dp 4 or --zero 0'),
+    ('plan --zero -1', 'set --zero 0'),
+    ('plan --grad-sync fast', 'pick --grad-sync in naive, bucketed'),
+    ('plan --bucket-mb 0', 'set --bucket-mb 4.0'),
+    ('plan --bucket-mb -1', 'pick --bucket-mb in 1.0, 4.0'),
+    ('plan --sp', 'set --tp 2 or --tp 4 or no --sp'),
+    ('plan --tp 2 --sp --seq 33', 'set --seq 34 or no --sp'),
+    ('plan --cp 3', 'set --seq 33'),
+    ('plan --cp 2 --cp-mode ulysses --heads 1 --kv-heads 1 --dim 64', 'set --cp-mode ring'),
+    ('plan --cp-mode star --cp 2', 'pick --cp-mode in ring, zigzag, ulysses'),
+    ('plan --cp 2 --experts 4', 'set --cp 1 or --experts 0'),
+    ('plan --pp 3', 'set --layers 6 or --pp 2'),
+    ('plan --pp 100000', 'is not divisible by 100000 microbatches'),
+    ('plan --pp 4 --layers 2', 'set --layers 4 or --pp 2'),
+    ('plan --pp 2 --schedule nope', 'pick schedule in gpipe, 1f1b, zb1p'),
+    ('plan --pp 2 --microbatches 0', 'must be >= 1: pick microbatches in 2, 4, 8'),
+    ('plan --pp 2 --microbatches 3', 'set --microbatches 2 or --microbatches 4'),
+    ('plan --pp 2 --microbatches 1', '1f1b needs at least pp = 2 microbatches, got 1'),
+    ('plan --pp 3 --schedule dualpipe --layers 6', 'set --schedule dualpipev or --pp 2'),
+    ('plan --pp 2 --schedule dualpipe --microbatches 3', 'pick microbatches in 4, 8'),
+    ('plan --pp 2 --schedule interleaved --microbatches 3', 'pick microbatches in 2, 4, 8'),
+    ('plan --pp 2 --schedule interleaved --virtual-stages 1', 'set --virtual-stages 2'),
+    ('plan --pp 2 --virtual-stages 2', 'set --virtual-stages 1 or --schedule interleaved'),
+    ('plan --pp 2 --schedule zb1p --zero 3 --dp 2', 'set --zero 2 or --schedule 1f1b'),
+    ('plan --fb-overlap', 'set no --fb-overlap'),
+    ('plan --pp 2 --fb-overlap', 'set --experts 4 or --experts 4 --ep 2 or no --fb-overlap'),
+    ('plan --pp 2 --schedule gpipe --fb-overlap --experts 4', 'set no --fb-overlap'),
+    ('plan --ep 2', 'set --experts 4 or --experts 2 or --ep 1'),
+    ('plan --ep 3 --experts 4', 'set --ep 2 --dp 2 or --ep 4 --dp 4'),
+    ('plan --ep 0 --experts 4', 'set --ep 1'),
+    ('plan --experts -4', 'pick experts in 0, 4'),
+    ('plan --experts 4 --top-k 5', 'pick --top-k in 1, 2, 3, 4'),
+    ('plan --experts 4 --top-k 0', 'set --top-k 2'),
+    ('plan --overlap', 'set --experts 4 or no --overlap'),
+    ('plan --overlap --experts 4 --batch 3', 'set --batch 2 or no --overlap'),
+    ('plan --experts 4 --capacity-factor 0', 'set --capacity-factor None'),
+    ('plan --experts 4 --capacity-factor -1', 'pick --capacity-factor in 1.0, None'),
+    ('plan --experts 4 --ep-dispatch odd', 'pick --ep-dispatch in uneven, even'),
+    ('plan --experts 4 --sp --tp 2', 'set no --sp or --experts 0'),
+    ('plan --moe nope --experts 4', 'pick moe in gshard, deepseek'),
+    ('plan --dtype fp16', 'pick dtype in fp32, bf16'),
+    ('plan --collectives magic', 'pick collectives in native, hand'),
+    ('plan --batch 7 --dp 2', 'set --batch 8 or --dp 7'),
+    ('plan --batch 0', 'model batch = 0 must be >= 1'),
+    ('plan --heads 3', 'pick dim a multiple of heads'),
+    ('plan --kv-heads 3', 'kv heads must divide heads'),
+    ('plan --layers 0', 'model layers = 0 must be >= 1'),
+    ('plan --dim 0', 'model dim = 0 must be >= 1'),
+    ('plan --seq 0', 'model seq = 0 must be >= 1'),
+    ('plan --vocab 0', 'model vocab = 0 must be >= 1'),
+    ('plan --vocab 255 --tp 2', 'set --vocab 256 or --vocab 256 --hidden 192 or --tp 1'),
+    ('plan --hidden 10 --tp 4', 'set --hidden 64 or --tp 1 or --tp 2'),
+    ('plan --model huge', 'pick one of tiny, small, medium, large, deepseek-tiny'),
+    ('plan --tp x', "invalid int value: 'x'"),
+    ('plan --microbatches 100000', 'pick microbatches in 1, 2, 4, 8'),
+    ('plan --batch 1000000007 --dp 3', 'set --batch 1000000008 or --dp 1000000007'),
+    ('run --trace /proc/partui.json', 'folder /proc cannot be written'),
+    ('run --trace traces', 'name a file in it, e.g. --trace traces/run.json'),
+    ('run --trace nope/dir/x.json', 'does not exist; create it or pick another path'),
+    ('run --trace traces/x.txt', 'name it .json or .json.gz'),
+    ('run --trace traces/t.json --trace-steps 3:2', 'pick START < STOP <= 5'),
+    ('run --trace traces/t.json --trace-steps a:b', "--trace-steps 'a:b' is not START:STOP (e.g. 2:4)"),
+    ('run --trace traces/t.json --trace-steps 0:99', 'pick START < STOP <= 5'),
+    ('run --optim lion', "'lion' (choose from 'adamw', 'sgd')"),
+    ('run --backward magic', "'magic' (choose from 'hand', 'autograd')"),
+    ('run --backward autograd --pp 2', 'drop --backward autograd (or those dims)'),
+    ('run --reference magic', "'magic' (choose from 'hand', 'autograd')"),
+    ('run --link warp', 'is not a preset or a spec'),
+    ('run --link alpha_us=-1,gbps=1', 'alpha_us must be >= 0 and gbps > 0'),
+    ('run --ranks-per-node 0 --link h100 --dp 2', 'pick a divisor of 1'),
+    ('run --foo', 'error: unrecognized arguments: --foo'),
+    ('plan --foo', 'error: unrecognized arguments: --foo'),
+    ('report', 'error: the following arguments are required: trace'),
+    ('report nothing.json', 'no such file or directory'),
+    ('report {S} --by nope', "invalid choice: 'nope'"),
+    ('report {S} --format xml', "'xml' (choose from 'table', 'csv', 'json', 'markdown')"),
+    ('report nothing.json --plot /no/such/dir/x.png', 'folder /no/such/dir does not exist'),
+    ('report {S} --routing --by step', 'drop --vs, --plot and --by'),
+    ('simulate --schedule nope --pp 2 --microbatches 4', "unknown schedule 'nope': pick one of"),
+    ('simulate --schedule dualpipe --pp 3 --microbatches 8', 'use pp=4 or schedule=dualpipev (any pp)'),
+    ('simulate --schedule 1f1b --pp 2 --microbatches 8 --cost F=1,Q=2', "bad cost item 'Q=2'"),
+    ('simulate --schedule 1f1b --pp 2 --microbatches 8 --cost B=1,W=2', 'e.g. B=2,W=1'),
+    ('simulate --schedule 1f1b --pp 0 --microbatches 4', 'pp must be an integer >= 1, got 0'),
+    ('simulate --schedule 1f1b --pp 2 --microbatches 0', 'microbatches must be an integer >= 1, got 0'),
+    ('simulate --schedule 1f1b --pp 2', '--microbatches'),
+    ('whatif nothing.json', '--link h800 (or alpha_us=A,gbps=B)'),
+    ('whatif {S} --link warp', 'is not a preset or a spec'),
+    ('bench nope', "invalid choice: 'nope'"),
+    ('nope', "invalid choice: 'nope'"),
+    ('whatif {S} --link h800 --compute-scale -1', '--compute-scale -1.0 must be > 0'),
+    ('whatif {S} --link h800 --pp 0', '--pp 0 must be >= 1'),
+    ('whatif {S} --link h800 --microbatches 3', 'set --microbatches 4'),
+    ('whatif nothing.json --link h800', 'no such file or directory'),
+    ('report {S} --vs nothing.json', 'no such file or directory'),
+    ('run --dtype bf16 --check --reference autograd', 'drop --reference autograd or set --dtype fp32'),
+    ('run --trace traces/t.json --trace-steps 2:2', 'pick START < STOP <= 5'),
+]
+
+
+@pytest.mark.parametrize("argv,words", BAD_INPUTS, ids=[a for a, _ in BAD_INPUTS])
+def test_bad_input_exits_2_with_a_message_and_no_traceback(argv, words, monkeypatch):
+    monkeypatch.chdir(ROOT)                     # the table's paths are the repository's
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(shlex.split(argv.replace("{S}", SAMPLE)))
+        except SystemExit as e:                 # argparse's own refusals
+            rc = e.code
+    text = err.getvalue()
+    assert rc == 2, (rc, text, out.getvalue()[-500:])
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("partui"), text      # `partui CMD: ...`: the command is named
+    assert words in last, last
+    assert "Traceback" not in text and not out.getvalue(), text
+
+
+def test_the_bad_input_list_is_at_least_80_long_and_has_no_repeats():
+    argvs = [a for a, _ in BAD_INPUTS]
+    assert len(argvs) >= 80 and len(set(argvs)) == len(argvs)
 
 
 def _suggested_flags(line: str) -> list[str]:
@@ -136,23 +288,42 @@ def _session_pids(sid: int) -> list[int]:
     return out
 
 
-def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
-    p = subprocess.Popen([sys.executable, "-m", "partui", "run", "--dp", "2", "--steps", "300"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def interrupt_after(args: list, lines: int):
+    """`partui run ARGS` with Ctrl-C (SIGINT to its process group, as a terminal sends it) after
+    `lines` step lines: the finished process."""
+    p = subprocess.Popen([sys.executable, "-m", "partui", "run", *map(str, args)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
-        assert p.stdout.readline().startswith("step"), "no first step"
-        os.killpg(p.pid, signal.SIGINT)                 # what a terminal's Ctrl-C does
-        _, err = p.communicate(timeout=30)
+        for _ in range(lines):
+            assert p.stdout.readline().startswith("step"), "the run stopped early"
+        os.killpg(p.pid, signal.SIGINT)
+        _, p.err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+    return p
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_process():
+    p = interrupt_after(["--dp", 2, "--steps", 300], 1)
     assert p.returncode == 130
-    assert err.strip().splitlines() == ["partui run: interrupted"], err
+    assert p.err.strip().splitlines() == ["partui run: interrupted"], p.err
     deadline = time.monotonic() + 10
     while _session_pids(p.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _session_pids(p.pid), "rank or helper processes outlived the run"
+
+
+def test_ctrl_c_in_a_traced_run_keeps_the_steps_done_in_the_partial_file(tmp_path):
+    asked = tmp_path / "run.json"
+    p = interrupt_after(["--dp", 2, "--layers", 1, "--steps", 45, "--trace", asked], 3)  # < 50 cap
+    partial = tmp_path / "run.partial.json"
+    assert p.returncode == 130 and not asked.exists(), p.err
+    assert f"are in {partial}; {asked} was not written" in p.err and "Traceback" not in p.err, p.err
+    assert p.err.strip().splitlines()[-1] == "partui run: interrupted"
+    first, last = json.loads(partial.read_text())["metadata"]["steps"]
+    assert first == 0 and last >= 2
 
 
 def test_a_long_trace_keeps_the_last_50_steps_unless_uncapped():

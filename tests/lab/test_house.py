@@ -35,6 +35,8 @@ LOCAL_IMPORTS_ALLOWED = {
         "the analysis imports pandas; the app loads it on its first report, not at start",
     ("partui/world.py", "partui.checker"):
         "the single-process reference imports torch; only a checked world needs it",
+    ("partui/commands/plan.py", "partui.layout"):
+        "the layout builds each rank's engine (torch, ~3 s): a refused plan answers before it loads",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
     ("partui/tables.py", "partui.analysis.definitions"):
