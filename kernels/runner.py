@@ -9,7 +9,8 @@ from kernels.comm import events
 from kernels.context import RankContext
 from kernels.cp.layout import sequence_shard
 from kernels.model import forward_backward, named_params
-from kernels.straggle import slow_factor, stretch
+from kernels.slow_spec import slow_factor
+from kernels.straggle import stretch
 
 
 class MicrobatchRunner:

@@ -335,9 +335,11 @@ def plan_for_model(fields: dict, cfg: ModelConfig, suggest: bool = True) -> tupl
         if e.field is None or not suggest:
             raise
         e.fixes = [fix for fix in e.candidates if _fields_valid({**fields, **fix}, cfg)][:MAX_FIXES]
-        if not e.fixes and isinstance(fields.get(e.field), int):   # the field's small values
-            e.fixes = [fix for fix in ({e.field: v} for v in range(1, 2 * MAX_LISTED + 1))
-                       if _fields_valid({**fields, **fix}, cfg)][:MAX_LISTED]
+        if isinstance(fields.get(e.field), int):   # the field's small values: every valid one listed
+            small = [fix for fix in ({e.field: v} for v in range(1, 2 * MAX_LISTED + 1))
+                     if _fields_valid({**fields, **fix}, cfg)][:MAX_LISTED]
+            if len(small) > len(e.fixes) and all(fix in small for fix in e.fixes):
+                e.fixes = small
         e.args = (f"{e.problem}: {fix_text(e.fixes)}" if e.fixes else
                   f"{e.problem}: no value of {e.field} makes this plan valid; change the others first",)
         raise

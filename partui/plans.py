@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kernels.config import make_config
 from kernels.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
-from kernels.straggle import check_slow
+from kernels.slow_spec import check_slow
 from kernels.validate import plan_for_model
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds

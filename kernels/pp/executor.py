@@ -21,7 +21,7 @@ from kernels.pp.parts import chunk_pair_order
 from kernels.pp.schedules import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
-from kernels.straggle import slow_factor
+from kernels.slow_spec import slow_factor
 
 
 class PipelineRunner:

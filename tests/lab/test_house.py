@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from collections import deque
 from dataclasses import dataclass
@@ -296,3 +297,17 @@ def test_architecture_links_stay_inside_the_repository():
     for target in re.findall(r"\]\(([^)#]+)\)", text):
         if "://" not in target:
             assert (ARCHITECTURE.parent / target).exists(), f"dead link in docs/architecture.md: {target}"
+
+
+def test_a_plan_validates_without_loading_torch():
+    """`partui plan` refuses a bad plan before torch loads (it costs seconds): the plan builder, the
+    validator and every torch-free kernels module they reach must keep torch out."""
+    code = ("import sys\nfrom partui.plans import build_plan\nfrom kernels.mesh import PlanError\n"
+            "try:\n    build_plan('custom', 'tiny', tp=100000)\nexcept PlanError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    message, loaded = out.stdout.strip().splitlines()
+    assert "pick tp in 1, 2, 4" in message
+    assert loaded == "False", "building / refusing a plan imported torch"
