@@ -140,6 +140,8 @@ def default_microbatches(fields: dict) -> int | None:
     pp = fields.get("pp", 1)
     if "microbatches" in fields or pp <= 1:
         return None
+    if next(s for s in mesh.field_specs() if s.name == "pp").problem(pp):
+        return None          # pp itself is refused: its message, not one about a derived default
     preset = MODEL_PRESETS.get(fields.get("model", "tiny"))     # an unknown one is refused later
     batch = fields.get("batch") or (preset.batch if preset else None)
     other = pp * fields.get("tp", 1) * fields.get("cp", 1)
