@@ -23,6 +23,7 @@ from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
+from kernels.memory import account_of
 from kernels.intervals import intersect, length, merge, subtract
 from kernels.mesh import Plan, coords
 from kernels.model import build_model
@@ -82,10 +83,12 @@ class Engine:
         t0 = events.now_ns()
         with events.span("step", "step", step=step):
             ids, targets = self.local_batch(step)
+            self.account_model_state("step start")
             self.sync.start_step()
             loss_part, compute_spans = self.runner.forward_backward(ids, targets, self.cfg.batch *
                                                                     self.cfg.seq, self.sync.hooks)
             self.sync.finish_backward()
+            self.account_model_state("optimizer")
             self.sync.optimizer_step()
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
                                 dtype=torch.float64, device=self.device)
@@ -99,6 +102,15 @@ class Engine:
         res.extra.update(self.ctx.stats.drain())
         balance_biases(self.layers, res.extra.get("moe_layers", {}))   # DeepSeek: next step's bias
         return res
+
+    def account_model_state(self, action: str) -> None:
+        """Params, grads and optimizer state into the memory account, from the sync's ledger."""
+        memory = account_of(self.ctx.stats)
+        memory.recording = events.recorder() is not None   # samples and counters: traces only
+        memory.at(action)
+        ledger = self.sync.ledger()
+        for kind in ("params", "grads", "optimizer"):
+            memory.set(kind, ledger[kind])
 
     # ---------------------------------------------------------------- views for snapshots / --check
     def grad_pieces(self) -> list[dict]:

@@ -16,6 +16,7 @@ from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
+from kernels.memory import saved_bytes
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -216,16 +217,19 @@ def layer_label(layer) -> str:
     return {Embed: "embed", Head: "head"}.get(type(layer)) or f"block {getattr(layer, 'index', '?')}"
 
 
-def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None):
+def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None,
+                     memory=None):
     """Run the layers on one microbatch and accumulate grads; returns the (partial) loss.
 
     backward="autograd" runs the same forward under torch autograd and copies the grads into
     the Params' buffers: the oracle that the hand-written backward is held to. `hooks` (see
-    LayerHooks) run around every layer's forward and backward (ZeRO-3).
+    LayerHooks) run around every layer's forward and backward (ZeRO-3). `memory`
+    (kernels.memory.MemoryAccount) holds the microbatch's saved contexts as one activation entry,
+    growing layer by layer in the forward and shrinking in the backward.
     """
     if backward == "autograd":
         return _forward_backward_autograd(layers, ids, targets, denom, hooks)
-    ctxs = []
+    ctxs, held = [], []                    # held: each layer's saved bytes (memory account)
     x = ids
     for layer in layers[:-1]:
         hooks and hooks.before_forward(layer)
@@ -233,6 +237,9 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             x, c = layer.forward(x)
         hooks and hooks.after_forward(layer)
         ctxs.append(c)
+        if memory:
+            held.append(saved_bytes(c))
+            memory.hold("activations", "microbatch", sum(held))
     head = layers[-1]
     hooks and hooks.before_forward(head)
     with events.span("F+B head (loss)", "layer"):
@@ -247,6 +254,10 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             dx = layer.backward_input(c, dx)
             layer.backward_weight(c)
         hooks and hooks.after_backward(layer)
+        if memory:
+            held.pop()
+            memory.hold("activations", "microbatch", sum(held))
+    memory and memory.drop("activations", "microbatch")
     return loss + aux
 
 
