@@ -90,6 +90,7 @@ class Engine:
             self.sync.finish_backward()
             self.account_model_state("optimizer")
             self.sync.optimizer_step()
+            account_of(self.ctx.stats).set("workspace", self.optimizer.scratch_bytes())
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
                                 dtype=torch.float64, device=self.device)
             comm.all_reduce(loss, comm.world_group())
@@ -111,6 +112,7 @@ class Engine:
         ledger = self.sync.ledger()
         for kind in ("params", "grads", "optimizer"):
             memory.set(kind, ledger[kind])
+        memory.set("workspace", self.optimizer.scratch_bytes())
 
     # ---------------------------------------------------------------- views for snapshots / --check
     def grad_pieces(self) -> list[dict]:

@@ -1,14 +1,15 @@
 """A rank's memory account: the bytes of tensors it holds, by kind, updated at every action.
 
-Kinds (KINDS): params, grads, optimizer (the sync's ledger of model state, set each step), activations
+Kinds (KINDS): params, grads, optimizer (the sync's ledger of model state, set each step), workspace
+(the optimizer's reused scratch: held between steps, but no state), activations
 (what layers saved for backward, per microbatch and chunk: the pipeline's `saved` and W queue,
 or a layer's context without a pipeline), gathered (ZeRO-3's all-gathered layer weights) and comm
 (p2p buffers in flight: posted recvs and unfinished sends).
 
 The hand-written layers return their saved tensors in a context (kernels/layers/base.Ctx), so
 `saved_bytes` of that context is exactly what they keep: no sampling, no allocator. The account
-itself is integer adds; a sample (time, action, each kind) is kept only while `recording` (a
-trace), and emitted as one counter per kind through the recorder hook.
+itself is integer adds; only while `recording` (a trace) does each change also go to the recorder
+hook as a counter of every kind (kernels/comm/events.counter).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from kernels.comm import events
 
-KINDS = ("params", "grads", "optimizer", "activations", "gathered", "comm")
+KINDS = ("params", "grads", "optimizer", "workspace", "activations", "gathered", "comm")
 
 
 def saved_bytes(obj, seen: set | None = None) -> int:
@@ -49,14 +50,13 @@ class MemoryAccount:
         self.held: dict = {}              # (kind, key) -> bytes of a held entry
         self.entries = dict.fromkeys(KINDS, 0)
         self.action = "step start"
-        self.recording = False            # samples and counters only while a trace records
-        self.samples: list = []           # (t_ns, action, bytes per kind in KINDS order)
+        self.recording = False            # counters only while a trace records
         self.reset_peak()
 
     # ---- updates
     def set(self, kind: str, nbytes: int) -> None:
         self.bytes[kind] = int(nbytes)
-        self._changed()
+        self._changed(kind)
 
     def hold(self, kind: str, key, nbytes: int) -> None:
         """An entry of `kind` (a microbatch's contexts, a buffer) is now held."""
@@ -65,14 +65,14 @@ class MemoryAccount:
             self.entries[kind] += 1
         self.held[(kind, key)] = nbytes
         self.bytes[kind] += nbytes - (old or 0)
-        self._changed()
+        self._changed(kind)
 
     def drop(self, kind: str, key) -> None:
         nbytes = self.held.pop((kind, key), None)
         if nbytes is not None:
             self.entries[kind] -= 1
             self.bytes[kind] -= nbytes
-            self._changed()
+            self._changed(kind)
 
     def at(self, action) -> None:
         """The action now running (named by its str() only when a peak or sample shows it)."""
@@ -84,25 +84,28 @@ class MemoryAccount:
     def total(self) -> int:
         return sum(self.bytes.values())
 
-    def _changed(self) -> None:
+    def _changed(self, kind: str | None = None) -> None:
+        if kind is not None and self.bytes[kind] > self.kind_peaks[kind]:
+            self.kind_peaks[kind] = self.bytes[kind]
         total = self.total
         if total > self.peak:
             self.peak, self.peak_at, self.peak_kinds = total, self.action, dict(self.bytes)
         self.peak_entries = max(self.peak_entries, self.entries["activations"])
         if self.recording:
-            t = events.now_ns()
-            self.samples.append((t, str(self.action), tuple(self.bytes[k] for k in KINDS)))
             events.counter("memory", **self.bytes)
 
     def reset_peak(self) -> None:
         self.peak, self.peak_at, self.peak_kinds = -1, self.action, dict(self.bytes)
         self.peak_entries = self.entries["activations"]
+        self.kind_peaks = dict(self.bytes)      # each kind's own step peak
 
     def take(self) -> dict:
-        """This step's peak (total, the action at it, each kind then) and the most activation
-        entries (microbatch x chunk contexts) held at once; the peak starts over."""
+        """This step's peak (total, the action at it, each kind then), each kind's own peak, the
+        most activation entries (microbatch x chunk contexts) held at once, and the bytes now;
+        the peaks start over."""
         out = {"memory": {"peak": max(self.peak, 0), "peak_at": str(self.peak_at),
-                          "peak_kinds": self.peak_kinds, "peak_activation_entries":
+                          "peak_kinds": self.peak_kinds, "kind_peaks": self.kind_peaks,
+                          "peak_activation_entries":
                           self.peak_entries, "now": dict(self.bytes)}}
         self.reset_peak()
         self._changed()
