@@ -6,7 +6,8 @@ step/compute/comm/overlap/wait ms), grad_sync_overlap (mean), attn_* (per rank),
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
 the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
 max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
-`ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
+`memory` (per rank: the step's peak, the action at it, each kind then, each kind's own peak;
+kernels/memory.py). `ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def step_line(items: list[dict]) -> dict:
     if layers:
         out["moe_layers"] = layers
         out.update(routing_totals(layers))
+    if any("memory" in s for s in items):   # each rank's memory account (kernels/memory.py)
+        out["memory"] = [s.get("memory") for s in items]
     out["ledgers"] = [s.get("ledger") for s in items]
     return out
 
@@ -72,6 +75,9 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
             out[key] = [sum(col) / len(col) for col in zip(*rows)]
     if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
+    mems = [ln["memory"] for ln in lines if "memory" in ln]
+    if mems:   # per rank, its highest step peak: the total, the action at it and each kind then
+        out["memory_peak"] = [max(col, key=lambda m: m["peak"]) for col in zip(*mems)]
     if trace_path:
         out["trace"] = trace_path
     return out
