@@ -12,6 +12,7 @@ from kernels.config import make_config, param_shapes
 from kernels.engine import Engine
 from kernels.layers import Ctx
 from kernels.memory import KINDS, HeldDict, MemoryAccount, account_of, saved_bytes
+from kernels.memory_plan import predict_rank
 from kernels.mesh import Plan
 from kernels.pp import step as pipeline_step
 
@@ -72,7 +73,7 @@ def _pipeline_rank(rank, size, schedule, layers):
     plan = Plan(pp=P, microbatches=M, schedule=schedule,
                 virtual_stages=2 if schedule == "interleaved" else 1)
     eng = Engine(plan, make_config("tiny", layers=layers), rank)
-    return eng.step().extra["memory"]
+    return {**eng.step().extra["memory"], "predicted": predict_rank(eng)}
 
 
 def interleaved_peak(rank: int, v: int = 2) -> int:
@@ -107,6 +108,17 @@ def test_each_schedule_peak_activations_equal_its_table():
     # GPipe's rank 1 holds M of them, 1F1B's rank 1 P - 1
     gp, fb = got["gpipe"][1]["kind_peaks"], got["1f1b"][1]["kind_peaks"]
     assert gp["activations"] * (P - 1) == fb["activations"] * M
+    # the formula (kernels/memory_plan.py) against the measure: exact where every in-flight
+    # context is a whole forward's (GPipe, 1F1B); an upper bound where a rank's chunks differ
+    # (DualPipe's ends, interleaved's last) or a B has freed part of what its W keeps (ZB1P)
+    for schedule, ranks in got.items():
+        for m in ranks:
+            measured, predicted = m["kind_peaks"]["activations"], m["predicted"]["activations"]
+            assert measured == predicted if schedule in ("gpipe", "1f1b") else \
+                0 < measured <= predicted, (schedule, measured, predicted)
+            assert m["predicted"]["activation_microbatches"] == m["peak_activation_entries"]
+            assert all(m["predicted"][k] == m["kind_peaks"][k] for k in ("params", "grads",
+                                                                         "optimizer"))
 
 
 # ---------------------------------------------------------------- ZeRO against the paper
