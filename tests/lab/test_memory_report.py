@@ -119,3 +119,20 @@ def test_plot_writes_a_png(tmp_path):
     png = tmp_path / "m.png"
     run_cli("report", path, "--memory", "--plot", png, check_rc=0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(200)
+def test_plan_prints_predicted_beside_measured(traced):
+    path, summary = traced
+    proc = run_cli("plan", "--pp", 2, "--microbatches", 4, "--trace", path, "--json", check_rc=0)
+    doc = json.loads(proc.stdout)
+    for rank, measured in zip(doc["ranks"], doc["measured"]):
+        pred = rank["predicted"]
+        # 1F1B keeps whole forwards in flight: the formula is the measure, to the byte
+        assert pred["activations"] == summary["memory_peak"][rank["rank"]]["kind_peaks"]["activations"]
+        assert abs(pred["activations"] / MIB - measured["activations_mib"]) < 1e-3
+        assert pred["activation_microbatches"] == 2 - rank["rank"]       # min(P - r, M)
+    text = run_cli("plan", "--pp", 2, "--microbatches", 4, "--trace", path, check_rc=0).stdout
+    assert "memory predicted per rank" in text and "measured peak MiB" in text
+    bad = run_cli("plan", "--pp", 4, "--microbatches", 4, "--trace", path, check_rc=2)
+    assert "has 2 ranks, the plan 4" in bad.stderr
