@@ -26,7 +26,7 @@ from kernels.ep.overlap import OverlapRunner
 from kernels.memory import account_of
 from kernels.intervals import intersect, length, merge, subtract
 from kernels.mesh import Plan, coords
-from kernels.model import build_model
+from kernels.model import Block, build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
 from kernels.runner import MicrobatchRunner
@@ -60,6 +60,9 @@ class Engine:
         self.ctx = RankContext(self.plan, cfg, rank, coords(self.plan, rank), groups)
         self.device = torch.device(device)
         self.layers = build_local_layers(self.ctx, seed, self.device)
+        for layer in self.layers:           # full recompute: blocks keep their input only
+            if isinstance(layer, Block):
+                layer.recompute = self.plan.recompute == "full"
         self.runner = make_runner(self.ctx, self.layers, backward)
         if self.plan.pp > 1:  # keep only this rank's stages: the others' weights are freed
             self.layers = [lay for ch in self.runner.chunks for lay in ch.layers]

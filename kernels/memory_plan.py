@@ -12,7 +12,8 @@ Saved bytes per microbatch of b x s tokens, from what each hand-written layer ke
 input), q and k after RoPE, v, the attention output twice (heads and [b, s, dim] for wo), the
 probabilities [b, heads, s, s], SwiGLU's h1, h3, sig, act and w2's input; the embedding its
 local ids and mask; the head its norm's, lm_head's input, the shifted logits, lse and the targets
-(a view: the rank's whole target batch). Dense layers without tp / cp / sp only: elsewhere
+(a view: the rank's whole target batch). Under full recompute a block keeps its input only,
+[b, s, dim]. Dense layers without tp / cp / sp only: elsewhere
 `saved_per_microbatch` says None (not predicted).
 """
 from __future__ import annotations
@@ -58,7 +59,8 @@ def saved_per_microbatch(plan, cfg, chunk_layers: list[str]) -> int | None:
     elem = 2 if plan.dtype == "bf16" else 4
     rows = cfg.batch // plan.dp                      # this rank's batch rows
     b, s = rows // plan.microbatches, cfg.seq
-    per = {"embed": (INT64 + BOOL) * b * s, "block": block_bytes(cfg, b, s, elem),
+    block = elem * b * s * cfg.dim if plan.recompute == "full" else block_bytes(cfg, b, s, elem)
+    per = {"embed": (INT64 + BOOL) * b * s, "block": block,
            "head": head_bytes(cfg, b, s, elem, rows)}
     return sum(per[kind] for kind in chunk_layers)
 

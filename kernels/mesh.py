@@ -117,6 +117,9 @@ class Plan:
     dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES)
     collectives: str = plan_field("native", "native gloo collectives, or the hand-written ring / "
                                             "chain / pairwise ones", kind=str, choices=COLLECTIVES)
+    recompute: str = plan_field("none", "activation recompute: full keeps only each block's "
+                                        "input and runs its forward again before its backward",
+                                kind=str, choices=("none", "full"))
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""

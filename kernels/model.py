@@ -88,12 +88,33 @@ class Block(Layer):
         ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
         return h + m, ctx
 
+    recompute = False   # full recompute (Plan.recompute): keep the input, rerun before backward
+
     def forward(self, x):                                   # x [B, S, dim]
+        y, ctx = self.forward_saving(x)
+        if self.recompute:                  # what backward needs is built again from x
+            return y, Ctx(x=x, aux_loss=ctx.aux_loss)
+        return y, ctx
+
+    def forward_saving(self, x):
+        """The block's forward with everything its backward needs saved."""
         h, e2, ctx = self.forward_to_mlp(x)
         m, c_m = self.mlp.forward(e2)
         return self.finish_forward(h, m, c_m, ctx)
 
+    def saved(self, ctx):
+        """The full context: as saved, or recomputed once from the input (a span of its own)."""
+        if hasattr(ctx, "full"):
+            return ctx.full
+        if not hasattr(ctx, "x"):
+            return ctx
+        with events.span(f"R block {self.index}", "layer", recompute=True):
+            _, ctx.full = self.forward_saving(ctx.x)
+        ctx.x = None                        # the recomputed context holds what backward needs
+        return ctx.full
+
     def backward_input(self, ctx, dy):
+        ctx = self.saved(ctx)
         dm = self.exit_mlp.backward(ctx.c_x2, dy)
         dm = self.mlp.backward_input(ctx.c_m, dm)
         dm = self.enter_mlp.backward(ctx.c_e2, dm)
@@ -104,6 +125,7 @@ class Block(Layer):
         return dh + self.attn_norm.backward_input(ctx.c_n1, da)
 
     def backward_weight(self, ctx):
+        ctx = self.saved(ctx)
         self.mlp.backward_weight(ctx.c_m)
         self.mlp_norm.backward_weight(ctx.c_n2)
         self.attn.backward_weight(ctx.c_a)

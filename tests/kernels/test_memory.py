@@ -121,6 +121,27 @@ def test_each_schedule_peak_activations_equal_its_table():
                                                                          "optimizer"))
 
 
+def _recompute_rank(rank, size):
+    torch.set_num_threads(1)
+    plan = Plan(pp=P, microbatches=M, schedule="1f1b", recompute="full")
+    eng = Engine(plan, make_config("tiny", layers=2 * P), rank)
+    return {**eng.step().extra["memory"], "predicted": predict_rank(eng)}
+
+
+@pytest.mark.timeout(300)
+def test_full_recompute_keeps_one_layer_input_per_in_flight_microbatch():
+    cfg = make_config("tiny")
+    b, per_stage = cfg.batch // M, 2                   # 2 blocks a stage
+    one_input = 4 * b * cfg.seq * cfg.dim              # fp32 [b, s, dim]
+    got = run_world(P, _recompute_rank, timeout_s=200)
+    for r in (1, 2):                                   # blocks only: no embed, no head
+        in_flight = min(P - r, M)
+        assert got[r]["peak_activation_entries"] == in_flight
+        assert got[r]["kind_peaks"]["activations"] == in_flight * per_stage * one_input
+    assert [m["kind_peaks"]["activations"] for m in got] == \
+        [m["predicted"]["activations"] for m in got]   # the formula knows recompute too
+
+
 # ---------------------------------------------------------------- ZeRO against the paper
 
 def _zero_rank(rank, size, stage):
