@@ -48,6 +48,7 @@ class MemoryAccount:
     def __init__(self):
         self.bytes = dict.fromkeys(KINDS, 0)
         self.held: dict = {}              # (kind, key) -> bytes of a held entry
+        self.stacks: dict = {}            # key -> saved bytes of each layer (kernels.model)
         self.entries = dict.fromkeys(KINDS, 0)
         self.action = "step start"
         self.recording = False            # counters only while a trace records
@@ -73,6 +74,18 @@ class MemoryAccount:
             self.entries[kind] -= 1
             self.bytes[kind] -= nbytes
             self._changed(kind)
+
+    def stack(self, key, ctx) -> None:
+        """Without a pipeline: a microbatch's entry grows by each layer's saved context."""
+        sizes = self.stacks.setdefault(key, [])
+        sizes.append(saved_bytes(ctx))
+        self.hold("activations", key, sum(sizes))
+
+    def unstack(self, key) -> None:
+        """Its last layer's backward is done: the entry shrinks, and goes with the first layer."""
+        sizes = self.stacks[key]
+        sizes.pop()
+        self.hold("activations", key, sum(sizes)) if sizes else self.drop("activations", key)
 
     def at(self, action) -> None:
         """The action now running (named by its str() only when a peak or sample shows it)."""

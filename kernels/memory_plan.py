@@ -76,7 +76,8 @@ def predict_rank(eng) -> dict:
     units = sorted(u.padded * u.shard.data.element_size() for u in eng.sync.units) \
         if plan.zero == 3 else []
     out["gathered"] = sum(units[-2:])
-    chunks = [ch.layers for ch in eng.runner.chunks] if plan.pp > 1 else [eng.layers]
+    # without a pipeline the head's forward and backward run back to back: nothing of it waits
+    chunks = [ch.layers for ch in eng.runner.chunks] if plan.pp > 1 else [eng.layers[:-1]]
     per = [saved_per_microbatch(plan, cfg, [LAYER_KIND.get(type(lay), "block") for lay in ch])
            for ch in chunks]
     count = in_flight(plan.schedule, plan.pp, eng.ctx.coords["pp"], plan.microbatches,

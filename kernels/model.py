@@ -16,7 +16,7 @@ from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
-from kernels.memory import saved_bytes
+from kernels.recompute import recomputed
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -88,33 +88,16 @@ class Block(Layer):
         ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
         return h + m, ctx
 
-    recompute = False   # full recompute (Plan.recompute): keep the input, rerun before backward
+    recompute = False   # Plan.recompute "full": save the input only (kernels/recompute.py)
 
-    def forward(self, x):                                   # x [B, S, dim]
-        y, ctx = self.forward_saving(x)
-        if self.recompute:                  # what backward needs is built again from x
-            return y, Ctx(x=x, aux_loss=ctx.aux_loss)
-        return y, ctx
-
-    def forward_saving(self, x):
-        """The block's forward with everything its backward needs saved."""
+    def forward(self, x, save_all: bool = False):           # x [B, S, dim]
         h, e2, ctx = self.forward_to_mlp(x)
         m, c_m = self.mlp.forward(e2)
-        return self.finish_forward(h, m, c_m, ctx)
-
-    def saved(self, ctx):
-        """The full context: as saved, or recomputed once from the input (a span of its own)."""
-        if hasattr(ctx, "full"):
-            return ctx.full
-        if not hasattr(ctx, "x"):
-            return ctx
-        with events.span(f"R block {self.index}", "layer", recompute=True):
-            _, ctx.full = self.forward_saving(ctx.x)
-        ctx.x = None                        # the recomputed context holds what backward needs
-        return ctx.full
+        y, ctx = self.finish_forward(h, m, c_m, ctx)
+        return (y, Ctx(x=x, aux_loss=ctx.aux_loss)) if self.recompute and not save_all else (y, ctx)
 
     def backward_input(self, ctx, dy):
-        ctx = self.saved(ctx)
+        ctx = recomputed(self, ctx)
         dm = self.exit_mlp.backward(ctx.c_x2, dy)
         dm = self.mlp.backward_input(ctx.c_m, dm)
         dm = self.enter_mlp.backward(ctx.c_e2, dm)
@@ -125,7 +108,7 @@ class Block(Layer):
         return dh + self.attn_norm.backward_input(ctx.c_n1, da)
 
     def backward_weight(self, ctx):
-        ctx = self.saved(ctx)
+        ctx = recomputed(self, ctx)
         self.mlp.backward_weight(ctx.c_m)
         self.mlp_norm.backward_weight(ctx.c_n2)
         self.attn.backward_weight(ctx.c_a)
@@ -245,13 +228,12 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
 
     backward="autograd" runs the same forward under torch autograd and copies the grads into
     the Params' buffers: the oracle that the hand-written backward is held to. `hooks` (see
-    LayerHooks) run around every layer's forward and backward (ZeRO-3). `memory`
-    (kernels.memory.MemoryAccount) holds the microbatch's saved contexts as one activation entry,
-    growing layer by layer in the forward and shrinking in the backward.
+    LayerHooks) run around every layer's forward and backward (ZeRO-3). `memory`: the
+    kernels.memory.MemoryAccount that holds the microbatch's saved contexts, layer by layer.
     """
     if backward == "autograd":
         return _forward_backward_autograd(layers, ids, targets, denom, hooks)
-    ctxs, held = [], []                    # held: each layer's saved bytes (memory account)
+    ctxs = []
     x = ids
     for layer in layers[:-1]:
         hooks and hooks.before_forward(layer)
@@ -259,9 +241,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             x, c = layer.forward(x)
         hooks and hooks.after_forward(layer)
         ctxs.append(c)
-        if memory:
-            held.append(saved_bytes(c))
-            memory.hold("activations", "microbatch", sum(held))
+        memory and memory.stack("microbatch", c)
     head = layers[-1]
     hooks and hooks.before_forward(head)
     with events.span("F+B head (loss)", "layer"):
@@ -276,10 +256,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             dx = layer.backward_input(c, dx)
             layer.backward_weight(c)
         hooks and hooks.after_backward(layer)
-        if memory:
-            held.pop()
-            memory.hold("activations", "microbatch", sum(held))
-    memory and memory.drop("activations", "microbatch")
+        memory and memory.unstack("microbatch")
     return loss + aux
 
 

@@ -142,6 +142,24 @@ def test_full_recompute_keeps_one_layer_input_per_in_flight_microbatch():
         [m["predicted"]["activations"] for m in got]   # the formula knows recompute too
 
 
+def _single_rank(rank, size, recompute):
+    torch.set_num_threads(1)
+    eng = Engine(Plan(microbatches=2, recompute=recompute), make_config("tiny"), rank)
+    return {**eng.step().extra["memory"], "predicted": predict_rank(eng)}
+
+
+@pytest.mark.timeout(200)
+def test_without_a_pipeline_one_microbatch_of_every_layer_is_in_flight():
+    cfg = make_config("tiny")
+    full, none = (run_world(1, _single_rank, mode, timeout_s=100)[0] for mode in ("full", "none"))
+    for m in (full, none):
+        assert m["peak_activation_entries"] == 1
+        assert m["kind_peaks"]["activations"] == m["predicted"]["activations"]
+    b = cfg.batch // 2                                  # embed: int64 ids and a bool mask a token
+    assert full["kind_peaks"]["activations"] == cfg.layers * 4 * b * cfg.seq * cfg.dim \
+        + 9 * b * cfg.seq
+
+
 # ---------------------------------------------------------------- ZeRO against the paper
 
 def _zero_rank(rank, size, stage):

@@ -136,3 +136,21 @@ def test_plan_prints_predicted_beside_measured(traced):
     assert "memory predicted per rank" in text and "measured peak MiB" in text
     bad = run_cli("plan", "--pp", 4, "--microbatches", 4, "--trace", path, check_rc=2)
     assert "has 2 ranks, the plan 4" in bad.stderr
+
+
+@pytest.mark.timeout(300)
+def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path):
+    path = str(tmp_path / "rc.json")
+    runs = {}
+    for mode in ("none", "full"):
+        proc = run_cli("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", mode,
+                       "--check", "--json", *(["--trace", path] if mode == "full" else []),
+                       timeout=300, check_rc=0)
+        runs[mode] = proc.lines[-1]["summary"]
+        assert runs[mode]["check"] == "passed"
+    for before, after in zip(runs["none"]["memory_peak"], runs["full"]["memory_peak"]):
+        assert after["kind_peaks"]["activations"] < before["kind_peaks"]["activations"]
+    doc = json.load(open(path))
+    redo = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("R block")]
+    # each of the 4 blocks (2 a stage) runs its forward again before each microbatch's backward
+    assert len(redo) == 4 * 4 and all(e["cat"] == "layer" and e["dur"] > 0 for e in redo)
