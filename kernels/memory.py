@@ -27,11 +27,12 @@ def saved_bytes(obj, seen: set | None = None) -> int:
     a view keeps its whole storage alive, and a tensor saved twice counts once."""
     seen = set() if seen is None else seen
     if isinstance(obj, torch.Tensor):
-        st = obj.untyped_storage()
-        if st.data_ptr() in seen or st.nbytes() == 0:
+        root = obj if obj._base is None else obj._base    # a view's base owns its storage
+        ptr = root.data_ptr()                             # (cheaper than untyped_storage())
+        if ptr in seen or root.nbytes == 0:
             return 0
-        seen.add(st.data_ptr())
-        return st.nbytes()
+        seen.add(ptr)
+        return root.nbytes
     if isinstance(obj, SimpleNamespace):
         obj = vars(obj).values()
     elif isinstance(obj, dict):
