@@ -187,17 +187,20 @@ def run(args) -> int:
             print("\n".join(notes), file=sys.stderr)
         if args.plot:
             plot_timeline(df, args.plot)
-    except TraceError as exc:
-        print(f"partui report: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"partui report: --plot needs matplotlib ({exc}); pip install matplotlib",
-              file=sys.stderr)
-        return 2
+    except (TraceError, ImportError) as exc:
+        return refuse(exc)
     print(out)
     if args.plot:
         print(f"timeline written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def refuse(exc: Exception) -> int:
+    """Exit 2 naming the trace's problem, or the matplotlib that --plot needs."""
+    what = (f"--plot needs matplotlib ({exc}); pip install matplotlib"
+            if isinstance(exc, ImportError) else exc)
+    print(f"partui report: {what}", file=sys.stderr)
+    return 2
 
 
 def memory_report(args) -> int:
@@ -208,13 +211,8 @@ def memory_report(args) -> int:
     try:
         table, samples = memory_table(args.trace)
         args.plot and plot_memory(samples, args.plot)
-    except TraceError as exc:
-        print(f"partui report: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"partui report: --plot needs matplotlib ({exc}); pip install matplotlib",
-              file=sys.stderr)
-        return 2
+    except (TraceError, ImportError) as exc:
+        return refuse(exc)
     out = render(table, args.format)
     if args.format in ("table", "markdown"):
         out += "\n" + "\n".join(legend(list(table.columns)))
