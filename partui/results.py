@@ -84,14 +84,28 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
 
 
 def summary_text(summary: dict, describe: str) -> str:
-    """The one line `partui run` prints at the end (without --json)."""
+    """The line `partui run` prints at the end (without --json), then each rank's memory peak."""
     mean = summary["mean_step_ms"]
     return (f"{describe} · world {summary['world']} · {summary['steps']} steps · final loss "
             f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
             + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
                if "check" in summary else "")
             + (f" · trace {summary['trace']}" if summary.get("trace") else "")
-            + (f"\nlink: {summary['link']['describe']}" if summary.get("link") else ""))
+            + (f"\nlink: {summary['link']['describe']}" if summary.get("link") else "")
+            + "".join(f"\n{memory_text(i, m)}" for i, m in memory_shown(summary)))
+
+
+def memory_shown(summary: dict, most: int = 8) -> list:
+    """(rank, its memory peak) for every rank; past `most` ranks only the highest (--json has all)."""
+    peaks = list(enumerate(summary.get("memory_peak", [])))
+    return peaks if len(peaks) <= most else [max(peaks, key=lambda p: p[1]["peak"])]
+
+
+def memory_text(rank: int, peak: dict) -> str:
+    """A rank's memory peak as `partui run` prints it: the total, the action at it, its kinds."""
+    kinds = ", ".join(f"{k} {v / 2**20:.2f}" for k, v in peak["peak_kinds"].items() if v)
+    return (f"memory rank {rank}: peak {peak['peak'] / 2**20:.2f} MiB at {peak['peak_at']} "
+            f"({kinds}; {peak['peak_activation_entries']} microbatch contexts in flight at most)")
 
 
 def line_text(line: dict) -> str:
