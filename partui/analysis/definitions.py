@@ -126,6 +126,12 @@ COLUMNS = {
                        "not yet through its backward (or W)",
     "gathered_mib": "--memory: ZeRO-3's all-gathered layer weights (the layer in use and its prefetch)",
     "comm_mib": "--memory: p2p buffers in flight: posted recvs and unfinished sends",
+    "recompute_activations_mib": "whatif --recompute: the formula's activation peak under full "
+                                 "recompute (in-flight microbatches x their blocks' inputs)",
+    "saved_mib": "whatif --recompute: activations_mib (the trace's measured peak) less that",
+    "extra_compute_ms": "whatif --recompute: the rank's recorded block forwards per step, which "
+                        "recompute runs again",
+    "extra_compute_pct": "whatif --recompute: extra_compute_ms / the rank's mean step",
 }
 
 

@@ -139,7 +139,7 @@ def test_plan_prints_predicted_beside_measured(traced):
 
 
 @pytest.mark.timeout(300)
-def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path):
+def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path, traced):
     path = str(tmp_path / "rc.json")
     runs = {}
     for mode in ("none", "full"):
@@ -154,3 +154,14 @@ def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path):
     redo = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("R block")]
     # each of the 4 blocks (2 a stage) runs its forward again before each microbatch's backward
     assert len(redo) == 4 * 4 and all(e["cat"] == "layer" and e["dur"] > 0 for e in redo)
+    # whatif on the trace recorded without recompute predicts the recompute run's activations
+    proc = run_cli("whatif", traced[0], "--recompute", "full", "--format", "json", check_rc=0)
+    rows = json.loads(proc.stdout)["rows"]
+    plain = json.load(open(traced[0]))
+    steps = {e["args"]["step"] for e in plain["traceEvents"] if e.get("cat") == "step"}
+    for row, after in zip(rows, runs["full"]["memory_peak"]):
+        assert abs(row["recompute_activations_mib"] - after["kind_peaks"]["activations"] / MIB) < 1e-3
+        assert abs(row["activations_mib"] - row["recompute_activations_mib"] - row["saved_mib"]) < 2e-3
+        forwards = sum(e["dur"] for e in plain["traceEvents"] if e.get("ph") == "X"
+                       and e["pid"] == row["rank"] and e["name"].startswith("F block ")) / 1e3
+        assert abs(row["extra_compute_ms"] - forwards / len(steps)) < 1e-2
