@@ -24,8 +24,9 @@ from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.ep.overlap import OverlapRunner
 from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
+from kernels.memory import account_of
 from kernels.mesh import Plan, coords
-from kernels.model import build_model
+from kernels.model import Block, build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
 from kernels.runner import MicrobatchRunner
@@ -63,6 +64,9 @@ class Engine:
         self.ctx = RankContext(self.plan, cfg, rank, coords(self.plan, rank), groups)
         self.device = torch.device(device)
         self.layers = build_local_layers(self.ctx, seed, self.device)
+        for layer in self.layers:           # full recompute: blocks keep their input only
+            if isinstance(layer, Block):
+                layer.recompute = self.plan.recompute == "full"
         self.runner = make_runner(self.ctx, self.layers, backward)
         if self.plan.pp > 1:  # keep only this rank's stages: the others' weights are freed
             self.layers = [lay for ch in self.runner.chunks for lay in ch.layers]
@@ -87,12 +91,15 @@ class Engine:
         t0 = events.now_ns()
         with events.span("step", "step", step=step):
             ids, targets = self.local_batch(step)
+            self.account_model_state("step start")
             self.sync.start_step()
             # its compute spans are containers: the step's figures take the leaf spans (fill_overlap)
             loss_part, _ = self.runner.forward_backward(ids, targets, self.cfg.batch * self.cfg.seq,
                                                         self.sync.hooks)
             self.sync.finish_backward()
+            self.account_model_state("optimizer")
             self.sync.optimizer_step()
+            account_of(self.ctx.stats).set("workspace", self.optimizer.scratch_bytes())
             loss = torch.tensor([float(loss_part) if self.runner.owns_loss() else 0.0],
                                 dtype=torch.float64, device=self.device)
             comm.all_reduce(loss, comm.world_group())
@@ -108,6 +115,16 @@ class Engine:
         res.extra.update(self.ctx.stats.drain())
         balance_biases(self.layers, res.extra.get("moe_layers", {}))   # DeepSeek: next step's bias
         return res
+
+    def account_model_state(self, action: str) -> None:
+        """Params, grads and optimizer state into the memory account, from the sync's ledger."""
+        memory = account_of(self.ctx.stats)
+        memory.recording = events.recorder() is not None   # samples and counters: traces only
+        memory.at(action)
+        ledger = self.sync.ledger()
+        for kind in ("params", "grads", "optimizer"):
+            memory.set(kind, ledger[kind])
+        memory.set("workspace", self.optimizer.scratch_bytes())
 
     # ---------------------------------------------------------------- views for snapshots / --check
     def grad_pieces(self) -> list[dict]:

@@ -132,6 +132,9 @@ class Plan:
                                 kind=str, label="slow rank")
     slow_stage: str = plan_field("", "a straggler on purpose: S=F runs pipeline stage S's compute "
                                      "F times as long", kind=str, dim="pp", label="slow stage")
+    recompute: str = plan_field("none", "activation recompute: full keeps only each block's "
+                                        "input and runs its forward again before its backward",
+                                kind=str, choices=("none", "full"))
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""

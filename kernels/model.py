@@ -16,6 +16,7 @@ from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
+from kernels.recompute import recomputed
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -87,12 +88,16 @@ class Block(Layer):
         ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
         return h + m, ctx
 
-    def forward(self, x):                                   # x [B, S, dim]
+    recompute = False   # Plan.recompute "full": save the input only (kernels/recompute.py)
+
+    def forward(self, x, save_all: bool = False):           # x [B, S, dim]
         h, e2, ctx = self.forward_to_mlp(x)
         m, c_m = self.mlp.forward(e2)
-        return self.finish_forward(h, m, c_m, ctx)
+        y, ctx = self.finish_forward(h, m, c_m, ctx)
+        return (y, Ctx(x=x, aux_loss=ctx.aux_loss)) if self.recompute and not save_all else (y, ctx)
 
     def backward_input(self, ctx, dy):
+        ctx = recomputed(self, ctx)
         dm = self.exit_mlp.backward(ctx.c_x2, dy)
         dm = self.mlp.backward_input(ctx.c_m, dm)
         dm = self.enter_mlp.backward(ctx.c_e2, dm)
@@ -103,6 +108,7 @@ class Block(Layer):
         return dh + self.attn_norm.backward_input(ctx.c_n1, da)
 
     def backward_weight(self, ctx):
+        ctx = recomputed(self, ctx)
         self.mlp.backward_weight(ctx.c_m)
         self.mlp_norm.backward_weight(ctx.c_n2)
         self.attn.backward_weight(ctx.c_a)
@@ -216,12 +222,14 @@ def layer_label(layer) -> str:
     return {Embed: "embed", Head: "head"}.get(type(layer)) or f"block {getattr(layer, 'index', '?')}"
 
 
-def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None):
+def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", hooks=None,
+                     memory=None):
     """Run the layers on one microbatch and accumulate grads; returns the (partial) loss.
 
     backward="autograd" runs the same forward under torch autograd and copies the grads into
     the Params' buffers: the oracle that the hand-written backward is held to. `hooks` (see
-    LayerHooks) run around every layer's forward and backward (ZeRO-3).
+    LayerHooks) run around every layer's forward and backward (ZeRO-3). `memory`: the
+    kernels.memory.MemoryAccount that holds the microbatch's saved contexts, layer by layer.
     """
     if backward == "autograd":
         return _forward_backward_autograd(layers, ids, targets, denom, hooks)
@@ -233,6 +241,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             x, c = layer.forward(x)
         hooks and hooks.after_forward(layer)
         ctxs.append(c)
+        memory and memory.stack("microbatch", c)
     head = layers[-1]
     hooks and hooks.before_forward(head)
     with events.span("F+B head (loss)", "layer"):
@@ -247,6 +256,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
             dx = layer.backward_input(c, dx)
             layer.backward_weight(c)
         hooks and hooks.after_backward(layer)
+        memory and memory.unstack("microbatch")
     return loss + aux
 
 

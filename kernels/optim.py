@@ -54,7 +54,12 @@ class Optimizer:
     def __init__(self, lr: float, weight_decay: float):
         self.lr, self.weight_decay = lr, weight_decay
         self.state: dict[str, dict] = {}
+        self.scratch: dict = {}       # dtype -> a reused working buffer (AdamW's denominator)
         self.step_count = 0
+
+    def scratch_bytes(self) -> int:
+        """Reused working buffers held between steps (not state: the memory account's workspace)."""
+        return sum(t.numel() * t.element_size() for t in self.scratch.values())
 
     def step(self, params: list[Param]) -> None:
         self.begin_step()
@@ -107,7 +112,6 @@ class AdamW(Optimizer):
                  weight_decay: float = 0.01):
         super().__init__(lr, weight_decay)
         self.betas, self.eps = betas, eps
-        self.scratch: dict[torch.dtype, torch.Tensor] = {}  # transient denominator, not state
 
     def _scratch_like(self, w: torch.Tensor) -> torch.Tensor:
         """A reused buffer of w's shape (one per dtype, as big as the biggest tensor seen)."""

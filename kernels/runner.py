@@ -8,6 +8,7 @@ from __future__ import annotations
 from kernels.comm import events
 from kernels.context import RankContext
 from kernels.cp.layout import sequence_shard
+from kernels.memory import account_of
 from kernels.model import forward_backward, named_params
 from kernels.slow_spec import slow_factor
 from kernels.straggle import stretch
@@ -35,11 +36,13 @@ class MicrobatchRunner:
 
     def forward_backward(self, ids, targets, denom, hooks):
         m = self.ctx.plan.microbatches
-        loss, spans = 0.0, []
+        loss, spans, memory = 0.0, [], account_of(self.ctx.stats)
         for mb, (x, t) in enumerate(zip(ids.chunk(m), targets.chunk(m))):
             t0 = events.now_ns()
+            memory.at(f"F+B mb{mb}")
             with events.span("F+B", "microbatch", mb=mb):  # a container: its layers are the compute
-                loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks)
+                loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks,
+                                               memory)
             stretch(t0, self.slow)
             spans.append((t0, events.now_ns()))
         return loss, spans

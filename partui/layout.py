@@ -10,6 +10,7 @@ from __future__ import annotations
 from kernels import comm
 from kernels.dp.sync import piece_index
 from kernels.engine import Engine
+from kernels.memory_plan import predict_rank
 from kernels.mesh import NAMED_DIMS, Plan
 from partui.snapshot import rank_info
 from partui.tables import piece_label
@@ -35,7 +36,8 @@ def rank_layout(plan: Plan, cfg, rank: int, seed: int = 0) -> dict:
         info = rank_info(eng)
         shards = [{"name": n, "global_shape": list(p.global_shape), "local_shape": list(p.data.shape),
                    "index": piece_index(p)} for n, p in eng.params.items()]
-        info.update(experts=experts_held(eng, cfg.experts), shards=shards)
+        info.update(experts=experts_held(eng, cfg.experts), shards=shards,
+                    predicted=predict_rank(eng))
     del info["plan"]
     return info
 
@@ -61,6 +63,34 @@ def layout_rows(plan: Plan, ranks: list[dict]) -> tuple[list[str], list[list[str
                     + [f"{ex[0]}-{ex[-1]}" if ex else "—", str(r["n_params"])]
                     + [mib(r["ledger"][k]) for k in LEDGER])
     return head, rows
+
+
+PREDICTED = ("params", "grads", "optimizer", "gathered", "activations", "peak")
+
+
+def memory_text(ranks: list[dict], measured: list[dict] | None = None) -> str:
+    """Each rank's predicted memory (kernels/memory_plan.py) in MiB, and beside it, given a
+    trace's `report --memory` rows, the measured peak and activations."""
+    head = ["rank"] + [f"{k} MiB" for k in PREDICTED] + ["in-flight mb"]
+    if measured:
+        head += ["measured peak MiB", "measured activations MiB"]
+    rows = []
+    for r in ranks:
+        pred = r["predicted"]
+        row = [str(r["rank"])] + ["—" if pred[k] is None else mib(pred[k]) for k in PREDICTED]
+        row.append(str(pred["activation_microbatches"]))
+        if measured:
+            m = measured[r["rank"]]
+            row += [f"{m['peak_mib']:.2f}", f"{m['activations_mib']:.2f}"]
+        rows.append(row)
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
+    out = ["memory predicted per rank (params, grads, optimizer: the ZeRO split; gathered: ZeRO-3's "
+           "two largest layers; activations: the schedule's in-flight microbatches x a chunk's "
+           "saved bytes, an upper bound where a rank's chunks differ; — : not predicted (tp, cp, "
+           "MoE))" + ("; measured: the trace's memory account, which also holds the optimizer's "
+                      "scratch and p2p buffers" if measured else "")]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head] + rows]
+    return "\n".join(out)
 
 
 def layout_text(plan: Plan, cfg, ranks: list[dict]) -> str:

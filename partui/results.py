@@ -8,7 +8,8 @@ matched across ranks here), grad_sync_overlap (mean), attn_* (per rank), moe_lay
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
 the ranks holding it, so tp never multiplies it) and its moe_* totals, with a check: ref_loss and max_abs_{loss,grad,param}_err,
 max_rel_{grad,param}_err, bf16: grad_noise_ratio; check when it failed.
-`ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
+`memory` (per rank: the step's peak, the action at it, each kind then, each kind's own peak;
+kernels/memory.py). `ledgers` (one memory ledger per rank) rides along for the summary and the app; `public()` drops it.
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def step_line(items: list[dict]) -> dict:
     if layers:
         out["moe_layers"] = layers
         out.update(routing_totals(layers))
+    if any("memory" in s for s in items):   # each rank's memory account (kernels/memory.py)
+        out["memory"] = [s.get("memory") for s in items]
     out["ledgers"] = [s.get("ledger") for s in items]
     return out
 
@@ -108,20 +111,37 @@ def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
     out["figures"], out["figures_steps"] = rank_figures(lines)
     out["figures_defined_by"] = "partui report --help (partui.analysis.definitions)"
+    mems = [ln["memory"] for ln in lines if "memory" in ln]
+    if mems:   # per rank, its highest step peak: the total, the action at it and each kind then
+        out["memory_peak"] = [max(col, key=lambda m: m["peak"]) for col in zip(*mems)]
     if trace_path:
         out["trace"] = trace_path
     return out
 
 
 def summary_text(summary: dict, describe: str) -> str:
-    """The one line `partui run` prints at the end (without --json)."""
+    """The line `partui run` prints at the end (without --json), then each rank's memory peak."""
     mean = summary["mean_step_ms"]
     return (f"{describe} · world {summary['world']} · {summary['steps']} step{'s' if summary['steps'] != 1 else ''} · final loss "
             f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
             + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
                if "check" in summary else "")
             + (f" · trace {summary['trace']}" if summary.get("trace") else "")
-            + (f"\nlink: {summary['link']['describe']}" if summary.get("link") else ""))
+            + (f"\nlink: {summary['link']['describe']}" if summary.get("link") else "")
+            + "".join(f"\n{memory_text(i, m)}" for i, m in memory_shown(summary)))
+
+
+def memory_shown(summary: dict, most: int = 8) -> list:
+    """(rank, its memory peak) for every rank; past `most` ranks only the highest (--json has all)."""
+    peaks = list(enumerate(summary.get("memory_peak", [])))
+    return peaks if len(peaks) <= most else [max(peaks, key=lambda p: p[1]["peak"])]
+
+
+def memory_text(rank: int, peak: dict) -> str:
+    """A rank's memory peak as `partui run` prints it: the total, the action at it, its kinds."""
+    kinds = ", ".join(f"{k} {v / 2**20:.2f}" for k, v in peak["peak_kinds"].items() if v)
+    return (f"memory rank {rank}: peak {peak['peak'] / 2**20:.2f} MiB at {peak['peak_at']} "
+            f"({kinds}; {peak['peak_activation_entries']} microbatch contexts in flight at most)")
 
 
 def line_text(line: dict) -> str:

@@ -16,7 +16,8 @@ from kernels import comm
 class LayerGather:
     """The full params of ZeRO-3 units: free -> inflight (all-gather issued) -> ready (in place)."""
 
-    def __init__(self, units: list, layer_units):
+    def __init__(self, units: list, layer_units, memory=None):
+        self.memory = memory                    # kernels.memory.MemoryAccount: its "gathered" kind
         self.layer_units = layer_units          # layer -> the FlatUnits holding its params
         for u in units:
             u.full_param, u.state, u.pending = None, "free", None
@@ -52,6 +53,7 @@ class LayerGather:
                     p.data = torch.empty(0, dtype=u.dtype)
                 self.gathered_bytes -= u.padded * u.full_param.element_size()
                 u.full_param, u.state = None, "free"
+                self.memory and self.memory.set("gathered", self.gathered_bytes)
 
     def _gather(self, units, wait: bool) -> None:
         for u in units:
@@ -61,6 +63,7 @@ class LayerGather:
                 u.state = "inflight"
                 self.gathered_bytes += u.padded * u.full_param.element_size()
                 self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
+                self.memory and self.memory.set("gathered", self.gathered_bytes)
         if wait:
             for u in units:
                 if u.state == "inflight":

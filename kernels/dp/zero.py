@@ -25,6 +25,7 @@ from kernels import comm
 from kernels.comm import events
 from kernels.dp.buckets import ReadyOrder, build_units, global_pieces, prod
 from kernels.dp.gather import LayerGather
+from kernels.memory import account_of
 from kernels.dp.sync import GradSync
 from kernels.layers import Param
 from kernels.model import LayerHooks
@@ -87,7 +88,7 @@ class ZeroSync(GradSync):
             hook = self.order.on_grad
         else:
             hook = self._adopt
-            self.layer_gather = LayerGather(self.units, self.layer_units)
+            self.layer_gather = LayerGather(self.units, self.layer_units, account_of(ctx.stats))
         for p in self.plist:
             p.grad_hooks.append(hook)
 

@@ -17,6 +17,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
+from kernels.memory import HeldDict, account_of, saved_bytes
 from kernels.pp.parts import BackwardParts, ForwardParts, run_carried, run_pair
 from kernels.pp.stages import backward_steps, drive, forward_steps, weight_grads
 from kernels.straggle import stretch
@@ -30,12 +31,13 @@ class PipelineStep:
     def __init__(self, runner, ids, targets, denom, hooks):
         self.r, self.s = runner, runner.schedule
         self.ids, self.targets, self.denom, self.hooks = ids, targets, denom, hooks
-        self.inbox = {}       # (kind, mb, chunk) -> recv Handle
+        self.memory = mem = account_of(runner.ctx.stats)   # holds what the dicts below hold
+        self.inbox = HeldDict(mem, "comm", "recv", lambda h: saved_bytes(h.result))  # (kind, mb, chunk) -> recv Handle
         self.local = {}       # (kind, mb, chunk) -> tensor handed over between two chunks here
         self.sent = set()     # (kind, mb, chunk) whose send is posted
         self.sends = []       # send Handles, waited at the end of the step
-        self.saved = {}       # (mb, chunk) -> forward contexts until its backward
-        self.w_queue = {}     # (mb, chunk) -> contexts of a split backward whose W is pending
+        self.saved = HeldDict(mem, "activations", "saved")  # (mb, chunk) -> forward contexts until its backward
+        self.w_queue = HeldDict(mem, "activations", "w")    # (mb, chunk) -> contexts of a split backward whose W is pending
         self.carry = []       # fb_overlap: a pair's last W parts, filler for the next pair
         self.loss, self.spans = 0.0, []
 
@@ -61,6 +63,7 @@ class PipelineStep:
             self.sent.discard(key)
         else:
             t0 = events.now_ns()
+            self.memory.at(a)
             if a.kind != "FB":
                 run_carried(self.carry)                  # before any other compute: in order
             getattr(self, "_" + a.kind)(a)
@@ -93,7 +96,10 @@ class PipelineStep:
         for h in [h for h in self.sends if h.is_completed()]:   # a finished send frees its
             h.wait()                                              # tensor; wait() is instant
             self.sends.remove(h)
-        self.sends.append(comm.isend(t.contiguous(), self._peer(dst), self.r.group, TAG[kind]))
+            self.memory.drop("comm", ("send", id(h)))
+        t = t.contiguous()
+        self.sends.append(comm.isend(t, self._peer(dst), self.r.group, TAG[kind]))
+        self.memory.hold("comm", ("send", id(self.sends[-1])), saved_bytes(t))
         self.sent.add((kind, mb, ch.index))
 
     def _forward_done(self, mb, ch, result) -> None:
@@ -128,8 +134,9 @@ class PipelineStep:
         with events.span(f"{cat} mb{a.mb} c{a.chunk}", "B", full=not split,
                          **self._args(a.mb, a.chunk)):
             dy = self._grad_in(a.mb, ch)
-            ctxs = self.saved.pop((a.mb, a.chunk))
+            ctxs = self.saved[(a.mb, a.chunk)]     # held (and accounted) until its backward ends
             dx = drive(backward_steps(ch, ctxs, dy, not split, self.hooks))
+            self.saved.pop((a.mb, a.chunk))
             self._backward_done(a.mb, ch, dx, ctxs, split)
 
     def _B(self, a) -> None:
@@ -164,7 +171,7 @@ class PipelineStep:
         """The pair layer by layer: the forward's first (or one of each in turn)."""
         fwd = forward_steps(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom,
                             self.hooks)
-        bwd, ctxs = None, self.saved.pop((a.mb2, a.chunk2))
+        bwd, ctxs = None, self.saved[(a.mb2, a.chunk2)]
         forward_turn = True
         while fwd is not None or ctxs is not None:
             if fwd is not None and (ctxs is None or forward_turn or not alternate):
@@ -180,6 +187,7 @@ class PipelineStep:
                 try:
                     next(bwd)
                 except StopIteration as stop:
+                    self.saved.pop((a.mb2, a.chunk2))
                     self._backward_done(a.mb2, bch, stop.value, ctxs, split=False)
                     bwd = ctxs = None
             forward_turn = not forward_turn
@@ -192,18 +200,22 @@ class PipelineStep:
         all-to-all, and the pair's last W parts carry over as filler for the next compute."""
         fwd = ForwardParts(fch, self._input(a.mb, fch), self.targets[a.mb], self.denom,
                            self.hooks)
-        bwd = BackwardParts(bch, self.saved.pop((a.mb2, a.chunk2)), self._grad_in(a.mb2, bch),
+        bwd = BackwardParts(bch, self.saved[(a.mb2, a.chunk2)], self._grad_in(a.mb2, bch),
                             self.hooks)
         run_pair(self.r.pair_order(a.chunk, a.chunk2), fwd, bwd,
                  {"F": self._args(a.mb, a.chunk), "B": self._args(a.mb2, a.chunk2)},
                  lambda: self._forward_done(a.mb, fch, fwd.result()),
                  lambda: bch.first or self._deliver("B", a.mb2, bch, bwd.dx),
                  fill=True, carry=self.carry)
+        self.saved.pop((a.mb2, a.chunk2))
 
     # ---- end of step
     def finish(self) -> None:
         run_carried(self.carry)
         comm.wait_all(self.sends)
+        for h in self.sends:
+            self.memory.drop("comm", ("send", id(h)))
+        self.memory.at("step end")
         assert not self.w_queue, f"weight-grad queue not empty at step end: {sorted(self.w_queue)}"
         assert not self.saved and not self.inbox and not self.local and not self.sent, \
             f"pipeline state left over at step end: saved {sorted(self.saved)}, recvs " \

@@ -39,6 +39,7 @@ from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, P
                             SwiGLU, rope_tables)
 from kernels.mesh import partition
 from kernels.model import Block, Embed, Head
+from kernels.recompute import recomputed
 from kernels.tp.loss import VocabParallelCrossEntropy
 from kernels.tp.regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
                                 start_region_backward)
@@ -64,6 +65,7 @@ class TPBlock(Block):
         return pending.wait()
 
     def backward_input(self, ctx, dy):                       # dy [B, S or S/tp, D]
+        ctx = recomputed(self, ctx)                           # under Plan.recompute
         dm = self.exit_mlp.backward(ctx.c_x2, dy)
         dm = self.mlp.backward_input(ctx.c_m, dm)
         dm = self._enter_backward(self.enter_mlp, ctx.c_e2, dm, self.mlp, ctx.c_m, "mlp")
@@ -75,6 +77,7 @@ class TPBlock(Block):
         return dh + self.attn_norm.backward_input(ctx.c_n1, da)
 
     def backward_weight(self, ctx):
+        ctx = recomputed(self, ctx)
         if not getattr(ctx, "weights_done", False):
             self.mlp.backward_weight(ctx.c_m)
             self.attn.backward_weight(ctx.c_a)

@@ -117,6 +117,24 @@ COLUMNS = {
     "under": "--by pair: the other parts whose compute kernels ran beside its all-to-all",
     "family": "comm kernel family (comm_kernels.FAMILIES, or --comm-kernels)",
     "kernel_ms": "the family's kernels' durations summed (not merged)",
+    "peak_mib": "--memory: the most the rank's memory account held at once (bytes of live tensors "
+                "by kind, kernels/memory.py; the kinds below are their values at that moment)",
+    "peak_at": "--memory: the innermost action span (F / B / W / FB, microbatch, optimizer, step) "
+               "open at the peak",
+    "params_mib": "--memory: parameters this rank holds (ZeRO-3: its shards)",
+    "grads_mib": "--memory: gradient buffers (ZeRO-2/3: shards)",
+    "optimizer_mib": "--memory: optimizer state (AdamW m, v; fp32 masters of bf16 params)",
+    "workspace_mib": "--memory: the optimizer's reused scratch, held between steps (not state)",
+    "activations_mib": "--memory: what layers saved for backward, every microbatch and chunk "
+                       "not yet through its backward (or W)",
+    "gathered_mib": "--memory: ZeRO-3's all-gathered layer weights (the layer in use and its prefetch)",
+    "comm_mib": "--memory: p2p buffers in flight: posted recvs and unfinished sends",
+    "recompute_activations_mib": "whatif --recompute: the formula's activation peak under full "
+                                 "recompute (in-flight microbatches x their blocks' inputs)",
+    "saved_mib": "whatif --recompute: activations_mib (the trace's measured peak) less that",
+    "extra_compute_ms": "whatif --recompute: the rank's recorded block forwards per step, which "
+                        "recompute runs again",
+    "extra_compute_pct": "whatif --recompute: extra_compute_ms / the rank's mean step",
 }
 
 

@@ -17,6 +17,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_plan_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="one JSON object: the plan, the model and a list of ranks")
+    p.add_argument("--trace", metavar="TRACE",
+                   help="a partui trace of this plan: its measured memory beside the prediction")
     p.set_defaults(func=run)
     return p
 
@@ -29,11 +31,26 @@ def run(args) -> int:
     except ValueError as e:                       # PlanError too: one line, in flags
         print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
         return 2
-    from partui.layout import layout_text, plan_layout   # torch: only once the plan is valid
+    from partui.layout import layout_text, memory_text, plan_layout   # torch: only once the plan is valid
+    measured = None
+    if args.trace:
+        from partui.analysis.events import TraceError   # pandas: only when a trace is read
+        from partui.analysis.memory import memory_table
+        try:
+            measured = memory_table(args.trace)[0].to_dict("records")
+        except TraceError as e:
+            print(f"partui plan: --trace: {e}", file=sys.stderr)
+            return 2
+        if len(measured) != plan.world:
+            print(f"partui plan: --trace {args.trace} has {len(measured)} ranks, the plan "
+                  f"{plan.world}: give the flags the trace was recorded with", file=sys.stderr)
+            return 2
     ranks = plan_layout(plan, cfg)
     if args.json:
-        print(json.dumps({"plan": plan.to_dict(), "model": cfg.to_dict(), "ranks": ranks}))
+        doc = {"plan": plan.to_dict(), "model": cfg.to_dict(), "ranks": ranks}
+        print(json.dumps({**doc, "measured": measured} if measured else doc))
     else:
         note = microbatches_note(args, plan)
-        print(layout_text(plan, cfg, ranks) + (f"\n{note}" if note else ""))
+        print(layout_text(plan, cfg, ranks) + (f"\n{note}" if note else "") + "\n\n"
+              + memory_text(ranks, measured))
     return 0

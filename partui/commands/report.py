@@ -15,6 +15,7 @@ from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscri
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
@@ -48,6 +49,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--routing", action="store_true",
                    help="the MoE routing table per step and layer (TRACE may be `partui run "
                         "--json` output)")
+    p.add_argument("--memory", action="store_true",
+                   help="each rank's memory account: peak, the action at it, each kind then "
+                        "(with --plot: the kinds stacked over time)")
     p.set_defaults(func=run)
     return p
 
@@ -130,6 +134,8 @@ def run(args) -> int:
         print(f"partui report: --plot {args.plot}: folder {folder} does not exist; create it or "
               f"pick another path", file=sys.stderr)
         return 2
+    if args.memory:
+        return memory_report(args)
     if args.routing:
         if args.vs or args.plot or args.by != "rank":
             print("partui report: --routing is a table of its own: drop --vs, --plot and --by",
@@ -187,16 +193,38 @@ def run(args) -> int:
             print("\n".join(notes), file=sys.stderr)
         if args.plot:
             plot_timeline(df, args.plot)
-    except TraceError as exc:
-        print(f"partui report: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"partui report: --plot needs matplotlib ({exc}); pip install matplotlib",
-              file=sys.stderr)
-        return 2
+    except (TraceError, ImportError) as exc:
+        return refuse(exc)
     print(out)
     if args.plot:
         print(f"timeline written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def refuse(exc: Exception) -> int:
+    """Exit 2 naming the trace's problem, or the matplotlib that --plot needs."""
+    what = (f"--plot needs matplotlib ({exc}); pip install matplotlib"
+            if isinstance(exc, ImportError) else exc)
+    print(f"partui report: {what}", file=sys.stderr)
+    return 2
+
+
+def memory_report(args) -> int:
+    """`--memory`: a table per rank from the trace's counters; `--plot` draws them stacked."""
+    if args.vs or args.by != "rank":
+        print("partui report: --memory is a table of its own: drop --vs and --by", file=sys.stderr)
+        return 2
+    try:
+        table, samples = memory_table(args.trace)
+        args.plot and plot_memory(samples, args.plot)
+    except (TraceError, ImportError) as exc:
+        return refuse(exc)
+    out = render(table, args.format)
+    if args.format in ("table", "markdown"):
+        out += "\n" + "\n".join(legend(list(table.columns)))
+    print(out)
+    if args.plot:
+        print(f"memory timeline written to {args.plot}", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,9 @@ from kernels.config import ModelConfig
 from partui.analysis import TraceError, read_doc
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
+from partui.analysis.whatif_recompute import recompute_table
+from partui.layout import plan_layout
+from kernels.mesh import Plan
 from partui.commands.flags import add_link_arguments, flagify
 from partui.commands.report import FORMATS, render
 
@@ -34,6 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, help="another pipeline size, through the schedule simulator "
                    "(a pipeline trace; the layers, the batch and dp stay)")
     p.add_argument("--microbatches", type=int, help="another microbatch count (same global batch)")
+    p.add_argument("--recompute", choices=("full",),
+                   help="what full activation recompute would save and cost, from a trace "
+                        "recorded without it (no --link needed)")
     add_link_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -70,6 +76,8 @@ def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False) -> pd
 
 
 def run(args) -> int:
+    if args.recompute:
+        return recompute_report(args)
     if args.link is None:
         print("partui whatif: name the link to replay under: --link h800 (or alpha_us=A,gbps=B)",
               file=sys.stderr)
@@ -104,6 +112,30 @@ def run(args) -> int:
               f"step row); predicted: replayed under the link, busy stretches x"
               f"{args.compute_scale:g}; exposed: time blocked in waits; overlap: comm in flight "
               f"during busy time.")
+    return 0
+
+
+def recompute_report(args) -> int:
+    """`--recompute full`: per rank, activations saved (measured less the formula's under
+    recompute) and the compute it adds (the recorded block forwards, run again)."""
+    try:
+        doc = read_doc(args.trace)
+        meta = doc.get("metadata") or {}
+        if "plan" not in meta or "model" not in meta:
+            raise TraceError(f"{args.trace}: no plan / model in its metadata: record it with "
+                             f"partui run --trace")
+        plan = Plan.from_dict({**meta["plan"], "recompute": args.recompute})
+        table = recompute_table(doc, [r["predicted"] for r in plan_layout(
+            plan, ModelConfig(**meta["model"]))], args.trace)
+    except (TraceError, ValueError) as e:
+        print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
+        return 2
+    print(render(table, args.format))
+    if args.format == "table":
+        print("\nactivations: the trace's measured peak; recompute: the formula's under full "
+              "recompute (each in-flight microbatch keeps its blocks' inputs; - where the formula "
+              "does not reach); extra compute: each block's forward again, its recorded time per "
+              "step (and its share of the rank's step)")
     return 0
 
 

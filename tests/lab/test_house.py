@@ -38,6 +38,10 @@ LOCAL_IMPORTS_ALLOWED = {
         "the single-process reference imports torch; only a checked world needs it",
     ("partui/commands/plan.py", "partui.layout"):
         "the layout builds each rank's engine (torch, ~3 s): a refused plan answers before it loads",
+    ("partui/commands/plan.py", "partui.analysis.events"):
+        "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
+    ("partui/commands/plan.py", "partui.analysis.memory"):
+        "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
     ("partui/tables.py", "partui.analysis.definitions"):

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.inspector import TABS, Inspector
 from partui.app.widgets.rank_card import RankCard
+from partui.app.widgets.memory_map import MemoryMap
 from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
 
@@ -112,6 +113,7 @@ class RunScreen(Screen):
             self.snaps = snaps
             self.fill_inspector()
         self.query_one(RoutingMap).show(self.world.history)
+        self.query_one(MemoryMap).show(self.world.history)
         self.update_status()
 
     def fill_inspector(self) -> None:

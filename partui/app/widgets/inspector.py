@@ -6,12 +6,13 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, TabbedContent, TabPane
 
+from partui.app.widgets.memory_map import MemoryMap
 from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, piece_label
 from partui.app.widgets.trace_panel import TracePanel
 
 TABS = {"params": "tab-params", "grad": "tab-grads", "optim": "tab-optim", "shards": "tab-shards",
-        "trace": "tab-trace", "routing": "tab-routing"}
+        "trace": "tab-trace", "routing": "tab-routing", "memory": "tab-memory"}
 
 
 def num(x) -> str:
@@ -86,6 +87,8 @@ class Inspector(Vertical):
             yield TracePanel(id="trace-panel")
         with TabPane("Routing", id=TABS["routing"]):
             yield RoutingMap("", id="routing-map")
+        with TabPane("Memory", id=TABS["memory"]):
+            yield MemoryMap("", id="memory-map")
 
     def on_mount(self) -> None:
         for what, cols in COLUMNS.items():
