@@ -21,6 +21,7 @@ from partui.analysis.blame import analyse
 pytestmark = pytest.mark.timeout(600)
 
 TOLERANCE = 0.10
+ROUNDS = 20          # x (2 unslowed + 2 slowed steps) per trace, twice
 
 
 def straggle_ranks(path: str) -> set:
@@ -96,9 +97,9 @@ def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(t
         w.plan("custom", model="tiny", dp=2)
         w.launch()
         w.step(2)                                                # warm-up, untraced
-        plain0, slow0 = interleaved(w, {"rank": 1, "factor": 1.5}, 10, 2, keep=False)
+        plain0, slow0 = interleaved(w, {"rank": 1, "factor": 1.5}, ROUNDS, 2, keep=False)
         base = summary(w.trace_save(str(tmp_path / "unslowed.json.gz")))
-        plain1, slow1 = interleaved(w, {"rank": 1, "factor": 1.5}, 10, 2, keep=True)
+        plain1, slow1 = interleaved(w, {"rank": 1, "factor": 1.5}, ROUNDS, 2, keep=True)
         got = summary(w.trace_save(str(tmp_path / "slowed.json.gz")))
     ratio = statistics.median(slow0 + slow1) / statistics.median(plain0 + plain1)
     assert got["worst worker"] == 1 and got["top dp rank"] == 1, got
@@ -106,7 +107,7 @@ def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(t
                f"{ratio:.3f} (medians {statistics.median(slow0 + slow1):.1f} / "
                f"{statistics.median(plain0 + plain1):.1f} ms), blame slowdown of the unslowed "
                f"steps {base['slowdown']:.3f}")
-    if base["slowdown"] > 1 + TOLERANCE:
-        pytest.skip(f"this machine's noise alone reads as a straggler past {TOLERANCE:.0%}: "
-                    f"{figures}")
+    if base["slowdown"] > 1 + TOLERANCE:   # measured here: 1.18 to 1.7 with nothing slowed
+        pytest.skip(f"this machine's noise alone reads as a straggler past {TOLERANCE:.0%}, so a "
+                    f"10% comparison cannot be told from it: {figures}")
     assert got["slowdown"] == pytest.approx(ratio, rel=TOLERANCE), figures
