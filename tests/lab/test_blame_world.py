@@ -79,3 +79,13 @@ def test_run_critical_path_marks_the_saved_trace_as_blame_does(cli, tmp_path):
 def test_run_critical_path_without_trace_exits_2(cli):
     p = cli("run", "--dp", 2, "--steps", 1, "--critical-path", timeout=120)
     assert p.returncode == 2 and "add --trace PATH" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ep_overlap_runner_stretches_compute_too(cli, tmp_path):
+    path = tmp_path / "ep.json.gz"
+    cli("run", "--ep", 2, "--model", "deepseek-tiny", "--overlap", "--slow-rank", "1=2", "--steps", 2,
+        "--trace", path, timeout=400, check_rc=0)
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    assert straggle_ranks(doc) == {1}
+    assert any(e.get("cat") == "expert" for e in doc["traceEvents"])   # the overlap runner's regions
