@@ -7,6 +7,10 @@ from __future__ import annotations
 import gzip
 import json
 
+from partui.analysis.blame import analyse
+from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.reader import read_doc
+
 FLOW_ID = 0x0C517           # one flow chain; partui's own flows use small ids per p2p pair
 
 
@@ -50,10 +54,6 @@ def write_marked(doc: dict, spans: list, out: str) -> int:
 
 def mark_trace(path: str) -> str:
     """`partui run --trace PATH --critical-path`: the saved trace marked in place; what was done."""
-    # lazy: blame brings pandas and numpy, a run without --critical-path never needs them
-    from partui.analysis.blame import analyse
-    from partui.analysis.partui_graph import partui_graphs
-    from partui.analysis.reader import read_doc
     result = analyse(partui_graphs(read_doc(path)))
     n = write_marked(read_doc(path), result["critical path"].attrs["spans"], path)
     return (f"critical path of step {result['critical path'].attrs.get('step')}: {n} slices "
