@@ -36,11 +36,17 @@ def check_slow(plan) -> None:
 
 
 def slow_factor(plan, rank: int, stage: int) -> float:
-    """How many times as long this rank's compute runs (1.0: not slowed)."""
+    """How many times as long this rank's compute runs under the Plan (1.0: not slowed)."""
+    return factor_of(rank, stage, parse_slow(plan.slow_rank, "slow_rank"),
+                     parse_slow(plan.slow_stage, "slow_stage"))
+
+
+def factor_of(rank: int, stage: int, by_rank: tuple | None, by_stage: tuple | None) -> float:
+    """The factor of the rank at (rank, pp stage) given (who, factor) pairs for a slowed rank and a
+    slowed stage (None: none); both apply when both name it. The Plan's fields at launch, or a
+    live setting between steps (partui World.slow, which sets the runner's `slow`)."""
     f = 1.0
-    for spec, field, who in ((plan.slow_rank, "slow_rank", rank),
-                             (plan.slow_stage, "slow_stage", stage)):
-        got = parse_slow(spec, field)
+    for got, who in ((by_rank, rank), (by_stage, stage)):
         if got and got[0] == who:
             f *= got[1]
     return f

@@ -3,6 +3,8 @@ compute F times as long). The runner stretches each compute region it times: aft
 (t ns) the rank runs (F - 1) * t ns more of real arithmetic (small matmuls, one thread), recorded
 as a compute span, so the trace shows the time as compute a slower device would have spent, and
 the core is as busy as real compute keeps it (a sleep would free the core and show as idle).
+The Plan is frozen, so a straggler set between steps (partui World.slow, the app's `slow`) lives
+on the engine's runner: its `slow` attribute, which every runner reads per compute region.
 """
 from __future__ import annotations
 

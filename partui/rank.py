@@ -1,5 +1,5 @@
 """The rank side, written once: joining the world (the rendezvous), the commands setup(plan),
-step(n), snapshot(query), link, trace(on/off), and the loops that run them.
+step(n), snapshot(query), link, slow, trace(on/off), and the loops that run them.
 
 Runs only in a rank process: partui.worker's entry points import it there (the fork server
 preloads it), and partui.torchrun runs the same commands on each of torchrun's ranks. Every command
@@ -17,6 +17,7 @@ from kernels.calibrate import install_link
 from kernels.config import ModelConfig
 from kernels.engine import Engine
 from kernels.mesh import Plan
+from kernels.slow_spec import factor_of
 from partui import snapshot
 from partui.profile import RankProfile
 from partui.trace import RankTracer
@@ -124,6 +125,10 @@ def handle(state: dict, cmd: str, payload: dict):
         return out
     if cmd == "link":                 # between steps: every rank at once (it is collective)
         return _link(eng, payload)
+    if cmd == "slow":                 # between steps: the runner's live factor (the Plan is frozen)
+        eng.runner.slow = factor_of(state["rank"], eng.ctx.coords["pp"], payload.get("rank"),
+                                    payload.get("stage"))      # each (who, factor) or None
+        return eng.runner.slow
     if cmd == "snapshot":
         return snapshot.take(eng, payload)
     if cmd == "fault":

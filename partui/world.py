@@ -11,6 +11,8 @@
     w.summary(); w.close()
     World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.link); or
     w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
+    w.slow(rank=1, factor=1.5)             # between steps: rank 1's compute 1.5x as long (or
+                                           # stage=S); w.slow() clears it (kernels.straggle)
 
 Every method is safe to call from a worker thread: one lock serialises talk to the ranks.
 A rank failure closes the world (its peers may be stuck in a collective) and raises RankError;
@@ -67,6 +69,8 @@ class World:
         self.trace_path: str | None = None
         self.trace_meta: dict = {}           # the saved trace's plan, steps and time (trace_about)
         self.model = "tiny"
+        # World.slow's live straggler {"rank"|"stage", "factor"}; {} cleared; None: the Plan's
+        self.slowed: dict | None = None
         self._lock = threading.RLock()
 
     # ---------------------------------------------------------------- plan and lifecycle
@@ -113,7 +117,7 @@ class World:
             except BaseException:
                 ctl.close()
                 raise
-            self.controller, self.history = ctl, []
+            self.controller, self.history, self.slowed = ctl, [], None   # fresh engines: the Plan's
             say(f"{self.current_plan.world} ranks ready")
             return self.infos
 
@@ -141,6 +145,49 @@ class World:
     def link_text(self) -> str:
         """The installed link in words ("no emulated link" without one)."""
         return LinkModel.from_dict(self.link).describe() if self.link else "no emulated link"
+
+    def slow(self, rank: int | None = None, factor: float | None = None,
+             stage: int | None = None) -> list[float]:
+        """A straggler between steps: from the next step rank `rank` (or every rank of pipeline
+        stage `stage`) runs its compute `factor` times as long; slow() clears it. It replaces the
+        Plan's --slow-rank / --slow-stage on the running engines until the next launch (the Plan
+        is frozen: each rank's runner holds the live factor). Returns each rank's factor."""
+        if not self.launched:
+            raise RuntimeError("slow acts on a running world: launch first (or plan with "
+                               "slow_rank=R=F to start one slowed)")
+        plan = self.current_plan
+        who = {k: v for k, v in (("rank", rank), ("stage", stage)) if v is not None}
+        if len(who) > 1:
+            raise ValueError("slow one rank or one stage at a time: slow(rank=1, factor=1.5) "
+                             "or slow(stage=0, factor=2)")
+        if who and factor is None:
+            raise ValueError(f"slow({next(iter(who))}=...) needs factor=F, e.g. factor=1.5")
+        if factor is not None and not who:
+            raise ValueError("a factor needs rank=R or stage=S: slow(rank=1, factor=1.5); "
+                             "slow() clears the straggler")
+        if who and not factor >= 1.0:
+            raise ValueError(f"slow factor {factor}: it must be >= 1 (1.5: compute 1.5x as long)")
+        for key, top in (("rank", plan.world), ("stage", plan.pp)):
+            if key in who and not 0 <= who[key] < top:
+                raise ValueError(f"slow {key} {who[key]} is outside 0..{top - 1} "
+                                 f"({'world' if key == 'rank' else 'pp'} {top})")
+        payload = {k: [v, float(factor)] for k, v in who.items()}
+        with self._lock:
+            factors = self._guard(lambda c: c.call("slow", payload))
+            self.slowed = {**who, "factor": float(factor)} if who else {}
+            return factors
+
+    def slow_text(self) -> str:
+        """The live straggler in words ("no straggler set" without one)."""
+        plan = self.current_plan
+        if self.slowed is None:          # none set since launch: the Plan's fields hold
+            planned = [f"{f} {v}" for f, v in (("slow_rank", plan and plan.slow_rank),
+                                               ("slow_stage", plan and plan.slow_stage)) if v]
+            return "straggler as planned: " + ", ".join(planned) if planned else "no straggler"
+        if not self.slowed:
+            return "no straggler (cleared with slow off)"
+        who = next(f"{k} {v}" for k, v in self.slowed.items() if k != "factor")
+        return f"{who}'s compute runs {self.slowed['factor']:g}x as long from the next step"
 
     def reset(self, on_progress=None) -> list[dict]:
         """The same plan from step 0 (a fresh world)."""

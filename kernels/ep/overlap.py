@@ -39,6 +39,7 @@ from kernels.comm import events
 from kernels.ep.layer import overlap_all_to_alls
 from kernels.model import Block
 from kernels.runner import MicrobatchRunner
+from kernels.straggle import stretch
 
 
 def _split_block(layer) -> bool:
@@ -75,6 +76,7 @@ class OverlapRunner(MicrobatchRunner):
         t0 = events.now_ns()
         with events.span(name, cat, **args):
             yield
+        stretch(t0, self.slow)                  # --slow-rank / --slow-stage / World.slow
         self.spans.append((t0, events.now_ns()))
 
     def forward_backward(self, ids, targets, denom, hooks):

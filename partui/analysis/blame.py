@@ -202,8 +202,30 @@ def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
 
 
 def blame_line(graphs: list[StepGraph]) -> str:
-    """One line for the app's Trace tab: the worst worker and what it cost the others."""
+    """One line: the worst worker and what it cost the others."""
+    return line_of(analyse(graphs))
+
+
+TOP_ROWS = (("dp rank", "by dp rank", "dp_rank"), ("stage", "by stage", "stage"),
+            ("op type", "by op type", "optype"), ("worst worker", "by worker", "rank"))
+
+
+def blame_text(graphs: list[StepGraph]) -> str:
+    """The app's Trace tab: blame_line, then the blame table's top rows (dp rank, stage, op type,
+    worst worker), each with its slowdown and what it adds to the typical step."""
     res = analyse(graphs)
+    ideal_ms = float(res["summary"].set_index("figure")["value"]["ideal_s"]) * 1e3
+    out = [line_of(res), f"{'top':<13} {'which':<12} {'slowdown':>8} {'+ms':>7}"]
+    for label, section, col in TOP_ROWS:
+        top, slow = res[section][col].iloc[0], float(res[section]["slowdown"].iloc[0])
+        out.append(f"{label:<13} {str(top):<12} {slow:>8.2f} {(slow - 1) * ideal_ms:>+7.1f}")
+    out.append("slowdown: the step replayed with only that one as recorded (the rest typical) / "
+               f"every op typical ({ideal_ms:.1f} ms); +ms: what it adds to that step")
+    return "\n".join(out)
+
+
+def line_of(res: dict) -> str:
+    """blame_line of an analyse result."""
     s = dict(zip(res["summary"]["figure"], res["summary"]["value"]))
     w = res["by worker"].iloc[0]
     ideal_ms = s["ideal_s"] * 1e3

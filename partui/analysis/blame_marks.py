@@ -4,6 +4,13 @@ so Perfetto draws the chain across ranks. The path is the slowest step's (partui
 a busy stretch marks the rank's compute slices inside it, a comm op its comm slice and waits."""
 from __future__ import annotations
 
+import gzip
+import json
+
+from partui.analysis.blame import analyse
+from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.reader import read_doc
+
 FLOW_ID = 0x0C517           # one flow chain; partui's own flows use small ids per p2p pair
 
 
@@ -35,3 +42,20 @@ def mark_critical_path(doc: dict, spans: list) -> int:
             flow["bp"] = "e"
         events.append(flow)
     return sum(1 for e in events if (e.get("args") or {}).get("critical_path"))
+
+
+def write_marked(doc: dict, spans: list, out: str) -> int:
+    """Mark `spans` in doc and write it to out (.json or .json.gz); slices marked."""
+    n = mark_critical_path(doc, spans)
+    with (gzip.open if out.endswith(".gz") else open)(out, "wt") as f:
+        json.dump(doc, f)
+    return n
+
+
+def mark_trace(path: str) -> str:
+    """`partui run --trace PATH --critical-path`: the saved trace marked in place; what was done."""
+    result = analyse(partui_graphs(read_doc(path)))
+    n = write_marked(read_doc(path), result["critical path"].attrs["spans"], path)
+    return (f"critical path of step {result['critical path'].attrs.get('step')}: {n} slices "
+            f"marked in {path} (args.critical_path, one flow chain; partui blame {path} for "
+            f"the table)")

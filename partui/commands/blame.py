@@ -5,12 +5,11 @@ trace."""
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 
 from partui.analysis.blame import DEFINITIONS, analyse
-from partui.analysis.blame_marks import mark_critical_path
+from partui.analysis.blame_marks import write_marked
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import bytedance_graphs, read_op_table
 from partui.analysis.partui_graph import partui_graphs
@@ -79,11 +78,8 @@ def run(args) -> int:
         return 2
     print(render_all(result, args.format))
     if args.critical_path:
-        doc = read_doc(args.trace)
-        n = mark_critical_path(doc, result["critical path"].attrs["spans"])
-        opener = gzip.open if args.critical_path.endswith(".gz") else open
-        with opener(args.critical_path, "wt") as f:
-            json.dump(doc, f)
+        n = write_marked(read_doc(args.trace), result["critical path"].attrs["spans"],
+                         args.critical_path)
         print(f"{n} slices on the critical path marked: {args.critical_path}", file=sys.stderr)
     return 0
 

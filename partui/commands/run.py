@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 
+from partui.analysis.blame_marks import mark_trace
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify,
                                    microbatches_note, world_options)
 from partui.machine import usable_cpus
@@ -26,6 +27,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="record every rank with torch.profiler into DIR/rank-N.json (Kineto: "
                         "`partui report DIR`, HTA, Perfetto); created if missing")
+    p.add_argument("--critical-path", action="store_true",
+                   help="with --trace: mark the slowest step's critical path across ranks in the "
+                        "saved trace (partui blame's; args.critical_path and one flow chain, for "
+                        "Perfetto)")
     p.set_defaults(func=run)
     return p
 
@@ -56,6 +61,9 @@ def check_run_options(args) -> None:
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         raise ValueError(f"--timeout {args.timeout:g}: seconds any command may take must be > 0; "
                          f"try --timeout 120")
+    if args.critical_path and not args.trace:
+        raise ValueError("--critical-path marks the saved trace: add --trace PATH (e.g. --trace "
+                         "run.json.gz --critical-path)")
 
 
 TRACE_CAP_STEPS = 50   # a ring of the last steps: a long run's trace stays a size Perfetto opens
@@ -205,6 +213,8 @@ def run(args) -> int:
                 traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
                 if args.trace:
                     world.trace_save(args.trace, command=command)
+                    if args.critical_path:
+                        print(f"partui run: {mark_trace(args.trace)}", file=sys.stderr, flush=True)
             except BaseException as e:            # a rank died or stopped, Ctrl-C, a save error
                 if args.trace:
                     save_partial(world, args.trace, command, bad_end(e))

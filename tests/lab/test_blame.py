@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis.blame import analyse, blame_line, critical_path, typical_durations
+from partui.analysis.blame import analyse, blame_line, blame_text, critical_path, typical_durations
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import Node, StepGraph, read_op_table, step_time
 from partui.analysis.partui_graph import partui_graphs
@@ -224,3 +224,14 @@ def test_the_trace_tabs_line_names_the_late_rank_and_its_cost():
     # rank 1 kept as recorded: 4 + 1.1 + 0.9 ms; typical compute: the fastest rank's (2 ms)
     assert line.startswith("blame: rank 1 is the slowest worker")
     assert "6.0 ms against 4.0 ms" in line and "(+2.0 ms" in line
+
+
+def test_the_trace_tabs_table_leads_with_the_late_rank():
+    lines = blame_text(partui_graphs(late_rank_doc())).splitlines()
+    assert lines[0] == blame_line(partui_graphs(late_rank_doc()))
+    # rank 1 as recorded: (4 + 1.1 + 0.9) / (2 + 1.1 + 0.9) ms = 1.5, 2 ms over the typical step
+    # (one stage and dp 2: stage 0 and compute hold rank 1's lateness alike)
+    rows = {ln[:13].strip(): ln[13:].split() for ln in lines[2:6]}
+    assert rows == {"dp rank": ["1", "1.50", "+2.0"], "stage": ["0", "1.50", "+2.0"],
+                    "op type": ["compute", "1.50", "+2.0"], "worst worker": ["1", "1.50", "+2.0"]}
+    assert "every op typical (4.0 ms)" in lines[-1]

@@ -1,7 +1,9 @@
 """A straggler made on purpose (`partui run --slow-rank R=F`) and found again by `partui blame`:
 on dp 2 and on pp 2 x dp 2 the slowed rank (or its stage) comes first (factor 2: this machine is
 shared, and a 1.5 signal drowns in its noise within a few steps), and its extra time is in
-the trace as compute spans of that rank only. Plan flags: a bad --slow-rank / --slow-stage exits 2."""
+the trace as compute spans of that rank only. Plan flags: a bad --slow-rank / --slow-stage exits 2.
+`partui run --trace --critical-path` marks the saved trace as `partui blame --critical-path` would
+(and needs --trace: exit 2 without)."""
 import gzip
 import json
 
@@ -44,3 +46,47 @@ def test_pp2_dp2_blame_names_the_slowed_rank_or_its_stage(cli, tmp_path):
 def test_a_bad_slow_flag_exits_2(cli, flag, value, needle):
     p = cli("plan", "--dp", 2, flag, value, timeout=120)
     assert p.returncode == 2 and needle in p.stderr + p.stdout and "Traceback" not in p.stderr
+
+
+def marked(doc):
+    """(rank, name, ts) of the slices flagged on the critical path, and the flow chain's length."""
+    evs = doc["traceEvents"]
+    cp = sorted((e["pid"], e["name"], e["ts"]) for e in evs
+                if e.get("ph") == "X" and (e.get("args") or {}).get("critical_path"))
+    return cp, sum(1 for e in evs if e.get("cat") == "critical_path")
+
+
+def test_run_critical_path_marks_the_saved_trace_as_blame_does(cli, tmp_path):
+    path, clean, again = tmp_path / "t.json.gz", tmp_path / "clean.json", tmp_path / "again.json"
+    p = cli("run", "--dp", 2, "--model", "tiny", "--steps", 3, "--trace", path, "--critical-path",
+            timeout=300, check_rc=0)
+    assert "slices marked in" in p.stderr
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    cp, flows = marked(doc)
+    assert cp and flows >= 2 and {r for r, _, _ in cp} <= {0, 1}
+    # the marks taken off again, partui blame --critical-path marks the very same slices
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "critical_path"]
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("critical_path", None)
+    with open(clean, "w") as f:
+        json.dump(doc, f)
+    cli("blame", clean, "--critical-path", again, timeout=200, check_rc=0)
+    with open(again) as f:
+        assert marked(json.load(f)) == (cp, flows)
+
+
+def test_run_critical_path_without_trace_exits_2(cli):
+    p = cli("run", "--dp", 2, "--steps", 1, "--critical-path", timeout=120)
+    assert p.returncode == 2 and "add --trace PATH" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_ep_overlap_runner_stretches_compute_too(cli, tmp_path):
+    path = tmp_path / "ep.json.gz"
+    cli("run", "--ep", 2, "--model", "deepseek-tiny", "--overlap", "--slow-rank", "1=2", "--steps", 2,
+        "--trace", path, timeout=400, check_rc=0)
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    assert straggle_ranks(doc) == {1}
+    # the overlap runner ran: its own compute regions
+    assert any(e.get("name", "").startswith("attn+router L") for e in doc["traceEvents"])

@@ -80,6 +80,11 @@ class CommandsMixin:
             self._report_worker()
         elif cmd.verb == "link":
             self._link(a["text"], a["ranks_per_node"])
+        elif cmd.verb == "slow":
+            if not self.world.launched:
+                self.notify("launch a world first: slow acts on its running ranks")
+            elif self._begin():
+                self._slow_worker(a)
 
     def _link(self, text, ranks_per_node) -> None:
         """Switch the emulated link between steps (a launched world), or set it for the next."""
@@ -101,5 +106,16 @@ class CommandsMixin:
             self.call_from_thread(self.notify, f"link: {self.world.link_text()}")
         except (ValueError, RankError, WorldTimeout) as e:
             self.call_from_thread(self.notify, str(e), title="link", severity="error")
+        finally:
+            self.call_from_thread(self._step_done)
+
+    @work(thread=True, group="world")
+    def _slow_worker(self, kw: dict) -> None:
+        """World.slow between steps (a straggler on purpose; {} clears it)."""
+        try:
+            self.world.slow(**kw)
+            self.call_from_thread(self.notify, f"slow: {self.world.slow_text()}")
+        except (ValueError, RankError, WorldTimeout) as e:
+            self.call_from_thread(self.notify, str(e), title="slow", severity="error")
         finally:
             self.call_from_thread(self._step_done)

@@ -48,6 +48,7 @@ a leading `:` is fine; ↑↓ history, tab completes), also in the palette (ctrl
 | `show rank 1 params / grad / optim / shards / trace` | rank 1 and that tab |
 | `trace on`, `trace off`, `trace save NAME` | record; off saves traces/app-TIME.json, save names it |
 | `report` | overlap report of the last saved trace |
+| `slow 1=1.5`, `slow stage 0=2`, `slow off` | a straggler from the next step: rank 1's (or stage 0's) compute 1.5x (2x) as long; off clears it |
 | `quit` | tear the world down and leave (also q, ctrl+c) |
 
 The same verbs are a Python API: `partui repl`, or `from partui import World`.

@@ -67,10 +67,10 @@ class TraceMixin:
     def _saved(self):
         """(table, line): the saved trace's op graph replayed under the current link with and
         without overlap (partui.analysis.whatif.saved); no table without a link."""
-        from partui.analysis import (SAVED_DEFINITIONS, TraceError, blame_line,  # lazy: pandas
+        from partui.analysis import (SAVED_DEFINITIONS, TraceError, blame_text,  # lazy: pandas
                                      partui_graphs, read_doc, saved)
-        try:                                       # the slowest worker and its cost (partui blame)
-            blame = blame_line(partui_graphs(read_doc(self.world.trace_path))) + "\n"
+        try:                                       # the slowest worker, its cost, the top rows
+            blame = blame_text(partui_graphs(read_doc(self.world.trace_path))) + "\n"
         except TraceError as e:
             blame = f"blame: {e}\n"
         if not self.world.link:

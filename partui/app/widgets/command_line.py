@@ -13,7 +13,7 @@ from kernels import mesh
 from partui.plans import MODEL_FIELDS
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
-         "help", "quit")
+         "slow", "help", "quit")
 EXAMPLES = {  # command -> what it does (the palette's help line)
     "plan zero2 dp=2": "plan ZeRO-2 over 2 ranks and launch it",
     "launch": "start the planned world",
@@ -32,6 +32,9 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "link h800": "emulate an H800 cluster's links (scaled to this CPU) from the next step",
     "link alpha_us=2000,gbps=0.02": "emulate a link of this latency and bandwidth, unscaled",
     "link off": "back to the plain gloo links",
+    "slow 1=1.5": "a straggler: rank 1's compute 1.5x as long from the next step",
+    "slow stage 0=2": "every rank of pipeline stage 0 computes 2x as long from the next step",
+    "slow off": "no straggler from the next step",
     "help": "keys and commands",
     "quit": "tear the world down and leave",
 }
@@ -138,7 +141,26 @@ def parse(text: str) -> Command:
             rpn = _int(val, "ranks_per_node")
         return Command("link", {"text": None if rest[0] == "off" else rest[0],
                                 "ranks_per_node": rpn})
+    if verb == "slow":
+        return Command("slow", parse_slow(rest))
     return Command(verb)
+
+
+def parse_slow(rest: list[str]) -> dict:
+    """`1=1.5`, `stage 0=2` or `off` -> World.slow's keywords ({} clears)."""
+    form = "slow needs R=F, stage S=F or off: `slow 1=1.5`, `slow stage 0=2`, `slow off`"
+    if rest == ["off"]:
+        return {}
+    who = "stage" if rest[:1] == ["stage"] else "rank"
+    spec = rest[1:] if who == "stage" else rest
+    if len(spec) != 1 or "=" not in spec[0]:
+        raise CommandError(form)
+    index, _, factor = spec[0].partition("=")
+    at = _int(index, who)
+    try:
+        return {who: at, "factor": float(factor)}
+    except ValueError:
+        raise CommandError(f"slow factor {factor!r} is not a number: {form}") from None
 
 
 class CommandSuggester(Suggester):
@@ -156,6 +178,8 @@ class CommandSuggester(Suggester):
             return self.presets if len(words) == 2 else [f"{k}=" for k in plan_grammar()]
         if verb == "trace":
             return ["on", "off", "save"] if len(words) == 2 else []
+        if verb == "slow":
+            return ["stage", "off"] if len(words) == 2 else []
         if verb == "show":
             if len(words) == 2:
                 return ["rank"]
