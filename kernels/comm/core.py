@@ -76,8 +76,15 @@ def init(backend: str, rank: int, world_size: int, init_method: str | None = Non
     if store is not None:
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"   # not setdefault: a user's eth0 would listen outside
     _P2P_FUTURES.clear()
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s), **kw)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s), **kw)
+    except dist.DistNetworkError as e:       # torch's own: callers outside comm/ never import it
+        raise RendezvousError(str(e)) from e
+
+
+class RendezvousError(RuntimeError):
+    """The rendezvous could not listen or connect (most often under torchrun: the port is taken)."""
 
 
 def store_server(world_size: int, timeout_s: float = 30.0):

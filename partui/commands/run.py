@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 
+from kernels.comm import RendezvousError   # torch: partui.torchrun loads it already
 from partui.analysis.blame_marks import mark_trace
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify,
                                    microbatches_note, world_options)
@@ -193,12 +194,11 @@ def run(args) -> int:
         if args.check or args.trace:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
-        from torch.distributed import DistNetworkError   # torch is already in: the world needs it
         try:
             summary = run_joined(world, args.steps, print_line, profile=args.profile)
         except ValueError as e:
             return fail(str(e))
-        except DistNetworkError as e:                  # most often: the rendezvous port is taken
+        except RendezvousError as e:                   # most often: the rendezvous port is taken
             return fail(port_in_use_text(e), 1)
         if summary is not None:
             print_summary(summary, world, args.json, microbatches_note(args, world.current_plan))
