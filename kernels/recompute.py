@@ -68,3 +68,29 @@ def recomputed(block, ctx):
         _, ctx.full = block.forward(ctx.x, save_all=True)
     ctx.x = None                    # the rebuilt context holds what the backward needs
     return ctx.full
+
+
+def block_forward_work(cfg, seq: int) -> dict[str, int]:
+    """A dense block's forward work per sequence of `seq` tokens, by part: matmuls at 2 m n k
+    operations, every elementwise result (norms, RoPE, softmax, SwiGLU, residuals) at one per
+    element. The parts selective recompute runs again are the ones named `norms`, `scores`
+    (Q K^T, the probabilities' matmul), `softmax` and `swiglu_act`."""
+    d, hd, hidden, s = cfg.dim, cfg.head_dim, cfg.ffn_hidden, seq
+    heads, kv = cfg.heads, cfg.kv_heads
+    return {"qkv": 2 * s * d * hd * (heads + 2 * kv), "rope": s * hd * (heads + kv),
+            "scores": 2 * heads * s * s * hd, "softmax": heads * s * s,
+            "probs_v": 2 * heads * s * s * hd, "wo": 2 * s * heads * hd * d,
+            "norms": 2 * (s + 2 * s * d),                 # two norms: rstd, xhat, output
+            "residuals": 2 * s * d, "w1_w3": 4 * s * d * hidden,
+            "swiglu_act": 3 * s * hidden, "w2": 2 * s * hidden * d}   # sig, act, act * h3
+
+
+SELECTIVE_PARTS = ("norms", "scores", "softmax", "swiglu_act")
+
+
+def forward_share(mode: str, cfg, seq: int) -> float:
+    """The share of a block's forward work that recompute `mode` runs again before the backward:
+    all of it (full), the norms, the probabilities and SwiGLU's activation (selective), none."""
+    work = block_forward_work(cfg, seq)
+    redo = {"none": (), "selective": SELECTIVE_PARTS, "full": tuple(work)}[mode]
+    return sum(work[k] for k in redo) / sum(work.values())
