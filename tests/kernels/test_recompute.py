@@ -1,15 +1,10 @@
 """Selective recompute (kernels/recompute.py): a block keeps its matmul outputs, drops what its norms,
-softmax and SwiGLU activation made, and rebuilds them bit for bit before its backward; the bytes it
-keeps against the model's shapes; the share of the forward it runs again."""
+softmax and SwiGLU activation made, and rebuilds them bit for bit before its backward; the share of
+the forward it runs again. Its bytes: tests/kernels/test_memory.py."""
 import pytest
 import torch
 
-from worlds import run_world
 from kernels.config import make_config, param_shapes
-from kernels.engine import Engine
-from kernels.memory import saved_bytes
-from kernels.memory_plan import predict_rank
-from kernels.mesh import Plan
 from kernels.model import Block, build_model, forward_backward
 from kernels.recompute import forward_share, recomputed
 
@@ -60,39 +55,6 @@ def test_a_slimmed_block_drops_the_named_tensors_and_rebuilds_them_exactly():
              (full.c_m.c2.x, rebuilt.c_m.c2.x)]
     assert all(torch.equal(a, b) for a, b in pairs)
     assert recomputed(block, rebuilt) is rebuilt            # once: the W finds it rebuilt
-
-
-def selective_block_bytes(cfg, b: int) -> int:
-    """What a block keeps under selective, listed from the model's own weight shapes (fp32)."""
-    shapes = param_shapes(cfg)
-    pre = "layers.0."
-    q_out = shapes[pre + "attn.wq.weight"][0]               # heads x head_dim
-    kv_out = shapes[pre + "attn.wk.weight"][0]              # kv_heads x head_dim
-    hidden = shapes[pre + "mlp.w1.weight"][0]
-    t = b * cfg.seq
-    kept = [t * cfg.dim, t * cfg.dim,                       # x and h, the norms' inputs
-            t * q_out, t * kv_out, t * kv_out,              # q, k (after RoPE), v
-            t * q_out, t * q_out,                           # o, and wo's input
-            t * hidden, t * hidden]                         # h1, h3
-    return 4 * sum(kept)
-
-
-def _single_rank(rank, size, recompute):
-    torch.set_num_threads(1)
-    eng = Engine(Plan(microbatches=2, recompute=recompute), make_config("tiny"), rank)
-    return {**eng.step().extra["memory"], "predicted": predict_rank(eng)}
-
-
-@pytest.mark.timeout(300)
-def test_selective_activations_lie_between_full_and_none_to_the_byte():
-    cfg = make_config("tiny")
-    got = {mode: run_world(1, _single_rank, mode, timeout_s=100)[0]
-           for mode in ("none", "selective", "full")}
-    peaks = {mode: m["kind_peaks"]["activations"] for mode, m in got.items()}
-    assert peaks["full"] < peaks["selective"] < peaks["none"], peaks
-    b = cfg.batch // 2                                      # embed: int64 ids and a bool mask
-    assert peaks["selective"] == cfg.layers * selective_block_bytes(cfg, b) + 9 * b * cfg.seq
-    assert peaks["selective"] == got["selective"]["predicted"]["activations"]
 
 
 def test_forward_share_counts_the_recomputed_operations():
