@@ -80,10 +80,8 @@ class Block(Layer):
         h = x + a
         n2, c_n2 = self.mlp_norm.forward(h)
         e2, c_e2 = self.enter_mlp.forward(n2)
-        # whether each branch's linears saved the norm's output itself (no region, or tp's f)
-        # rather than a gathered copy (sequence parallel): selective recompute frees it then
         return h, e2, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2,
-                          norm_fed=(e1 is n1, e2 is n2))
+                          norm_fed=(e1 is n1, e2 is n2))   # linears saved the norm's own output
 
     def finish_forward(self, h, m, c_m, ctx):
         """Residual after the MLP's output m; completes the ctx backward_input expects."""
@@ -91,18 +89,15 @@ class Block(Layer):
         ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
         return h + m, ctx
 
-    recompute = "none"   # Plan.recompute: "full" saves the input only, "selective" drops the
-    #                      norms' and activations' tensors (kernels/recompute.py)
+    recompute = "none"   # Plan.recompute: what the forward keeps (kernels/recompute.py)
 
     def forward(self, x, save_all: bool = False):           # x [B, S, dim]
         h, e2, ctx = self.forward_to_mlp(x)
-        m, c_m = self.mlp.forward(e2)
-        y, ctx = self.finish_forward(h, m, c_m, ctx)
+        y, ctx = self.finish_forward(h, *self.mlp.forward(e2), ctx)
         if save_all or self.recompute == "none":
             return y, ctx
-        if self.recompute == "full":
-            return y, Ctx(x=x, aux_loss=ctx.aux_loss)
-        return y, slimmed(self, ctx, x, h)
+        return (y, Ctx(x=x, aux_loss=ctx.aux_loss)) if self.recompute == "full" else \
+            (y, slimmed(self, ctx, x, h))
 
     def backward_input(self, ctx, dy):
         ctx = recomputed(self, ctx)
