@@ -94,10 +94,9 @@ class Block(Layer):
     def forward(self, x, save_all: bool = False):           # x [B, S, dim]
         h, e2, ctx = self.forward_to_mlp(x)
         y, ctx = self.finish_forward(h, *self.mlp.forward(e2), ctx)
-        if save_all or self.recompute == "none":
-            return y, ctx
-        return (y, Ctx(x=x, aux_loss=ctx.aux_loss)) if self.recompute == "full" else \
-            (y, slimmed(self, ctx, x, h))
+        keep = "none" if save_all else self.recompute
+        return y, (ctx if keep == "none" else Ctx(x=x, aux_loss=ctx.aux_loss) if keep == "full"
+                   else slimmed(self, ctx, x, h))
 
     def backward_input(self, ctx, dy):
         ctx = recomputed(self, ctx)
