@@ -1,6 +1,6 @@
-"""Selective recompute (kernels/recompute.py): a block keeps its matmul outputs, drops what its norms,
-softmax and SwiGLU activation made, and rebuilds them bit for bit before its backward; the share of
-the forward it runs again. Its bytes: tests/kernels/test_memory.py."""
+"""Selective recompute (kernels/recompute.py): a block keeps its matmul outputs, drops what its
+norms, softmax and SwiGLU activation made, and rebuilds them bit for bit before its backward; the
+share of the forward it runs again. Its bytes: tests/kernels/test_memory.py."""
 import pytest
 import torch
 
