@@ -1,7 +1,8 @@
 """The memory account (kernels/memory.py): its arithmetic on hand-built inputs, each schedule's
 peak of in-flight activations against its published table at pp 4 x 8 microbatches, DualPipe's
-2x parameters, ZeRO's per-kind bytes against the paper, and the account's total against an
-independent walk of every tensor alive in the rank process."""
+2x parameters, ZeRO's per-kind bytes against the paper, full and selective recompute's bytes
+against the model's shapes, and the account's total against an independent walk of every tensor
+alive in the rank process."""
 import gc
 
 import pytest
