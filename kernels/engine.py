@@ -64,9 +64,9 @@ class Engine:
         self.ctx = RankContext(self.plan, cfg, rank, coords(self.plan, rank), groups)
         self.device = torch.device(device)
         self.layers = build_local_layers(self.ctx, seed, self.device)
-        for layer in self.layers:           # full recompute: blocks keep their input only
+        for layer in self.layers:           # recompute: what blocks keep (kernels/recompute.py)
             if isinstance(layer, Block):
-                layer.recompute = self.plan.recompute == "full"
+                layer.recompute = self.plan.recompute
         self.runner = make_runner(self.ctx, self.layers, backward)
         if self.plan.pp > 1:  # keep only this rank's stages: the others' weights are freed
             self.layers = [lay for ch in self.runner.chunks for lay in ch.layers]

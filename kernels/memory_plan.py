@@ -13,7 +13,8 @@ input), q and k after RoPE, v, the attention output twice (heads and [b, s, dim]
 probabilities [b, heads, s, s], SwiGLU's h1, h3, sig, act and w2's input; the embedding its
 local ids and mask; the head its norm's, lm_head's input, the shifted logits, lse and the targets
 (a view: the rank's whole target batch). Under full recompute a block keeps its input only,
-[b, s, dim]. Dense layers without tp / cp / sp only: elsewhere
+[b, s, dim]; under selective (kernels/recompute.py) its input and the residual h, q, k, v, o
+twice, h1 and h3. Dense layers without tp / cp / sp only: elsewhere
 `saved_per_microbatch` says None (not predicted).
 """
 from __future__ import annotations
@@ -46,6 +47,22 @@ def block_bytes(cfg, b: int, s: int, elem: int) -> int:
     return elem * (norms + inputs + attn + mlp)
 
 
+def selective_block_bytes(cfg, b: int, s: int, elem: int) -> int:
+    """A dense block's saved bytes under selective recompute (kernels/recompute.py)."""
+    t, hd = b * s, cfg.head_dim
+    kept = 2 * t * cfg.dim                           # the norms' inputs: the block's x and h
+    attn = t * hd * (cfg.heads + 2 * cfg.kv_heads) + 2 * t * cfg.heads * hd   # q, k, v; o twice
+    return elem * (kept + attn + 2 * t * cfg.ffn_hidden)                   # + h1, h3
+
+
+def input_bytes(cfg, b: int, s: int, elem: int) -> int:
+    """A block's saved bytes under full recompute: its input [b, s, dim]."""
+    return elem * b * s * cfg.dim
+
+
+BLOCK_BYTES = {"none": block_bytes, "selective": selective_block_bytes, "full": input_bytes}
+
+
 def head_bytes(cfg, b: int, s: int, elem: int, batch_rows: int) -> int:
     t = b * s
     return elem * (2 * t * cfg.dim + t + t * cfg.vocab + t) + INT64 * batch_rows * s
@@ -59,7 +76,7 @@ def saved_per_microbatch(plan, cfg, chunk_layers: list[str]) -> int | None:
     elem = 2 if plan.dtype == "bf16" else 4
     rows = cfg.batch // plan.dp                      # this rank's batch rows
     b, s = rows // plan.microbatches, cfg.seq
-    block = elem * b * s * cfg.dim if plan.recompute == "full" else block_bytes(cfg, b, s, elem)
+    block = BLOCK_BYTES[plan.recompute](cfg, b, s, elem)
     per = {"embed": (INT64 + BOOL) * b * s, "block": block,
            "head": head_bytes(cfg, b, s, elem, rows)}
     return sum(per[kind] for kind in chunk_layers)

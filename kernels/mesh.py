@@ -133,8 +133,10 @@ class Plan:
     slow_stage: str = plan_field("", "a straggler on purpose: S=F runs pipeline stage S's compute "
                                      "F times as long", kind=str, dim="pp", label="slow stage")
     recompute: str = plan_field("none", "activation recompute: full keeps only each block's "
-                                        "input and runs its forward again before its backward",
-                                kind=str, choices=("none", "full"))
+                                        "input and runs its forward again before its backward; "
+                                        "selective keeps the matmul outputs and recomputes the "
+                                        "norms, the softmax and SwiGLU's activation",
+                                kind=str, choices=("none", "selective", "full"))
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""

@@ -16,7 +16,7 @@ from kernels.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
-from kernels.recompute import recomputed
+from kernels.recompute import recomputed, slimmed
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -80,7 +80,8 @@ class Block(Layer):
         h = x + a
         n2, c_n2 = self.mlp_norm.forward(h)
         e2, c_e2 = self.enter_mlp.forward(n2)
-        return h, e2, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2)
+        return h, e2, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2,
+                          norm_fed=(e1 is n1, e2 is n2))   # linears saved the norm's own output
 
     def finish_forward(self, h, m, c_m, ctx):
         """Residual after the MLP's output m; completes the ctx backward_input expects."""
@@ -88,13 +89,14 @@ class Block(Layer):
         ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
         return h + m, ctx
 
-    recompute = False   # Plan.recompute "full": save the input only (kernels/recompute.py)
+    recompute = "none"   # Plan.recompute: what the forward keeps (kernels/recompute.py)
 
     def forward(self, x, save_all: bool = False):           # x [B, S, dim]
         h, e2, ctx = self.forward_to_mlp(x)
-        m, c_m = self.mlp.forward(e2)
-        y, ctx = self.finish_forward(h, m, c_m, ctx)
-        return (y, Ctx(x=x, aux_loss=ctx.aux_loss)) if self.recompute and not save_all else (y, ctx)
+        y, ctx = self.finish_forward(h, *self.mlp.forward(e2), ctx)
+        keep = "none" if save_all else self.recompute
+        return y, (ctx if keep == "none" else Ctx(x=x, aux_loss=ctx.aux_loss) if keep == "full"
+                   else slimmed(self, ctx, x, h))
 
     def backward_input(self, ctx, dy):
         ctx = recomputed(self, ctx)

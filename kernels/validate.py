@@ -313,8 +313,8 @@ def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
          "fb_overlap pairs a forward with a backward inside a pipeline (without one, overlap=True "
          "interleaves two microbatches)", [{"pp": 2, "schedule": "1f1b"}, {"fb_overlap": False}])
     need(plan.recompute == "none" or not (experts or plan.fb_overlap),
-         f"recompute={plan.recompute} runs a block's forward again, which MoE layers (their "
-         f"routing figures) and fb_overlap's parts do not support yet",
+         f"recompute={plan.recompute} runs (part of) a block's forward again, which MoE layers "
+         f"(their routing figures) and fb_overlap's parts do not support yet",
          [{"recompute": "none"}, *([{"experts": 0}] if experts else []),
           *([{"fb_overlap": False}] if plan.fb_overlap else [])])
     need(not (experts and plan.cp > 1),

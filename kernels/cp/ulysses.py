@@ -65,6 +65,11 @@ class UlyssesAttention:
         (out,) = self._all((o,), self._heads_to_seq)                   # [B, H, S/N, hd]
         return out, Ctx(q=qh, k=kh, v=vh, o=o, lse=lse, p=p)
 
+    def drop_recomputable(self, ctx):
+        """Selective recompute: the probabilities go; the backward rebuilds them from q, k and
+        the log-sum-exp (attention_block_backward without probs)."""
+        ctx.p = None
+
     def backward(self, ctx, do):
         (doh,) = self._all((do,), self._seq_to_heads)                  # [B, H/N, S, hd]
         b, h, s, d = doh.shape

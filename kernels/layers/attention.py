@@ -93,6 +93,20 @@ class LocalAttention:
         o = torch.bmm(p, vf).reshape(b, h, s, d)               # [B, H, S, hd]
         return o, Ctx(q=q, k=k, v=v, o=o, p=p.view(b, n_kv, -1, s))
 
+    def drop_recomputable(self, ctx):
+        """Selective recompute: the probabilities [B, KV, G*S, S] go; q and k stay."""
+        ctx.p = None
+
+    def rebuild_recomputable(self, ctx):
+        """The probabilities again from q and k, by the forward's own ops (the same bits)."""
+        b, h, s, d = ctx.q.shape
+        n_kv = ctx.k.shape[1]
+        qg = _group(ctx.q, n_kv).reshape(b * n_kv, -1, d)     # [B*KV, G*S, hd]
+        kf = ctx.k.reshape(b * n_kv, s, d)                     # [B*KV, S, hd]
+        scores = torch.baddbmm(self.bias(h // n_kv, ctx.q.dtype), qg, kf.transpose(1, 2),
+                               alpha=1.0 / math.sqrt(d))       # [B*KV, G*S, S]
+        ctx.p = torch.softmax(scores, dim=-1).view(b, n_kv, -1, s)
+
     def backward(self, ctx, do):
         dq, dk, dv = attention_block_backward(ctx.q, ctx.k, ctx.v, ctx.o, None, do, probs=ctx.p)
         ctx.q = ctx.k = ctx.v = ctx.o = ctx.p = None
@@ -125,6 +139,21 @@ class Attention(Layer):
         b, h, s, d = o.shape
         y, co = self.wo.forward(o.transpose(1, 2).reshape(b, s, h * d))      # [B, S, dim]
         return y, Ctx(cq=cq, ck=ck, cv=cv, ccore=ccore, co=co)
+
+    def drop_recomputable(self, ctx):
+        """Selective recompute: what the core can rebuild (LocalAttention: the probabilities;
+        the context parallel cores keep none: they recompute them in their backward anyway)."""
+        getattr(self.core, "drop_recomputable", lambda c: None)(ctx.ccore)
+
+    def rebuild_recomputable(self, ctx):
+        getattr(self.core, "rebuild_recomputable", lambda c: None)(ctx.ccore)
+
+    def saved_input(self, ctx):
+        """The input wq, wk and wv saved (one tensor)."""
+        return ctx.cq.x
+
+    def set_saved_input(self, ctx, x):
+        ctx.cq.x = ctx.ck.x = ctx.cv.x = x
 
     def backward_input(self, ctx, dy):
         do = self.wo.backward_input(ctx.co, dy)                              # [B, S, H*hd]

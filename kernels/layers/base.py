@@ -74,6 +74,14 @@ class Layer:
     def sublayers(self) -> dict[str, "Layer"]:
         return {}
 
+    # selective recompute (kernels/recompute.py): a layer frees the saved tensors that are no
+    # matmul's output and computes them again from what it keeps; by default it frees nothing
+    def drop_recomputable(self, ctx) -> None:
+        """Free the saved tensors this layer can rebuild cheaply (rebuild_recomputable)."""
+
+    def rebuild_recomputable(self, ctx) -> None:
+        """Compute again, bit for bit, what drop_recomputable freed."""
+
     def params(self, prefix: str = "") -> dict[str, Param]:
         out = {prefix + k: p for k, p in self.own_params().items()}
         for name, sub in self.sublayers().items():

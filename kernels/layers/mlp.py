@@ -21,6 +21,23 @@ class SwiGLU(Layer):
         y, c2 = self.w2.forward(act * h3)        # [..., dim]
         return y, Ctx(c1=c1, c3=c3, c2=c2, h1=h1, h3=h3, sig=sig, act=act)
 
+    def drop_recomputable(self, ctx):
+        """Selective recompute: sig, act and w2's input act * h3 go; h1 and h3 (matmul outputs)
+        stay."""
+        ctx.sig = ctx.act = ctx.c2.x = None
+
+    def rebuild_recomputable(self, ctx):
+        ctx.sig = torch.sigmoid(ctx.h1)
+        ctx.act = ctx.h1 * ctx.sig
+        ctx.c2.x = ctx.act * ctx.h3              # [..., hidden]
+
+    def saved_input(self, ctx):
+        """The input w1 and w3 saved (one tensor)."""
+        return ctx.c1.x
+
+    def set_saved_input(self, ctx, x):
+        ctx.c1.x = ctx.c3.x = x
+
     def backward_input(self, ctx, dy):
         da = self.w2.backward_input(ctx.c2, dy)
         dsilu = ctx.sig * (1 + ctx.h1 * (1 - ctx.sig))   # d silu(z) / dz

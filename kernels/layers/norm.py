@@ -18,6 +18,17 @@ class RMSNorm(Layer):
         xhat = x * rstd
         return xhat * self.weight.data, Ctx(xhat=xhat, rstd=rstd)
 
+    def drop_recomputable(self, ctx):
+        """Selective recompute: xhat and rstd go; the caller keeps the input x to rebuild them."""
+        ctx.xhat = ctx.rstd = None
+
+    def rebuild_from(self, ctx, x):
+        """xhat and rstd again from the input x (the forward's own ops: the same bits); returns
+        the output, which the caller hands back to the linears that saved it."""
+        y, full = self.forward(x)
+        ctx.xhat, ctx.rstd = full.xhat, full.rstd
+        return y
+
     def backward_input(self, ctx, dy):
         ctx.dy = dy
         g = dy * self.weight.data                                   # d/d(xhat)

@@ -129,11 +129,13 @@ COLUMNS = {
                        "not yet through its backward (or W)",
     "gathered_mib": "--memory: ZeRO-3's all-gathered layer weights (the layer in use and its prefetch)",
     "comm_mib": "--memory: p2p buffers in flight: posted recvs and unfinished sends",
-    "recompute_activations_mib": "whatif --recompute: the formula's activation peak under full "
-                                 "recompute (in-flight microbatches x their blocks' inputs)",
+    "recompute_activations_mib": "whatif --recompute: the formula's activation peak under the "
+                                 "mode (in-flight microbatches x what their blocks keep: inputs "
+                                 "under full; matmul outputs and norm inputs under selective)",
     "saved_mib": "whatif --recompute: activations_mib (the trace's measured peak) less that",
-    "extra_compute_ms": "whatif --recompute: the rank's recorded block forwards per step, which "
-                        "recompute runs again",
+    "extra_compute_ms": "whatif --recompute: the rank's recorded block forwards per step x the "
+                        "share the mode runs again (full 1; selective: norms, Q K^T and "
+                        "softmax, SwiGLU's activation, by operation count)",
     "extra_compute_pct": "whatif --recompute: extra_compute_ms / the rank's mean step",
 }
 

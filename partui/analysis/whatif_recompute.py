@@ -1,8 +1,11 @@
-"""`partui whatif TRACE --recompute full`: from a trace recorded without recompute, what full
+"""`partui whatif TRACE --recompute full|selective`: from a trace recorded without recompute, what
 recompute would save and cost, per rank. Saved: the trace's measured activation peak (its memory
 counters) less the formula's activations under recompute (kernels/memory_plan.py: in-flight
-microbatches x each block's input). Cost: every block's forward runs again before its backward,
-so the extra compute is the rank's recorded block forwards (spans "F block i") per step.
+microbatches x what each block keeps: its input (full), or its matmul outputs and the norms'
+inputs (selective)). Cost: the rank's recorded block forwards (spans "F block i") per step, times
+the share of a block's forward the mode runs again (kernels.recompute.forward_share: all of it
+under full; under selective the norms, Q K^T with the softmax, and SwiGLU's activation, by their
+operation count against the block's).
 """
 from __future__ import annotations
 
@@ -31,13 +34,16 @@ def step_ms(doc: dict) -> dict[int, float]:
     return {r: sum(v) / len(v) for r, v in per.items()}
 
 
-def recompute_table(doc: dict, predicted: list[dict], path: str = "") -> pd.DataFrame:
-    """Per rank: the measured activation peak, the formula's under full recompute, the bytes
-    saved, and the extra compute. `predicted`: each rank's kernels.memory_plan.predict_rank
-    under the trace's plan with recompute="full" (partui.layout.plan_layout)."""
+def recompute_table(doc: dict, predicted: list[dict], path: str = "",
+                    share: float = 1.0) -> pd.DataFrame:
+    """Per rank: the measured activation peak, the formula's under recompute, the bytes saved,
+    and the extra compute. `predicted`: each rank's kernels.memory_plan.predict_rank under the
+    trace's plan with the recompute mode (partui.layout.plan_layout); `share`: the part of a
+    block forward the mode runs again (kernels.recompute.forward_share)."""
     samples = memory_samples(doc, path)
     peaks = samples.groupby("rank")["activations"].max()
-    extra, steps = block_forward_ms(doc), step_ms(doc)
+    extra = {r: ms * share for r, ms in block_forward_ms(doc).items()}
+    steps = step_ms(doc)
     rows = []
     for rank, pred in enumerate(predicted):
         measured = int(peaks.get(rank, 0))

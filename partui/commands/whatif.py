@@ -18,6 +18,7 @@ from partui.analysis import TraceError, read_doc
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
+from kernels.recompute import forward_share
 from partui.layout import plan_layout
 from kernels.mesh import Plan
 from partui.commands.flags import add_link_arguments, flagify
@@ -37,9 +38,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, help="another pipeline size, through the schedule simulator "
                    "(a pipeline trace; the layers, the batch and dp stay)")
     p.add_argument("--microbatches", type=int, help="another microbatch count (same global batch)")
-    p.add_argument("--recompute", choices=("full",),
-                   help="what full activation recompute would save and cost, from a trace "
-                        "recorded without it (no --link needed)")
+    p.add_argument("--recompute", choices=("selective", "full"),
+                   help="what activation recompute would save and cost, from a trace recorded "
+                        "without it (no --link needed): full runs each block's forward again, "
+                        "selective only its norms, softmax and SwiGLU activation")
     add_link_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -115,9 +117,15 @@ def run(args) -> int:
     return 0
 
 
+KEPT = {"full": "its blocks' inputs", "selective": "its blocks' matmul outputs and norm inputs"}
+REDONE = {"full": "all of each forward", "selective": "norms, Q K^T and softmax, SwiGLU's "
+                                                    "activation, by operation count"}
+
+
 def recompute_report(args) -> int:
-    """`--recompute full`: per rank, activations saved (measured less the formula's under
-    recompute) and the compute it adds (the recorded block forwards, run again)."""
+    """`--recompute full|selective`: per rank, activations saved (measured less the formula's
+    under recompute) and the compute it adds (the recorded block forwards, or their share that
+    selective runs again)."""
     try:
         doc = read_doc(args.trace)
         meta = doc.get("metadata") or {}
@@ -125,17 +133,20 @@ def recompute_report(args) -> int:
             raise TraceError(f"{args.trace}: no plan / model in its metadata: record it with "
                              f"partui run --trace")
         plan = Plan.from_dict({**meta["plan"], "recompute": args.recompute})
-        table = recompute_table(doc, [r["predicted"] for r in plan_layout(
-            plan, ModelConfig(**meta["model"]))], args.trace)
+        cfg = ModelConfig(**meta["model"])
+        share = forward_share(args.recompute, cfg, cfg.seq)     # of the whole sequence's block
+        table = recompute_table(doc, [r["predicted"] for r in plan_layout(plan, cfg)], args.trace,
+                                share)
     except (TraceError, ValueError) as e:
         print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
         return 2
     print(render(table, args.format))
     if args.format == "table":
-        print("\nactivations: the trace's measured peak; recompute: the formula's under full "
-              "recompute (each in-flight microbatch keeps its blocks' inputs; - where the formula "
-              "does not reach); extra compute: each block's forward again, its recorded time per "
-              "step (and its share of the rank's step)")
+        print(f"\nactivations: the trace's measured peak; recompute: the formula's under "
+              f"{args.recompute} recompute (each in-flight microbatch keeps {KEPT[args.recompute]};"
+              f" - where the formula does not reach); extra compute: the recorded block forwards "
+              f"per step x {share:.3f}, the part "
+              f"run again ({REDONE[args.recompute]}), and its share of the rank's step")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The memory account (kernels/memory.py): its arithmetic on hand-built inputs, each schedule's
 peak of in-flight activations against its published table at pp 4 x 8 microbatches, DualPipe's
-2x parameters, ZeRO's per-kind bytes against the paper, and the account's total against an
-independent walk of every tensor alive in the rank process."""
+2x parameters, ZeRO's per-kind bytes against the paper, full and selective recompute's bytes
+against the model's shapes, and the account's total against an independent walk of every tensor
+alive in the rank process."""
 import gc
 
 import pytest
@@ -158,6 +159,33 @@ def test_without_a_pipeline_one_microbatch_of_every_layer_is_in_flight():
     b = cfg.batch // 2                                  # embed: int64 ids and a bool mask a token
     assert full["kind_peaks"]["activations"] == cfg.layers * 4 * b * cfg.seq * cfg.dim \
         + 9 * b * cfg.seq
+
+
+def selective_block_bytes(cfg, b: int) -> int:
+    """What a block keeps under selective, listed from the model's own weight shapes (fp32)."""
+    shapes = param_shapes(cfg)
+    pre = "layers.0."
+    q_out = shapes[pre + "attn.wq.weight"][0]               # heads x head_dim
+    kv_out = shapes[pre + "attn.wk.weight"][0]              # kv_heads x head_dim
+    hidden = shapes[pre + "mlp.w1.weight"][0]
+    t = b * cfg.seq
+    kept = [t * cfg.dim, t * cfg.dim,                       # x and h, the norms' inputs
+            t * q_out, t * kv_out, t * kv_out,              # q, k (after RoPE), v
+            t * q_out, t * q_out,                           # o, and wo's input
+            t * hidden, t * hidden]                         # h1, h3
+    return 4 * sum(kept)
+
+
+@pytest.mark.timeout(300)
+def test_selective_activations_lie_between_full_and_none_to_the_byte():
+    cfg = make_config("tiny")
+    got = {mode: run_world(1, _single_rank, mode, timeout_s=100)[0]
+           for mode in ("none", "selective", "full")}
+    peaks = {mode: m["kind_peaks"]["activations"] for mode, m in got.items()}
+    assert peaks["full"] < peaks["selective"] < peaks["none"], peaks
+    b = cfg.batch // 2                                      # embed: int64 ids and a bool mask
+    assert peaks["selective"] == cfg.layers * selective_block_bytes(cfg, b) + 9 * b * cfg.seq
+    assert peaks["selective"] == got["selective"]["predicted"]["activations"]
 
 
 # ---------------------------------------------------------------- ZeRO against the paper

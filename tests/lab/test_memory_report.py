@@ -12,7 +12,9 @@ import pytest
 
 from conftest import ROOT, run_cli
 from partui.analysis.memory import KINDS, MIB, memory_table
+from kernels.config import ModelConfig
 from kernels.memory import KINDS as ACCOUNT_KINDS
+from kernels.recompute import forward_share
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 
@@ -157,11 +159,54 @@ def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path, traced):
     # whatif on the trace recorded without recompute predicts the recompute run's activations
     proc = run_cli("whatif", traced[0], "--recompute", "full", "--format", "json", check_rc=0)
     rows = json.loads(proc.stdout)["rows"]
-    plain = json.load(open(traced[0]))
-    steps = {e["args"]["step"] for e in plain["traceEvents"] if e.get("cat") == "step"}
+    forwards = recorded_forwards_ms(json.load(open(traced[0])))
     for row, after in zip(rows, runs["full"]["memory_peak"]):
-        assert abs(row["recompute_activations_mib"] - after["kind_peaks"]["activations"] / MIB) < 1e-3
-        assert abs(row["activations_mib"] - row["recompute_activations_mib"] - row["saved_mib"]) < 2e-3
-        forwards = sum(e["dur"] for e in plain["traceEvents"] if e.get("ph") == "X"
-                       and e["pid"] == row["rank"] and e["name"].startswith("F block ")) / 1e3
-        assert abs(row["extra_compute_ms"] - forwards / len(steps)) < 1e-2
+        assert_predicts_activations(row, after)
+        assert abs(row["extra_compute_ms"] - forwards[row["rank"]]) < 1e-2
+
+
+def recorded_forwards_ms(doc) -> dict:
+    """Per rank, its "F block" spans' ms per recorded step, read straight from the JSON."""
+    events = doc["traceEvents"]
+    steps = len({e["args"]["step"] for e in events if e.get("cat") == "step"})
+    out = {}
+    for e in events:
+        if e.get("ph") == "X" and e["name"].startswith("F block "):
+            out[e["pid"]] = out.get(e["pid"], 0.0) + e["dur"] / 1e3 / steps
+    return out
+
+
+def assert_predicts_activations(row, after):
+    """whatif's row holds the recompute run's measured activation peak, and saved adds up."""
+    assert abs(row["recompute_activations_mib"] - after["kind_peaks"]["activations"] / MIB) < 1e-3
+    assert abs(row["activations_mib"] - row["recompute_activations_mib"] - row["saved_mib"]) < 2e-3
+
+
+@pytest.mark.timeout(300)
+def test_selective_recompute_checks_shows_its_spans_and_whatif_predicts_it(tmp_path, traced):
+    path = str(tmp_path / "sel.json")
+    proc = run_cli("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", "selective",
+                   "--check", "--json", "--trace", path, timeout=300, check_rc=0)
+    summary = proc.lines[-1]["summary"]
+    assert summary["check"] == "passed"
+    full = json.loads(run_cli("whatif", traced[0], "--recompute", "full", "--format", "json",
+                              check_rc=0).stdout)["rows"]     # = a full run's, pinned above
+    for before, after, lowest in zip(traced[1]["memory_peak"], summary["memory_peak"], full):
+        kept, none = after["kind_peaks"]["activations"], before["kind_peaks"]["activations"]
+        assert lowest["recompute_activations_mib"] * MIB < kept < none
+    doc = json.load(open(path))
+    redo = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("R block")]
+    # each of the 4 blocks rebuilds its norms, softmax and activation before each microbatch's B
+    assert len(redo) == 4 * 4 and all(e["args"].get("recompute") == "selective" and e["dur"] > 0
+                                      for e in redo)
+    proc = run_cli("whatif", traced[0], "--recompute", "selective", "--format", "json", check_rc=0)
+    rows = json.loads(proc.stdout)["rows"]
+    plain = json.load(open(traced[0]))
+    cfg = ModelConfig(**plain["metadata"]["model"])
+    share = forward_share("selective", cfg, cfg.seq)        # pinned in tests/kernels/test_recompute
+    forwards = recorded_forwards_ms(plain)
+    for row, after in zip(rows, summary["memory_peak"]):
+        assert_predicts_activations(row, after)
+        # the recomputed part of each recorded block forward, well under full's whole forward
+        assert abs(row["extra_compute_ms"] - share * forwards[row["rank"]]) < 1e-2
+        assert 0 < row["extra_compute_ms"] < 0.5 * forwards[row["rank"]]
