@@ -24,7 +24,8 @@ DEFINITIONS = {
                "compute, the median for communication (as the paper does). partui traces (a type: "
                "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
                "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
-               "straggler out), comm at the median",
+               "straggler out), comm at the median of its measured transfers (a wait that "
+               "blocked; one that returned at once only bounds it)",
     "slowdown": "straggler slowdown: replayed_s / ideal_s",
     "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
                   "mean replayed step / ideal_s",
@@ -54,13 +55,16 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
     and stage): the lowest of the ranks' medians over steps for compute (with two dp ranks a
     median cannot leave a straggler out), the median over ranks and steps for comm."""
     per: dict = {}
+    measured: dict = {}
     for g in graphs:
         for n in g.nodes:
             if not n.marker:
                 per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
-    if graphs and graphs[0].typical == "fastest":
-        return {t: float(np.median(sum(v.values(), [])) if t[0] == "comm" else
-                         min(np.median(x) for x in v.values())) for t, v in per.items()}
+                if n.measured:
+                    measured.setdefault(n.optype, []).append(n.dur)
+    if graphs and graphs[0].typical == "fastest":   # comm: its measured transfers where any
+        return {t: float(np.median(measured.get(t) or sum(v.values(), [])) if t[0] == "comm"
+                         else min(np.median(x) for x in v.values())) for t, v in per.items()}
     return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
                      np.mean(sum(v.values(), []))) for t, v in per.items()}
 
