@@ -25,7 +25,7 @@ DEFINITIONS = {
                "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
                "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
                "straggler out), comm at the median of its measured transfers (a wait that "
-               "blocked; one that returned at once only bounds it)",
+               "began by the last member's issue; one begun later only bounds it)",
     "slowdown": "straggler slowdown: replayed_s / ideal_s",
     "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
                   "mean replayed step / ideal_s",

@@ -7,9 +7,10 @@ lane per rank.
                  group starts at the last member's issue; every member ends one transfer later
     wait         blocks the rank until its op ends
 A group's transfer: a member's wait end less the last issue (0 if negative) bounds it, and is it
-when that wait blocked. A pipeline sends eagerly and waits its sends at the step's end, so a
-send's bound is most of the step: a p2p pair takes its recv's, a collective its members' least.
-`measured` says the wait it came from blocked (blame takes typical comm from those).
+when that wait began by the last issue (it saw the whole transfer). A pipeline sends eagerly and
+waits its sends at the step's end, so a send's bound is most of the step: a p2p pair takes its
+recv's, a collective its members' least. `measured`: that wait saw the whole transfer (blame
+takes typical comm from those; a recv waited late, after its bytes came, only bounds it).
 Types (for typical durations): the k-th busy stretch of a stage's program; a comm op's name and
 process group. dp rank and stage come from the trace's plan.
 """
@@ -57,7 +58,7 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
     seq: dict = {}
     issued: dict = {}                       # (rank, op_id) -> (group key, absolute issue µs)
     members_of: dict = {}                   # group key -> [(rank, issue µs, op_id)]
-    waited: dict = {}                       # (rank, op_id) -> (absolute wait end µs, blocked µs)
+    waited: dict = {}                       # (rank, op_id) -> (absolute wait end, start µs)
     plan_items = {}
     for r, p in progs.items():
         items = []
@@ -72,7 +73,7 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
                 issued[r, a["op_id"]] = (key, at)
                 members_of.setdefault(key, []).append((r, at, a["op_id"]))
             elif it[0] == "wait":
-                waited[r, it[1]] = (at + it[2], it[2])
+                waited[r, it[1]] = (at + it[2], at)
             items.append((it, t))
         plan_items[r] = items
     transfer = {key: _transfer(key, ms, waited) for key, ms in members_of.items()}
@@ -106,12 +107,13 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
 
 def _transfer(key: tuple, ms: list, waited: dict) -> tuple[float, bool]:
     """(transfer s, measured) of one group (module doc): the bound of its recv (p2p) or the least
-    of its members' bounds; measured when that member's wait blocked. No wait seen: 0, unmeasured."""
+    of its members' bounds; measured when that member's wait began by the last issue. No wait
+    seen: 0, unmeasured."""
     last = max(t for _r, t, _op in ms)
     ends = {r: waited[r, op] for r, _t, op in ms if (r, op) in waited}
     if key[0] == "p2p" and key[2] in ends:
         ends = {key[2]: ends[key[2]]}            # p2p key: ("p2p", src, dst, tag, n)
     if not ends:
         return 0.0, False
-    end, blocked = min(ends.values())
-    return max(0.0, end - last) / 1e6, blocked > 0.0
+    end, began = min(ends.values())
+    return max(0.0, end - last) / 1e6, began <= last
