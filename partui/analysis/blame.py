@@ -17,8 +17,10 @@ from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
 DEFINITIONS = {
     "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
     "replayed_s": "mean step time replaying the graph with every op at its recorded duration "
-                  "(a collective: its recorded transfer, its end less its last member's start) and "
-                  "launch gaps removed: each op starts when its lane and dependencies allow",
+                  "(a collective: its recorded transfer, its end less its last member's start; a "
+                  "partui comm op whose wait began after that start only bounds it: the lesser of "
+                  "the bound and the typical) and launch gaps removed: each op starts when its "
+                  "lane and dependencies allow",
     "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
                "type, launch gaps removed. Op-level traces: the mean over ranks and steps for "
                "compute, the median for communication (as the paper does). partui traces (a type: "
@@ -69,6 +71,14 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
                      np.mean(sum(v.values(), []))) for t, v in per.items()}
 
 
+def as_recorded(n, typ: dict) -> float:
+    """A node's duration "as recorded": its own; where the trace only bounds it (a partui comm op
+    whose wait began after the last issue), the lesser of that bound and its type's typical: the
+    replay as recorded still ends by the wait, and a scenario that keeps it (the rest typical)
+    does not take the receiver's own compute after the issue for transfer."""
+    return n.dur if n.measured else min(n.dur, typ.get(n.optype, n.dur))
+
+
 def analyse(graphs: list[StepGraph]) -> dict:
     """Every figure of DEFINITIONS: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
     "by worker": frames, "critical path": frame}."""
@@ -82,7 +92,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
             + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
     def columns(g):
-        rec = np.array([n.dur for n in g.nodes])
+        rec = np.array([as_recorded(n, typ) for n in g.nodes])
         ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
         label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
                  "kind": np.array([n.kind for n in g.nodes]),
@@ -141,7 +151,7 @@ def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
     top = {w[0] for w in scored[:n_top]}
     rem = replay_steps(graphs, lambda g: np.array(
-        [[typ.get(n.optype, 0.0) if n.rank in top else n.dur] for n in g.nodes]))[:, 0]
+        [[typ.get(n.optype, 0.0) if n.rank in top else as_recorded(n, typ)] for n in g.nodes]))[:, 0]
     t_rem = float(over_steps(graphs)(rem))
     m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
     return m_w, sorted(top)
