@@ -9,8 +9,8 @@ step; its typical, replayed on every send, made the ideal step longer than the r
 import pytest
 
 from kernels.mesh import Plan
-from partui.analysis.blame import analyse
-from partui.analysis.opgraph import step_time
+from partui.analysis.blame import analyse, as_recorded
+from partui.analysis.opgraph import Node, step_time
 from partui.analysis.partui_graph import partui_graphs
 
 F, B, OPT, AR = 1.0, 2.0, 0.5, 1.0          # ms: a forward, a backward, the optimizer, all-reduce
@@ -121,3 +121,30 @@ def test_sends_waited_at_the_step_end_take_their_recvs_transfer():
     assert len(sends) == 8 and all(n.dur == 0.0 for n in sends)
     ar = sorted(n.dur for n in g.nodes if n.kind == "all_reduce")
     assert ar == pytest.approx([AR / 1e3] * 4)
+
+
+def test_only_waits_begun_by_the_last_issue_measure_a_transfer():
+    g, _s, _res = summary(1.5)
+    recvs = {(n.rank, n.id[1][4]): n.measured for n in g.nodes if n.kind == "recv"}
+    # every recv here is waited from its issue on, or posted after its send and waited at once:
+    # each wait saw the whole transfer from the last issue
+    assert recvs == {(r, n): True for r in range(4) for n in (0, 1)}
+    # a recv posted at 0, its send issued at 1 ms, the recv waited at 3 ms after 2 ms of compute:
+    # 3.01 - 1 ms only bounds its transfer (and its send, waited at 4 ms, takes the recv's)
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 5, step=0), X(1, "step", "step", 0, 5, step=0),
+        X(1, "recv", "comm", 0, 0.01, op_id=1, op="recv", group="pp", peer=0, bytes=8),
+        X(0, "send", "comm", 1, 0.01, op_id=1, op="send", group="pp", peer=1, bytes=8),
+        X(1, "wait", "wait", 3, 0.01, op_id=1), X(0, "wait", "wait", 4, 0.01, op_id=1)],
+        "metadata": {}}
+    p2p = {n.kind: (n.dur, n.measured) for n in partui_graphs(doc)[0].nodes if n.kind}
+    assert p2p["recv"] == p2p["send"] == (pytest.approx(2.01e-3), False)
+
+
+def test_a_bound_counts_as_recorded_only_up_to_its_types_typical():
+    typ = {("comm", "recv", "pp"): 1e-3}
+    bound = Node(("r",), (0, "main"), 3e-3, ("comm", "recv", "pp"), 0, 0, 0, measured=False)
+    seen = Node(("s",), (0, "main"), 3e-3, ("comm", "recv", "pp"), 0, 0, 0)
+    assert as_recorded(bound, typ) == 1e-3 and as_recorded(seen, typ) == 3e-3
+    bound.dur = 0.5e-3
+    assert as_recorded(bound, typ) == 0.5e-3
