@@ -1,7 +1,8 @@
 """A straggler set between steps (World.slow, the app's `slow`) in one running world: each rank's
 live factor, its extra compute in the trace on that rank only, clear messages for bad input, and
-the done-when of issue 27 in the same world: `partui blame` on the slowed steps names rank 1
-first, and its slowdown is within 10% of the step-time ratio (slowed / unslowed medians).
+the done-when of issue 27 in the same world, on dp 2 and on pp 2 x dp 2: `partui blame` on the
+slowed steps names rank 1 first, and its slowdown is within 10% of the step-time ratio (slowed /
+unslowed medians).
 
 The machine these run on is shared (2 cores, several worlds at once): slowed and unslowed steps
 are interleaved in short blocks so a change of load between them hits both alike, and medians
@@ -94,9 +95,13 @@ def summary(path: str) -> dict:
     return dict(zip(res["summary"]["figure"], res["summary"]["value"]))
 
 
-def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(tmp_path):
+@pytest.mark.parametrize("plan", [dict(dp=2),
+                                  dict(dp=2, pp=2, schedule="1f1b", microbatches=4)],
+                         ids=["dp2", "pp2xdp2"])
+def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(tmp_path, plan):
+    """pp 2 x dp 2: rank 1 is dp 1 on stage 0."""
     with World(timeout_s=300) as w:
-        w.plan("custom", model="tiny", dp=2)
+        w.plan("custom", model="tiny", **plan)
         w.launch()
         w.step(2)                                                # warm-up, untraced
         plain0, slow0 = interleaved(w, {"rank": 1, "factor": 1.5}, ROUNDS, 2, keep=False)
@@ -112,4 +117,6 @@ def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(t
         pytest.skip(f"this machine's noise alone reads as a straggler past {TOLERANCE:.0%}, so "
                     f"neither the 10% comparison nor the ranking can be told from it: {figures}")
     assert got["worst worker"] == 1 and got["top dp rank"] == 1, figures
+    if plan.get("pp", 1) > 1:
+        assert got["top stage"] == 0, figures
     assert got["slowdown"] == pytest.approx(ratio, rel=TOLERANCE), figures
