@@ -8,6 +8,7 @@ Using What-if Analysis"), DEFINITIONS below says each figure.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -35,9 +36,12 @@ DEFINITIONS = {
     "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
                   "recv count as one type: forward- or backward-pp-comm)",
     "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
-    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Step times "
-             "are averaged over them: the mean for op-level traces (the paper's), the median for "
-             "partui traces (a few steps on a shared machine: one descheduled step would decide)",
+    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Op-level "
+             "traces: each step replayed, step times averaged (the paper's mean). partui traces "
+             "(a few steps on a shared machine): the median step, every op at its median over the "
+             "steps (the same op of the same rank), replayed once: replaying each noisy step and "
+             "taking a median reads a descheduled stretch anywhere on a step's paths as a "
+             "straggler (measured: 1.2-2.4 with nothing slowed)",
     "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
            "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
     "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
@@ -108,7 +112,8 @@ def analyse(graphs: list[StepGraph]) -> dict:
             else:
                 durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
         return durs
-    times = replay_steps(graphs, columns)             # steps x columns
+    steps = median_steps(graphs, typ) if graphs[0].typical == "fastest" else graphs
+    times = replay_steps(steps, columns)              # steps x columns
     mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
     ideal = mean["ideal"]
 
@@ -122,7 +127,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     known = [g.recorded for g in graphs if g.recorded is not None]
     recorded, replayed = float(np.mean(known)) if known else float("nan"), mean["recorded"]
     m_s = (replayed - mean["M_S"]) / (replayed - ideal) if replayed > ideal else float("nan")
-    m_w, top = _m_w(graphs, typ, by_dp, by_stage, replayed, ideal)
+    m_w, top = _m_w(steps, typ, by_dp, by_stage, replayed, ideal)
     summary = [("recorded_s", recorded), ("replayed_s", replayed), ("ideal_s", ideal),
                ("slowdown", replayed / ideal),
                ("top dp rank", int(by_dp["dp_rank"][0])), ("top stage", int(by_stage["stage"][0])),
@@ -131,7 +136,28 @@ def analyse(graphs: list[StepGraph]) -> dict:
                ("steps", len(graphs))]
     return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
             "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
-            "critical path": slowest_path(graphs, times[:, 0])}
+            "critical path": slowest_path(graphs, times[:, 0] if steps is graphs else
+                                          replay_steps(graphs, lambda g: np.array(
+                                              [[n.dur] for n in g.nodes]))[:, 0])}
+
+
+def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
+    """partui traces (DEFINITIONS "steps"): per step, a graph of its shape whose ops last their
+    medians (as_recorded) over the steps of that shape; steps of one shape share it."""
+    shapes: dict = {}
+    for g in graphs:
+        shapes.setdefault(shape_of(g), []).append(g)
+    out = {}
+    for key, gs in shapes.items():
+        durs = np.median([[as_recorded(n, typ) for n in g.nodes] for g in gs], axis=0)
+        nodes = [replace(n, dur=float(d), measured=True) for n, d in zip(gs[0].nodes, durs)]
+        out[key] = StepGraph(gs[0].step, nodes, dict(gs[0].starts), gs[0].recorded, gs[0].typical)
+    return [out[shape_of(g)] for g in graphs]
+
+
+def shape_of(g: StepGraph) -> tuple:
+    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups."""
+    return tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager) for n in g.nodes)
 
 
 def over_steps(graphs):
@@ -162,8 +188,7 @@ def replay_steps(graphs: list[StepGraph], columns) -> np.ndarray:
     graphs have the same shape (ops, lanes, dependencies, groups) replay in one batched pass."""
     shapes: dict = {}
     for i, g in enumerate(graphs):
-        shapes.setdefault(tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager)
-                                for n in g.nodes), []).append(i)
+        shapes.setdefault(shape_of(g), []).append(i)
     out = [None] * len(graphs)
     for idx in shapes.values():
         durs = [columns(graphs[i]) for i in idx]
