@@ -27,7 +27,8 @@ DEFINITIONS = {
                "compute, the median for communication (as the paper does). partui traces (a type: "
                "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
                "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
-               "straggler out), comm at the median of its measured transfers (a wait that "
+               "straggler out; the fastest: the rank of the stage whose medians sum least), comm at "
+               "the median of its measured transfers (a wait that "
                "began by the last member's issue; one begun later only bounds it)",
     "slowdown": "straggler slowdown: replayed_s / ideal_s",
     "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
@@ -58,8 +59,10 @@ DEFINITIONS = {
 def typical_durations(graphs: list[StepGraph]) -> dict:
     """optype -> its typical duration. "paper" (op-level traces): over every rank and step, the
     mean for compute, the median for comm. "fastest" (partui traces, a type per program place
-    and stage): the lowest of the ranks' medians over steps for compute (with two dp ranks a
-    median cannot leave a straggler out), the median over ranks and steps for comm."""
+    and stage): compute at the fastest rank's medians over steps, the fastest: the rank of the
+    stage whose medians sum least (with two dp ranks a median cannot leave a straggler out; the
+    least median per place, rank by rank, would build a step faster than any rank ran), comm at
+    the median of its measured transfers (all of them where none is measured)."""
     per: dict = {}
     measured: dict = {}
     for g in graphs:
@@ -68,11 +71,19 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
                 per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
                 if n.measured:
                     measured.setdefault(n.optype, []).append(n.dur)
-    if graphs and graphs[0].typical == "fastest":   # comm: its measured transfers where any
-        return {t: float(np.median(measured.get(t) or sum(v.values(), [])) if t[0] == "comm"
-                         else min(np.median(x) for x in v.values())) for t, v in per.items()}
-    return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
-                     np.mean(sum(v.values(), []))) for t, v in per.items()}
+    if not graphs or graphs[0].typical != "fastest":
+        return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
+                         np.mean(sum(v.values(), []))) for t, v in per.items()}
+    med = {t: {r: float(np.median(x)) for r, x in v.items()} for t, v in per.items()}
+    total: dict = {}                                   # ("busy", stage) -> {rank: sum of medians}
+    for t, v in med.items():
+        if t[0] != "comm":
+            for r, m in v.items():
+                total.setdefault(t[:2], {}).setdefault(r, 0.0)
+                total[t[:2]][r] += m
+    fastest = {st: min(v, key=lambda r: (v[r], r)) for st, v in total.items()}
+    return {t: float(np.median(measured.get(t) or sum(per[t].values(), []))) if t[0] == "comm"
+            else v.get(fastest[t[:2]], min(v.values())) for t, v in med.items()}
 
 
 def as_recorded(n, typ: dict) -> float:

@@ -9,8 +9,8 @@ step; its typical, replayed on every send, made the ideal step longer than the r
 import pytest
 
 from kernels.mesh import Plan
-from partui.analysis.blame import analyse, as_recorded
-from partui.analysis.opgraph import Node, step_time
+from partui.analysis.blame import analyse, as_recorded, typical_durations
+from partui.analysis.opgraph import Node, StepGraph, step_time
 from partui.analysis.partui_graph import partui_graphs
 
 F, B, OPT, AR = 1.0, 2.0, 0.5, 1.0          # ms: a forward, a backward, the optimizer, all-reduce
@@ -148,3 +148,14 @@ def test_a_bound_counts_as_recorded_only_up_to_its_types_typical():
     assert as_recorded(bound, typ) == 1e-3 and as_recorded(seen, typ) == 3e-3
     bound.dur = 0.5e-3
     assert as_recorded(bound, typ) == 0.5e-3
+
+
+def test_typical_compute_is_the_fastest_ranks_own_not_a_least_per_place():
+    """Rank 0's places last 1 and 3.5 s, rank 1's 2 and 2: rank 1 is the faster (4 s against 4.5);
+    the least per place (1 and 2 s) would be a step no rank ran."""
+    def step(s):
+        return StepGraph(s, [Node(("b", r, k), (r, "main"), d, ("busy", 0, k), r, r, 0)
+                             for r, ds in ((0, (1.0, 3.5)), (1, (2.0, 2.0)))
+                             for k, d in enumerate(ds)], typical="fastest")
+    typ = typical_durations([step(0), step(1)])
+    assert typ == {("busy", 0, 0): 2.0, ("busy", 0, 1): 2.0}
