@@ -8,6 +8,7 @@ Using What-if Analysis"), DEFINITIONS below says each figure.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -17,14 +18,18 @@ from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
 DEFINITIONS = {
     "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
     "replayed_s": "mean step time replaying the graph with every op at its recorded duration "
-                  "(a collective: its recorded transfer, its end less its last member's start) and "
-                  "launch gaps removed: each op starts when its lane and dependencies allow",
+                  "(a collective: its recorded transfer, its end less its last member's start; a "
+                  "partui comm op whose wait began after that start only bounds it: the lesser of "
+                  "the bound and the typical) and launch gaps removed: each op starts when its "
+                  "lane and dependencies allow",
     "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
                "type, launch gaps removed. Op-level traces: the mean over ranks and steps for "
                "compute, the median for communication (as the paper does). partui traces (a type: "
                "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
                "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
-               "straggler out), comm at the median",
+               "straggler out; the fastest: the rank of the stage whose medians sum least), comm at "
+               "the median of its measured transfers (a wait that "
+               "began by the last member's issue; one begun later only bounds it)",
     "slowdown": "straggler slowdown: replayed_s / ideal_s",
     "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
                   "mean replayed step / ideal_s",
@@ -32,9 +37,12 @@ DEFINITIONS = {
     "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
                   "recv count as one type: forward- or backward-pp-comm)",
     "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
-    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Step times "
-             "are averaged over them: the mean for op-level traces (the paper's), the median for "
-             "partui traces (a few steps on a shared machine: one descheduled step would decide)",
+    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Op-level "
+             "traces: each step replayed, step times averaged (the paper's mean). partui traces "
+             "(a few steps on a shared machine): the median step, every op at its median over the "
+             "steps (the same op of the same rank), replayed once: replaying each noisy step and "
+             "taking a median reads a descheduled stretch anywhere on a step's paths as a "
+             "straggler (measured: 1.2-2.4 with nothing slowed)",
     "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
            "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
     "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
@@ -51,18 +59,39 @@ DEFINITIONS = {
 def typical_durations(graphs: list[StepGraph]) -> dict:
     """optype -> its typical duration. "paper" (op-level traces): over every rank and step, the
     mean for compute, the median for comm. "fastest" (partui traces, a type per program place
-    and stage): the lowest of the ranks' medians over steps for compute (with two dp ranks a
-    median cannot leave a straggler out), the median over ranks and steps for comm."""
+    and stage): compute at the fastest rank's medians over steps, the fastest: the rank of the
+    stage whose medians sum least (with two dp ranks a median cannot leave a straggler out; the
+    least median per place, rank by rank, would build a step faster than any rank ran), comm at
+    the median of its measured transfers (all of them where none is measured)."""
     per: dict = {}
+    measured: dict = {}
     for g in graphs:
         for n in g.nodes:
             if not n.marker:
                 per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
-    if graphs and graphs[0].typical == "fastest":
-        return {t: float(np.median(sum(v.values(), [])) if t[0] == "comm" else
-                         min(np.median(x) for x in v.values())) for t, v in per.items()}
-    return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
-                     np.mean(sum(v.values(), []))) for t, v in per.items()}
+                if n.measured:
+                    measured.setdefault(n.optype, []).append(n.dur)
+    if not graphs or graphs[0].typical != "fastest":
+        return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
+                         np.mean(sum(v.values(), []))) for t, v in per.items()}
+    med = {t: {r: float(np.median(x)) for r, x in v.items()} for t, v in per.items()}
+    total: dict = {}                                   # ("busy", stage) -> {rank: sum of medians}
+    for t, v in med.items():
+        if t[0] != "comm":
+            for r, m in v.items():
+                total.setdefault(t[:2], {}).setdefault(r, 0.0)
+                total[t[:2]][r] += m
+    fastest = {st: min(v, key=lambda r: (v[r], r)) for st, v in total.items()}
+    return {t: float(np.median(measured.get(t) or sum(per[t].values(), []))) if t[0] == "comm"
+            else v.get(fastest[t[:2]], min(v.values())) for t, v in med.items()}
+
+
+def as_recorded(n, typ: dict) -> float:
+    """A node's duration "as recorded": its own; where the trace only bounds it (a partui comm op
+    whose wait began after the last issue), the lesser of that bound and its type's typical: the
+    replay as recorded still ends by the wait, and a scenario that keeps it (the rest typical)
+    does not take the receiver's own compute after the issue for transfer."""
+    return n.dur if n.measured else min(n.dur, typ.get(n.optype, n.dur))
 
 
 def analyse(graphs: list[StepGraph]) -> dict:
@@ -78,7 +107,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
             + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
     def columns(g):
-        rec = np.array([n.dur for n in g.nodes])
+        rec = np.array([as_recorded(n, typ) for n in g.nodes])
         ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
         label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
                  "kind": np.array([n.kind for n in g.nodes]),
@@ -94,7 +123,8 @@ def analyse(graphs: list[StepGraph]) -> dict:
             else:
                 durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
         return durs
-    times = replay_steps(graphs, columns)             # steps x columns
+    steps = median_steps(graphs, typ) if graphs[0].typical == "fastest" else graphs
+    times = replay_steps(steps, columns)              # steps x columns
     mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
     ideal = mean["ideal"]
 
@@ -108,7 +138,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     known = [g.recorded for g in graphs if g.recorded is not None]
     recorded, replayed = float(np.mean(known)) if known else float("nan"), mean["recorded"]
     m_s = (replayed - mean["M_S"]) / (replayed - ideal) if replayed > ideal else float("nan")
-    m_w, top = _m_w(graphs, typ, by_dp, by_stage, replayed, ideal)
+    m_w, top = _m_w(steps, typ, by_dp, by_stage, replayed, ideal)
     summary = [("recorded_s", recorded), ("replayed_s", replayed), ("ideal_s", ideal),
                ("slowdown", replayed / ideal),
                ("top dp rank", int(by_dp["dp_rank"][0])), ("top stage", int(by_stage["stage"][0])),
@@ -117,7 +147,28 @@ def analyse(graphs: list[StepGraph]) -> dict:
                ("steps", len(graphs))]
     return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
             "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
-            "critical path": slowest_path(graphs, times[:, 0])}
+            "critical path": slowest_path(graphs, times[:, 0] if steps is graphs else
+                                          replay_steps(graphs, lambda g: np.array(
+                                              [[n.dur] for n in g.nodes]))[:, 0])}
+
+
+def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
+    """partui traces (DEFINITIONS "steps"): per step, a graph of its shape whose ops last their
+    medians (as_recorded) over the steps of that shape; steps of one shape share it."""
+    shapes: dict = {}
+    for g in graphs:
+        shapes.setdefault(shape_of(g), []).append(g)
+    out = {}
+    for key, gs in shapes.items():
+        durs = np.median([[as_recorded(n, typ) for n in g.nodes] for g in gs], axis=0)
+        nodes = [replace(n, dur=float(d), measured=True) for n, d in zip(gs[0].nodes, durs)]
+        out[key] = StepGraph(gs[0].step, nodes, dict(gs[0].starts), gs[0].recorded, gs[0].typical)
+    return [out[shape_of(g)] for g in graphs]
+
+
+def shape_of(g: StepGraph) -> tuple:
+    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups."""
+    return tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager) for n in g.nodes)
 
 
 def over_steps(graphs):
@@ -137,7 +188,7 @@ def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
     top = {w[0] for w in scored[:n_top]}
     rem = replay_steps(graphs, lambda g: np.array(
-        [[typ.get(n.optype, 0.0) if n.rank in top else n.dur] for n in g.nodes]))[:, 0]
+        [[typ.get(n.optype, 0.0) if n.rank in top else as_recorded(n, typ)] for n in g.nodes]))[:, 0]
     t_rem = float(over_steps(graphs)(rem))
     m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
     return m_w, sorted(top)
@@ -148,8 +199,7 @@ def replay_steps(graphs: list[StepGraph], columns) -> np.ndarray:
     graphs have the same shape (ops, lanes, dependencies, groups) replay in one batched pass."""
     shapes: dict = {}
     for i, g in enumerate(graphs):
-        shapes.setdefault(tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager)
-                                for n in g.nodes), []).append(i)
+        shapes.setdefault(shape_of(g), []).append(i)
     out = [None] * len(graphs)
     for idx in shapes.values():
         durs = [columns(graphs[i]) for i in idx]

@@ -63,6 +63,7 @@ class Node:
     eager: bool = True
     marker: bool = False                # an arrival point (takes no time, enters no figure)
     kind: str = ""                      # what "by op type" groups it under (default: optype)
+    measured: bool = True               # dur is the op's own, not only a bound on it (partui_graph)
 
 
 @dataclass

@@ -4,9 +4,13 @@ lane per rank.
     busy         a compute node lasting the recorded stretch (compute and the host work around it)
     comm issue   a collective member, grouped with the other members' issue of the same op
                  (kernels.link.match_key: the n-th op on a group, p2p by src, dst, tag): the
-                 group starts at the last member's issue; each member ends its own recorded
-                 transfer later (its wait's end less that last issue, 0 if negative)
+                 group starts at the last member's issue; every member ends one transfer later
     wait         blocks the rank until its op ends
+A group's transfer: a member's wait end less the last issue (0 if negative) bounds it, and is it
+when that wait began by the last issue (it saw the whole transfer). A pipeline sends eagerly and
+waits its sends at the step's end, so a send's bound is most of the step: a p2p pair takes its
+recv's, a collective its members' least. `measured`: that wait saw the whole transfer (blame
+takes typical comm from those; a recv waited late, after its bytes came, only bounds it).
 Types (for typical durations): the k-th busy stretch of a stage's program; a comm op's name and
 process group. dp rank and stage come from the trace's plan.
 """
@@ -53,8 +57,8 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
     where = {r: coords(plan, r) if plan is not None else {"dp": r, "pp": 0} for r in progs}
     seq: dict = {}
     issued: dict = {}                       # (rank, op_id) -> (group key, absolute issue µs)
-    members_of: dict = {}                   # group key -> [(rank, issue µs)]
-    waited: dict = {}                       # (rank, op_id) -> absolute wait end µs
+    members_of: dict = {}                   # group key -> [(rank, issue µs, op_id)]
+    waited: dict = {}                       # (rank, op_id) -> (absolute wait end, start µs)
     plan_items = {}
     for r, p in progs.items():
         items = []
@@ -67,11 +71,12 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
                 n = seq[r, base] = seq.get((r, base), -1) + 1
                 key = base + (n,)
                 issued[r, a["op_id"]] = (key, at)
-                members_of.setdefault(key, []).append((r, at))
+                members_of.setdefault(key, []).append((r, at, a["op_id"]))
             elif it[0] == "wait":
-                waited[r, it[1]] = at + it[2]
+                waited[r, it[1]] = (at + it[2], at)
             items.append((it, t))
         plan_items[r] = items
+    transfer = {key: _transfer(key, ms, waited) for key, ms in members_of.items()}
     g = StepGraph(step, typical="fastest")
     g.recorded = (max(p["end"] for p in progs.values()) - min(p["start"] for p in progs.values())) / 1e6
     for r, items in plan_items.items():
@@ -87,16 +92,28 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
             elif it[0] == "issue":
                 a = it[1]
                 key, _at = issued[r, a["op_id"]]
-                last = max(t for _r, t in members_of[key])
-                end = waited.get((r, a["op_id"]))
-                dur = max(0.0, end - last) / 1e6 if end is not None else 0.0
+                dur, measured = transfer[key]
                 grouped = len(members_of[key]) > 1
                 g.spans[("comm", key, r)] = (r, at, at, a["op_id"])
                 g.nodes.append(Node(("comm", key, r), lane, dur, ("comm", a["op"], a.get("group")),
                                     r, dp, stage, group=key if grouped else None, holds=False,
-                                    eager=False, kind=a["op"]))
+                                    eager=False, kind=a["op"], measured=measured))
             elif (r, it[1]) in issued:            # else: waited op issued before this step
                 key = issued[r, it[1]][0]
                 g.nodes.append(Node(("wait", r, i), lane, 0.0, "wait", r, dp, stage,
                                     after=(("comm", key, r),), marker=True))
     return g
+
+
+def _transfer(key: tuple, ms: list, waited: dict) -> tuple[float, bool]:
+    """(transfer s, measured) of one group (module doc): the bound of its recv (p2p) or the least
+    of its members' bounds; measured when that member's wait began by the last issue. No wait
+    seen: 0, unmeasured."""
+    last = max(t for _r, t, _op in ms)
+    ends = {r: waited[r, op] for r, _t, op in ms if (r, op) in waited}
+    if key[0] == "p2p" and key[2] in ends:
+        ends = {key[2]: ends[key[2]]}            # p2p key: ("p2p", src, dst, tag, n)
+    if not ends:
+        return 0.0, False
+    end, began = min(ends.values())
+    return max(0.0, end - last) / 1e6, began <= last

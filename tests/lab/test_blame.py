@@ -180,13 +180,13 @@ def X(pid, name, cat, ts_ms, dur_ms, **args):
 
 
 def late_rank_doc():
-    """Rank 0 computes 0-2 ms, issues an all-reduce and waits 5-5.1; rank 1 computes 0-4 ms,
+    """Rank 0 computes 0-2 ms, issues an all-reduce and waits 2-5.1; rank 1 computes 0-4 ms,
     issues at 4 and waits 4-5.1 (the transfer: 1.1 ms from the last issue); then 0.9 ms each."""
     ar = dict(op="all_reduce", group="dp", bytes=1000, peer=None)
     return {"traceEvents": [
         X(0, "step", "step", 0, 6, step=0), X(1, "step", "step", 0, 6, step=0),
         X(0, "F", "F", 0, 2), X(1, "F", "F", 0, 4),
-        X(0, "all_reduce", "comm", 2, 3.1, op_id=1, **ar), X(0, "wait", "wait", 5, 0.1, op_id=1),
+        X(0, "all_reduce", "comm", 2, 3.1, op_id=1, **ar), X(0, "wait", "wait", 2, 3.1, op_id=1),
         X(1, "all_reduce", "comm", 4, 1.1, op_id=7, **ar), X(1, "wait", "wait", 4, 1.1, op_id=7),
         X(0, "optimizer", "optimizer", 5.1, 0.9), X(1, "optimizer", "optimizer", 5.1, 0.9),
     ], "metadata": {}}
