@@ -13,6 +13,7 @@ pid = rank and ts in microseconds from perf_counter_ns; the controller stitches 
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import threading
 import time
@@ -22,6 +23,9 @@ from viztracer import VizTracer
 from kernels.comm import events
 from partui.sparse_log import wrap_sparse
 from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, assign_comm_lanes
+
+# the folder holding kernels/ and partui/: stripped from viztracer's "fn (path:line)" names
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _us(t_ns: int) -> float:
@@ -224,6 +228,8 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
             continue
         tid = tids.setdefault(e.get("tid"), PY_TID + len(tids))
         e = dict(e, pid=rank, tid=tid)
+        if "name" in e:   # "fn (/abs/path/kernels/x.py:12)" -> "fn (kernels/x.py:12)": no machine's paths
+            e["name"] = e["name"].replace(SOURCE_ROOT, "")
         if "ts" in e:
             e["ts"] = to_ours(e["ts"])
         if "dur" in e:
