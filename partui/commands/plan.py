@@ -51,6 +51,6 @@ def run(args) -> int:
         print(json.dumps({**doc, "measured": measured} if measured else doc))
     else:
         note = microbatches_note(args, plan)
-        print(layout_text(plan, cfg, ranks) + (f"\n{note}" if note else "") + "\n\n"
-              + memory_text(ranks, measured))
+        print(layout_text(plan, cfg, ranks) + "\n\n" + memory_text(ranks, measured)
+              + (f"\n{note}" if note else ""))
     return 0

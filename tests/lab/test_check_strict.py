@@ -16,6 +16,7 @@ from partui.checker import BF16_NOISE_RATIO, Checker
 from partui.plans import build_plan
 from partui.results import step_line
 from partui.snapshot import step_item
+from partui.world import World
 from worlds import run_world
 
 
@@ -47,11 +48,19 @@ def test_relative_error_on_a_known_answer():
     assert cmp["max_noise_ratio"] == pytest.approx(1.0, rel=1e-5)   # the floor adds 10 * 2^-10
 
 
-def test_nan_learning_rate_fails_the_check(cli):
+def test_nan_learning_rate_is_refused_by_the_cli(cli):
     proc = cli("run", "--lr", "nan", "--steps", 3, "--check", "--json", timeout=200)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.lines[-1]["summary"]["check"] == "failed"
-    assert "not finite" in proc.lines[0].get("check", "") + proc.lines[1].get("check", "")
+    assert proc.returncode == 2 and "--lr nan" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_nan_learning_rate_fails_the_check():
+    """From a script nothing stops lr=nan reaching the ranks: the check must fail, naming it."""
+    with World(timeout_s=120, check=True, lr=math.nan) as w:
+        w.plan("dp")
+        w.launch()
+        lines = w.step(2)
+    assert any("not finite" in (ln.get("check") or "") for ln in lines), lines
+    assert w.summary()["check"] == "failed"
 
 
 def _rank_items(rank, size, plan, cfg, steps, scale):
