@@ -121,7 +121,7 @@ def test_invalid_plan_exits_2_and_launches_nothing():
     (["--trace", "/nonexistent/dir/x.json"], "does not exist"),
     (["--trace", "traces/x.txt"], ".json or .json.gz"),
     (["--capacity-factor", "0", "--experts", "4"], "capacity factor 0.0 must be > 0"),
-    (["--bucket-mb", "-1", "--dp", "2"], "bucket size -1.0 MB must be > 0"),
+    (["--bucket-mb", "-1", "--dp", "2"], "bucket size -1.0 must be > 0: pick --bucket-mb in 1.0, 4.0"),
     (["--model", "huge"], "unknown model preset 'huge'"),
     (["--cp", "2", "--backward", "autograd"], "autograd cannot see"),
 ])
