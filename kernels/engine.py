@@ -93,9 +93,9 @@ class Engine:
             ids, targets = self.local_batch(step)
             self.account_model_state("step start")
             self.sync.start_step()
-            # its compute spans are containers: the step's figures take the leaf spans (fill_overlap)
-            loss_part, _ = self.runner.forward_backward(ids, targets, self.cfg.batch * self.cfg.seq,
-                                                        self.sync.hooks)
+            # the step's figures take the leaf spans from the span log (fill_overlap)
+            loss_part = self.runner.forward_backward(ids, targets, self.cfg.batch * self.cfg.seq,
+                                                     self.sync.hooks)
             self.sync.finish_backward()
             self.account_model_state("optimizer")
             self.sync.optimizer_step()

@@ -1,7 +1,7 @@
 """The engine's runner without a pipeline: every microbatch runs forward then backward through all
 of this rank's layers. The EP overlap runner (kernels/ep/overlap.py) and the pipeline executor
 (kernels/pp/executor.py) keep its interface: params, shard_sequence, role, owns_loss and
-forward_backward(ids, targets, denom, hooks) -> (loss, compute spans).
+forward_backward(ids, targets, denom, hooks) -> loss (the step's figures come from the span log).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class MicrobatchRunner:
 
     def forward_backward(self, ids, targets, denom, hooks):
         m = self.ctx.plan.microbatches
-        loss, spans, memory = 0.0, [], account_of(self.ctx.stats)
+        loss, memory = 0.0, account_of(self.ctx.stats)
         for mb, (x, t) in enumerate(zip(ids.chunk(m), targets.chunk(m))):
             t0 = events.now_ns()
             memory.at(f"F+B mb{mb}")
@@ -44,5 +44,4 @@ class MicrobatchRunner:
                 loss = loss + forward_backward(self.layers, x, t, denom, self.backward, hooks,
                                                memory)
             stretch(t0, self.slow)
-            spans.append((t0, events.now_ns()))
-        return loss, spans
+        return loss

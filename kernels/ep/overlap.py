@@ -12,8 +12,8 @@ The order for microbatches 0 and 1 through a block is
 so 0's dispatch flies during 1's attention, 1's dispatch during 0's experts, 0's combine during
 1's experts, and 1's combine during 0's next attention; backward the same, mirrored. After the
 last block: C0 head0 BC0 C1 head1 BC1, so 1's last combine flies under 0's head and 0's combine
-grads under 1's head. Waits happen outside the compute spans, so the spans returned are compute
-only. The ep group's ops are posted by the comm thread (kernels/comm/poster.py) and uneven
+grads under 1's head. Waits happen outside the compute spans, so those spans are compute only.
+The ep group's ops are posted by the comm thread (kernels/comm/poster.py) and uneven
 dispatch exchanges its counts as soon as routing knows them (MoE.early_counts).
 
 What this order can hide at best, per MoE block, with d one half-batch all-to-all (issue to
@@ -54,7 +54,6 @@ class OverlapRunner(MicrobatchRunner):
         if backward != "hand":
             raise ValueError("overlap interleaves hand-written backward phases: run with "
                              "backward=hand")
-        self.spans: list = []
         m, n = ctx.plan.microbatches, ctx.cfg.batch // ctx.plan.dp   # per-rank sequences
         self.pieces = 2 if m == 1 else m
         if self.pieces % 2 or n % self.pieces:
@@ -77,16 +76,14 @@ class OverlapRunner(MicrobatchRunner):
         with events.span(name, cat, **args):
             yield
         stretch(t0, self.slow)                  # --slow-rank / --slow-stage / World.slow
-        self.spans.append((t0, events.now_ns()))
 
     def forward_backward(self, ids, targets, denom, hooks):
         pieces = self.pieces
-        self.spans = []
         loss = 0.0
         xs, ts = ids.chunk(pieces), targets.chunk(pieces)
         for p in range(0, pieces, 2):
             loss = loss + self._pair(xs[p:p + 2], ts[p:p + 2], (p, p + 1), denom, hooks)
-        return loss, self.spans
+        return loss
 
     # ---------------------------------------------------------------- one pair of microbatches
     def _pair(self, ids, targets, mbs, denom, hooks):

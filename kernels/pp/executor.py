@@ -102,7 +102,7 @@ class PipelineRunner:
             else:
                 run.do(a)
         run.finish()
-        return run.loss, run.spans
+        return run.loss
 
     def pair_order(self, chunk: int, chunk2: int) -> list:
         """The parts of an overlapped pair of (forward chunk, backward chunk) in their order."""

@@ -39,7 +39,7 @@ class PipelineStep:
         self.saved = HeldDict(mem, "activations", "saved")  # (mb, chunk) -> forward contexts until its backward
         self.w_queue = HeldDict(mem, "activations", "w")    # (mb, chunk) -> contexts of a split backward whose W is pending
         self.carry = []       # fb_overlap: a pair's last W parts, filler for the next pair
-        self.loss, self.spans = 0.0, []
+        self.loss = 0.0
 
     # ---- data movement
     def _peer(self, pp_rank: int) -> int:
@@ -68,7 +68,6 @@ class PipelineStep:
                 run_carried(self.carry)                  # before any other compute: in order
             getattr(self, "_" + a.kind)(a)
             stretch(t0, self.r.slow)
-            self.spans.append((t0, events.now_ns()))
 
     def _input(self, mb: int, ch) -> torch.Tensor:
         if ch.first:
