@@ -6,12 +6,19 @@ one trace and the slowed ones into another. Then:
     step ratio      median slowed step / median unslowed step (ms, the slowest rank's own step)
     blame slowdown  `partui blame`'s straggler slowdown of the slowed trace (its definition:
                     replayed with launch gaps removed / every op at its type's typical duration)
+    diff            blame slowdown / step ratio - 1, in percent
     noise floor     blame's slowdown of the unslowed trace: what this machine's noise alone reads
     gaps            launch gaps: 1 - replayed / recorded of the slowed trace (blame leaves them
                     out by definition, the step time keeps them)
+    floor diff      blame slowdown / noise floor against the step ratio: both then measured
+                    from the unslowed steps (the step ratio's baseline is those steps, which
+                    already carry the noise floor's own straggling; blame's ideal does not)
     named           whether blame's worst worker is R, its top dp rank R's, its top stage R's
-The target: blame slowdown within --tolerance of the step ratio, R named first. Exit 1 where a
-plan misses it; a noise floor past the tolerance says the machine was too busy to tell.
+The target (issue 27): blame slowdown within --tolerance of the step ratio, R named first:
+verdict "ok". Where it misses, but by no more than the noise floor adds (the floor diff within the
+tolerance, so 1 + diff <= floor x (1 + tolerance), the floor itself within the tolerance), the
+verdict says so and the exit stays 0; any other miss exits 1. A noise floor past the tolerance
+says the machine was too busy to tell.
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ DIM_RE = re.compile(r"(dp|pp|tp|cp|ep)(\d+)")
 MODEL, ROUNDS, BLOCK = "small", 10, 2   # tiny's 20 ms steps: the trace toggles and host noise are
                                         # a large part of a step; small's are 90-160 ms
 COLS = ["plan", "unslowed_ms", "slowed_ms", "step_ratio", "blame_slowdown", "diff_pct",
-        "noise_floor", "gaps_pct", "worst_worker", "top_dp", "top_stage", "verdict"]
+        "noise_floor", "floor_diff_pct", "gaps_pct", "worst_worker", "top_dp", "top_stage", "verdict"]
 
 
 def plan_fields(text: str) -> dict:
@@ -94,10 +101,24 @@ def measure(fields: dict, model: str, rank: int, factor: float, rounds: int, blo
                       and got["top stage"] == at["pp"])}
 
 
+def agreement(row: dict) -> tuple[float, float]:
+    """(blame slowdown / step ratio - 1, the same with blame's slowdown over its noise floor)."""
+    return (row["blame_slowdown"] / row["step_ratio"] - 1,
+            row["blame_slowdown"] / row["noise_floor"] / row["step_ratio"] - 1)
+
+
+def within_floor(row: dict, tolerance: float) -> bool:
+    """A miss of the literal target that the noise floor accounts for (module doc), on a machine
+    quiet enough to tell (a noise floor within the tolerance)."""
+    return row["noise_floor"] <= 1 + tolerance and abs(agreement(row)[1]) <= tolerance
+
+
 def verdict(row: dict, tolerance: float) -> str:
-    off = abs(row["blame_slowdown"] / row["step_ratio"] - 1)
+    off = abs(agreement(row)[0])
     if row["named"] and off <= tolerance:
         return "ok"
+    if row["named"] and within_floor(row, tolerance):
+        return f"off by {off:.0%}, within the noise floor"
     why = [] if row["named"] else ["rank not named first"]
     if off > tolerance:
         why.append(f"off by {off:.0%}")
@@ -140,14 +161,14 @@ def main(argv=None) -> int:
                                            args.rounds, args.block, str(folder))}
         except ValueError as e:
             ap.error(f"plan {name}: {e}")
-        row["diff_pct"] = 100 * (row["blame_slowdown"] / row["step_ratio"] - 1)
+        row["diff_pct"], row["floor_diff_pct"] = (100 * x for x in agreement(row))
         row["verdict"] = verdict(row, args.tolerance)
         rows.append(row)
     title = (f"blame vs the step-time ratio, rank {args.rank} slowed x{args.factor} "
              f"({args.rounds} x {args.block} steps of each kind per trace, model {args.model}); "
              f"target: within {args.tolerance:.0%}, rank {args.rank} named first")
     print_rows(rows, COLS, title, args.json)
-    return 0 if all(r["verdict"] == "ok" for r in rows) else 1
+    return 0 if all(r["verdict"] == "ok" or r["verdict"].endswith("noise floor") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,13 @@ The same-world measurement is `partui bench blame`'s (partui/bench/blame.py says
 slowed and unslowed steps in one world). It is a timing: it runs with PARTUI_QUIET=1 on a machine
 with nothing else running, and skips where the unslowed steps alone already read as a straggler
 past the tolerance (blame slowdown > 1.10 with nothing slowed: the noise could not be told from
-the straggler), naming the figures."""
+the straggler), naming the figures. Blame's ideal step takes each stage's fastest rank, while the
+step ratio's baseline is the unslowed steps, which carry that floor's own straggling: a miss of
+10% is allowed only as far as the floor reaches: where blame's slowdown over the floor is within
+10% (the bench's verdict "within the noise floor"). Measured on this 2-core machine, quiet, 36
+plan runs of `partui bench blame`: 32 within 10% outright (dp 2: -4% to +13%, pp 2 x dp 2: -6%
+to +10%), the other four (all dp 2) 10.6-13.4% off at floors 1.03-1.06; over the floor every run
+was within -7% to +10%."""
 import gzip
 import json
 import os
@@ -16,7 +22,8 @@ import os
 import pytest
 
 from partui import World
-from partui.bench.blame import BLOCK, MODEL, ROUNDS, main as bench_blame, measure, plan_fields
+from partui.bench.blame import (BLOCK, MODEL, ROUNDS, agreement, main as bench_blame, measure,
+                                plan_fields, verdict, within_floor)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -85,7 +92,19 @@ def test_same_world_blame_names_rank_1_and_its_slowdown_matches_the_step_ratio(t
         pytest.skip(f"this machine's noise alone reads as a straggler past {TOLERANCE:.0%}, so "
                     f"neither the 10% comparison nor the ranking can be told from it: {figures}")
     assert got["worst_worker"] == 1 and got["top_dp"] == 1 and got["top_stage"] == 0, figures
-    assert got["blame_slowdown"] == pytest.approx(got["step_ratio"], rel=TOLERANCE), figures
+    assert abs(agreement(got)[0]) <= TOLERANCE or within_floor(got, TOLERANCE), figures
+
+
+def test_the_verdict_allows_a_miss_only_as_far_as_the_noise_floor_reaches():
+    row = dict(step_ratio=1.2, named=True)
+    assert verdict(dict(row, blame_slowdown=1.3, noise_floor=1.0), 0.10) == "ok"      # +8.3%
+    assert verdict(dict(row, blame_slowdown=1.344, noise_floor=1.05), 0.10) == \
+        "off by 12%, within the noise floor"                    # /1.05: +6.7%
+    assert verdict(dict(row, blame_slowdown=1.344, noise_floor=1.01), 0.10) == "off by 12%"  # +10.9%
+    assert verdict(dict(row, blame_slowdown=1.2, noise_floor=1.0, named=False), 0.10) == \
+        "rank not named first"
+    assert verdict(dict(row, blame_slowdown=1.5, noise_floor=1.2), 0.10) == \
+        "off by 25%; machine too busy to tell (noise floor 1.20)"
 
 
 def test_the_bench_refuses_a_plan_it_cannot_read(capsys):
