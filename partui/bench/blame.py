@@ -32,6 +32,7 @@ from kernels.mesh import coords
 from partui.analysis import partui_graphs, read_doc
 from partui.analysis.blame import analyse
 from partui.bench.harness import print_rows
+from partui.plans import build_plan
 from partui.world import World
 
 DIM_RE = re.compile(r"(dp|pp|tp|cp|ep)(\d+)")
@@ -82,8 +83,6 @@ def measure(fields: dict, model: str, rank: int, factor: float, rounds: int, blo
     who = {"rank": rank, "factor": factor}
     with World(timeout_s=300) as w:
         plan = w.plan("custom", model=model, **fields)
-        if not 0 <= rank < plan.world:
-            raise ValueError(f"--rank {rank} is outside 0..{plan.world - 1} of this plan")
         w.launch()
         w.step(2)                                                # warm-up, untraced
         plain0, slow0 = blocks(w, who, rounds, block, keep_slowed=False)
@@ -148,19 +147,27 @@ def main(argv=None) -> int:
         ap.error("--rounds and --block must be >= 1: e.g. --rounds 20 --block 2")
     if args.rank < 0:
         ap.error(f"--rank {args.rank} must be >= 0")
-    try:
-        plans = {p: plan_fields(p) for p in args.plans}
-    except ValueError as e:
-        ap.error(str(e))
-    rows = []
-    for name, fields in plans.items():
-        folder = Path(args.keep) / name if args.keep else Path(tempfile.mkdtemp(prefix="partui-blame-"))
-        folder.mkdir(parents=True, exist_ok=True)
+    plans, folders = {}, {}
+    for name in args.plans:                  # every plan and folder checked before any launch
         try:
-            row = {"plan": name, **measure(fields, args.model, args.rank, args.factor,
-                                           args.rounds, args.block, str(folder))}
+            plans[name] = plan_fields(name)
+            plan, _cfg = build_plan("custom", args.model, None, **plans[name])
         except ValueError as e:
             ap.error(f"plan {name}: {e}")
+        if not args.rank < plan.world:
+            ap.error(f"plan {name}: --rank {args.rank} is outside 0..{plan.world - 1} of its "
+                     f"{plan.world} ranks: pick a rank in range")
+        try:
+            folders[name] = (Path(args.keep) / name if args.keep
+                             else Path(tempfile.mkdtemp(prefix="partui-blame-")))
+            folders[name].mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            ap.error(f"--keep {args.keep}: cannot make {folders[name]} ({e.strerror}): pick a "
+                     "writable folder")
+    rows = []
+    for name, fields in plans.items():
+        row = {"plan": name, **measure(fields, args.model, args.rank, args.factor, args.rounds,
+                                       args.block, str(folders[name]))}
         row["diff_pct"], row["floor_diff_pct"] = (100 * x for x in agreement(row))
         row["verdict"] = verdict(row, args.tolerance)
         rows.append(row)

@@ -113,9 +113,13 @@ def test_the_bench_refuses_a_plan_it_cannot_read(capsys):
         with pytest.raises(SystemExit) as e:
             bench_blame(["--plans", text])
         assert e.value.code == 2 and needle in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        bench_blame(["--factor", "1"])
-    assert "must be > 1" in capsys.readouterr().err
+    for argv, needle in ((["--factor", "1"], "must be > 1"),
+                         (["--plans", "dp2", "--rank", "5"], "outside 0..1 of its 2 ranks"),
+                         (["--plans", "tp3"], "tp 3 does not divide 8 heads"),
+                         (["--keep", "/proc/partui-nope"], "pick a writable folder")):
+        with pytest.raises(SystemExit) as e:             # each before any rank is launched
+            bench_blame(argv)
+        assert e.value.code == 2 and needle in capsys.readouterr().err
 
 
 def test_the_bench_keeps_the_slowed_and_unslowed_steps_apart(tmp_path):
