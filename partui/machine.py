@@ -10,3 +10,8 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def under_torchrun() -> bool:
+    """Started by torchrun (its environment names this process's rank and the rendezvous)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))

@@ -34,20 +34,6 @@ def rank_file(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank-{rank}.json")
 
 
-def check_profile_dir(folder: str) -> str:
-    """Create `folder` if needed and prove it writable (a probe file), before anything launches;
-    ValueError naming the folder and a fix otherwise. Returns its absolute path."""
-    path = os.path.abspath(folder)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise ValueError(f"--profile {folder}: folder {path} cannot be written "
-                         f"({e.strerror or e}); pick a folder you can write, e.g. --profile prof/")
-    return path
-
-
 class RankProfile:
     """One rank's torch.profiler: `start()`, run steps, `stop() -> path` of its file."""
 

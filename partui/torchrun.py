@@ -20,10 +20,6 @@ from partui.rank import handle, new_state
 from partui.results import step_line, summarize
 
 
-def under_torchrun() -> bool:
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
-
-
 def gather(obj, device: str) -> list:
     """Every rank's JSON-able obj, in rank order, on every rank (two all-gathers of bytes)."""
     data = torch.frombuffer(bytearray(json.dumps(obj).encode()), dtype=torch.uint8).to(device)

@@ -10,15 +10,11 @@ import os
 import sys
 import tempfile
 
-from kernels.comm import RendezvousError   # torch: partui.torchrun loads it already
-from partui.analysis.blame_marks import mark_trace
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify,
                                    microbatches_note, world_options)
-from partui.machine import usable_cpus
-from partui.profile import check_profile_dir
+from partui.machine import under_torchrun, usable_cpus
 from partui.results import line_text, public, summary_text
 from partui.world import World
-from partui.torchrun import run_joined, under_torchrun
 from partui.launch import RankError, WorldTimeout
 
 
@@ -163,6 +159,20 @@ def check_trace_path(path: str) -> None:
                          f"pick a folder you can write, e.g. --trace traces/run.json")
 
 
+def check_profile_dir(folder: str) -> str:
+    """Create `folder` if needed and prove it writable (a probe file), before anything launches;
+    ValueError naming the folder and a fix otherwise. Returns its absolute path."""
+    path = os.path.abspath(folder)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--profile {folder}: folder {path} cannot be written "
+                         f"({e.strerror or e}); pick a folder you can write, e.g. --profile prof/")
+    return path
+
+
 def run(args) -> int:
     try:
         world = World(**world_options(args))
@@ -187,6 +197,10 @@ def run(args) -> int:
               f"(and timeouts come sooner)", file=sys.stderr)
     print_line = (lambda ln: print(json.dumps(public(ln)), flush=True)) if args.json else \
         (lambda ln: print(line_text(ln), flush=True))
+    # torch loads only once every flag is accepted: a refusal answers in a fraction of a second
+    from kernels.comm import RendezvousError
+    from partui.analysis.blame_marks import mark_trace
+    from partui.torchrun import run_joined
     if under_torchrun():
         if args.link:
             return fail("--link emulates links between ranks sharing this host's clock; run "

@@ -85,7 +85,7 @@ def test_a_preset_needs_a_calibration():
 # ---------------------------------------------------------------- held ops on a real world
 
 def _held_all_reduce(rank, size, link):
-    """A 4 MB all-reduce on a 0.02 GB/s link: 2 * (1/2) * 4e6 / 2e7 = 0.2 s; plus 1 ms latency."""
+    """A 4 MB all-reduce on a 0.01 GB/s link: 2 * (1/2) * 4e6 / 1e7 = 0.4 s; plus 1 ms latency."""
     torch.set_num_threads(1)
     emulate.set_link(link)
     t = torch.full((1_000_000,), float(rank + 1))
@@ -100,14 +100,15 @@ def _held_all_reduce(rank, size, link):
 
 
 def test_a_held_collective_ends_at_its_modelled_time_and_never_burns_cpu():
-    link = build_link("alpha_us=1000,gbps=0.02")
+    link = build_link("alpha_us=1000,gbps=0.01")
     out = run_world(2, _held_all_reduce, link, timeout_s=120)
     for r in out:
         assert r["exact"]                                   # gloo moved the bytes
-        assert r["modelled"] >= 0.201 - 1e-3               # 0.2 s transfer + 1 ms latency
-        assert r["elapsed"] >= 0.2
-        # waiting sleeps: the process burnt well under a tenth of the wait in CPU time
-        assert r["cpu"] < 0.1 * r["elapsed"], r
+        assert r["modelled"] >= 0.401 - 1e-3               # 0.4 s transfer + 1 ms latency
+        assert r["elapsed"] >= 0.4
+        # waiting sleeps: a spinning wait burns about the whole wait in CPU time; the real transfer
+        # (gloo's threads move 4 MB, ~0.04 s here and more on a loaded machine) must stay well under half
+        assert r["cpu"] < 0.5 * r["elapsed"], r
 
 
 def _late_member(rank, size, link):

@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("kernels", "partui")
 MAX_LINES = 300
@@ -42,6 +44,12 @@ LOCAL_IMPORTS_ALLOWED = {
         "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
     ("partui/commands/plan.py", "partui.analysis.memory"):
         "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
+    ("partui/commands/run.py", "kernels.comm"):
+        "torch (~3 s): a refused `partui run` answers before it loads",
+    ("partui/commands/run.py", "partui.torchrun"):
+        "torch (~3 s): a refused `partui run` answers before it loads",
+    ("partui/commands/run.py", "partui.analysis.blame_marks"):
+        "pandas and torch: only `--critical-path` marks a trace, after the run",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
     ("partui/tables.py", "partui.analysis.definitions"):
@@ -315,3 +323,18 @@ def test_a_plan_validates_without_loading_torch():
     message, loaded = out.stdout.strip().splitlines()
     assert "pick tp in 1, 2, 4" in message
     assert loaded == "False", "building / refusing a plan imported torch"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["run", "--world", "-1"], "pick world in"),
+    (["run", "--steps", "0"], "try --steps 5"),
+    (["run", "--profile", "/proc/partui-no/prof"], "pick a folder you can write"),
+])
+def test_a_refused_run_answers_without_loading_torch(argv, words):
+    """`partui run` with a bad flag answers before torch loads (3 s here), not after."""
+    code = ("import sys\nfrom partui.cli import main\nrc = main(sys.argv[1:])\n"
+            "print(rc, 'torch' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert words in out.stderr, out.stderr
+    assert out.stdout.split() == ["2", "False", "False"], (out.stdout, out.stderr[-1000:])
