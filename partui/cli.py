@@ -49,6 +49,7 @@ def main(argv=None) -> int:
         return 2
     if unknown:                   # the command's own usage, not the top level's (exits 2)
         parsers[args.cmd].error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.argv = argv              # the command as given (a trace records it), not this process's
     try:
         code = args.func(args)
         sys.stdout.flush()        # the last buffered lines: a closed pipe raises here, not at exit

@@ -1,16 +1,22 @@
-"""Shared helpers: run the CLI in a subprocess with a deadline, so a deadlock fails, not hangs;
-and the `gloo_world` fixture (tests/worlds.py) for worlds of forked ranks inside a test.
+"""Shared helpers: run the CLI in a subprocess with a deadline, so a deadlock fails, not hangs, or
+in this process (`run_here`: the plan checks, where python's start and torch's import would be
+most of the time); and the `gloo_world` fixture (tests/worlds.py) for worlds of forked ranks
+inside a test.
 
 This directory is on sys.path (pytest's prepend import mode inserts a rootdir conftest's
 directory), so tests in tests/kernels, tests/lab and tests/app import `from conftest import ...`
 and `from worlds import run_world`."""
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
+from partui.cli import main
 from worlds import run_world
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,21 +27,46 @@ def run_cli(*args, timeout=180, check_rc=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run([sys.executable, "-m", "partui", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
-    proc.lines = []
-    for ln in proc.stdout.splitlines():
-        if ln.startswith("{"):
-            try:
-                proc.lines.append(json.loads(ln))
-            except json.JSONDecodeError:
-                pass
+    proc.lines = json_lines(proc.stdout)
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
-def check_plan(*args, steps=3, timeout=240):
-    """`partui run ARGS --check --json`: assert it passes; returns the summary."""
-    proc = run_cli("run", *args, "--steps", steps, "--check", "--json", timeout=timeout)
+def json_lines(text: str) -> list:
+    out = []
+    for ln in text.splitlines():
+        if ln.startswith("{"):
+            try:
+                out.append(json.loads(ln))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def run_here(*args, check_rc=None):
+    """`partui ARGS` through partui.cli.main in this process, as run_cli returns it (returncode,
+    stdout, stderr, lines). The worlds it launches fork from this process's fork server, which
+    stays warm across tests: ~0.4 s a small plan check instead of ~6 s for a fresh interpreter.
+    Deadlines: a silent rank trips the world's own (`--timeout`, 120 s a command), and the test's
+    timeout mark (pytest-timeout, 300 s unless the test says) bounds the whole. For what only a
+    fresh process shows (exit on a signal, a closed pipe, torchrun's environment) use run_cli."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as e:                 # argparse's own refusals
+            rc = e.code
+    proc = types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue(),
+                                 lines=json_lines(out.getvalue()))
+    if check_rc is not None:
+        assert proc.returncode == check_rc, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def check_plan(*args, steps=3):
+    """`partui run ARGS --check --json` (in this process): assert it passes; returns the summary."""
+    proc = run_here("run", *args, "--steps", steps, "--check", "--json")
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     summary = proc.lines[-1]["summary"]
     assert summary["check"] == "passed"
@@ -46,6 +77,12 @@ def check_plan(*args, steps=3, timeout=240):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def cli_here():
+    """run_here: the command in this process, the fork server kept warm between tests."""
+    return run_here
 
 
 @pytest.fixture

@@ -217,7 +217,7 @@ def run(args) -> int:
         if summary is not None:
             print_summary(summary, world, args.json, microbatches_note(args, world.current_plan))
         return 0
-    command = "partui run " + " ".join(sys.argv[2:])
+    command = "partui " + " ".join(args.argv)
     try:
         with world:
             world.launch()

@@ -132,21 +132,21 @@ SMALL = ("--layers", "2", "--seq", "16", "--batch", "2")
 @pytest.mark.parametrize("cp", [2, 4])
 def test_check_plan_cp(mode, cp):
     heads = ("--heads", "4", "--kv-heads", "4") if mode == "ulysses" and cp == 4 else ()
-    summary = check_plan("--cp", cp, "--cp-mode", mode, *SMALL, *heads, steps=2, timeout=420)
+    summary = check_plan("--cp", cp, "--cp-mode", mode, *SMALL, *heads, steps=2)
     assert summary["world"] == cp
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["ring", "zigzag"])
 def test_check_plan_dp2_cp2(mode):
-    check_plan("--dp", 2, "--cp", 2, "--cp-mode", mode, *SMALL, steps=2, timeout=420)
+    check_plan("--dp", 2, "--cp", 2, "--cp-mode", mode, *SMALL, steps=2)
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["ring", "zigzag", "ulysses"])
 def test_check_plan_tp2_cp2(mode):
     heads = ("--heads", "8", "--kv-heads", "4") if mode == "ulysses" else ()  # 2 kv per tp rank
-    check_plan("--tp", 2, "--cp", 2, "--cp-mode", mode, *SMALL, *heads, steps=2, timeout=420)
+    check_plan("--tp", 2, "--cp", 2, "--cp-mode", mode, *SMALL, *heads, steps=2)
 
 
 @pytest.mark.timeout(200)

@@ -32,7 +32,7 @@ EP2 = ("--experts", 4, "--ep", 2)
 ], ids=["ep2-top1-drop", "ep2-top2-overlap", "dp4ep2-top2-drop-overlap", "ep4-top2-drop",
         "ep4-top1-overlap", "ep4-8experts-bucketed-overlap"])
 def test_expert_parallel_matches_reference(args):
-    check_plan(*args, steps=2, timeout=600)
+    check_plan(*args, steps=2)
 
 
 @pytest.mark.timeout(900)
@@ -40,7 +40,7 @@ def test_expert_parallel_matches_reference(args):
                     reason="the pipeline executor (kernels/pp/executor.py) is not there yet")
 def test_expert_parallel_with_dualpipev():
     check_plan(*EP2, "--pp", 2, "--dp", 2, "--schedule", "dualpipev", "--microbatches", 4,
-               "--capacity-factor", 0.75, steps=2, timeout=600)
+               "--capacity-factor", 0.75, steps=2)
 
 
 @pytest.mark.parametrize("args,message", [

@@ -23,7 +23,7 @@ DS = ("--model", "deepseek-tiny", "--seq-aux-alpha", 0.1)
 ], ids=["ep2", "ep4", "ep2-capacity-even", "ep2-overlap-4groups", "dp2tp2ep2", "pp2-dualpipev-ep2",
         "ep2-zero3", "ep4-zero3"])
 def test_deepseek_moe_matches_reference(args):
-    summary = check_plan(*DS, *args, steps=2, timeout=600)
+    summary = check_plan(*DS, *args, steps=2)
     assert summary["model"]["moe"] == "deepseek" and summary["model"]["shared_experts"] == 1
 
 

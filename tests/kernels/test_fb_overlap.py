@@ -130,7 +130,7 @@ def test_fb_overlap_matches_reference_with_dense_layers_mixed_in(name, moe):
     # deepseek: shared experts, 2 route groups, bias balancing and the sequence loss (deepseek-tiny)
     model = ["--model", "deepseek-tiny", "--seq-aux-alpha", 0.1] if moe == "deepseek" else ["--experts", 4]
     summary = check_plan(*PLANS[name], *model, "--dp", 2, "--ep", 2, "--moe-every", 2, "--fb-overlap",
-                         steps=2, timeout=400)
+                         steps=2)
     assert summary["max_abs_loss_err"] <= 2e-5
 
 

@@ -1,7 +1,7 @@
 """The memory ledger equals the ZeRO paper's formulas, byte for byte, on real 2- and 4-rank runs."""
 import pytest
 
-from conftest import run_cli
+from conftest import run_here
 from kernels.config import make_config
 from kernels.dp.sync import ledger_formula
 
@@ -23,7 +23,7 @@ def test_formula_function():
 
 
 def _ledgers(*args):
-    proc = run_cli("run", *args, "--steps", 1, "--json", timeout=240)
+    proc = run_here("run", *args, "--steps", 1, "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [r["ledger"] for r in proc.lines[-1]["summary"]["ranks"]]
 

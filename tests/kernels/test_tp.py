@@ -209,14 +209,14 @@ SMALL = ("--layers", "2", "--seq", "16", "--batch", "4")
     (("--tp", 2, "--experts", 4), 2),      # MoE layers run whole on every tp rank
 ], ids=lambda a: " ".join(map(str, a)) if isinstance(a, tuple) else str(a))
 def test_check_plan_tp(args, world):
-    summary = check_plan(*args, *SMALL, steps=2, timeout=420)
+    summary = check_plan(*args, *SMALL, steps=2)
     assert summary["world"] == world
     assert summary["max_abs_grad_err"] <= 2e-5
 
 
 @pytest.mark.timeout(600)
 def test_check_plan_dp2_tp2_zero1():
-    check_plan("--dp", 2, "--tp", 2, "--zero", 1, *SMALL, steps=2, timeout=420)
+    check_plan("--dp", 2, "--tp", 2, "--zero", 1, *SMALL, steps=2)
 
 
 def test_snapshot_pieces_name_rows_and_columns():

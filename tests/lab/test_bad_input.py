@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_here
 from partui.cli import main
 from partui.commands.run import cap_trace_steps, trace_size_warning
 
@@ -227,7 +227,7 @@ def test_bad_run_input_exits_2_with_one_line_and_a_fix_that_runs(args, words):
             fixed = _without(args, fix) + [a for a in fix if a != "--no"]
             if "--overlap" in fix:
                 fixed = [a for a in fixed if a != "--overlap"]
-            ok = run_cli("run", *fixed, "--steps", 1, timeout=120)
+            ok = run_here("run", *fixed, "--steps", 1)
             assert ok.returncode == 0, (fixed, ok.stderr[-2000:])
 
 
@@ -271,7 +271,7 @@ def test_report_plot_into_a_missing_folder_is_refused(tmp_path):
 def test_a_world_larger_than_the_machine_warns_with_the_figure():
     cpus = len(os.sched_getaffinity(0))
     world = 2 * cpus
-    proc = run_cli("run", "--dp", world, "--batch", world, "--steps", 1, "--layers", 1, timeout=240)
+    proc = run_here("run", "--dp", world, "--batch", world, "--steps", 1, "--layers", 1)
     assert proc.returncode == 0, proc.stderr
     assert f"world {world} puts {world} rank processes on {cpus} usable CPU(s)" in proc.stderr
 
@@ -345,7 +345,7 @@ def test_the_trace_size_warning_on_a_known_answer():
 
 def test_a_long_trace_warns_with_its_measured_size_and_keeps_the_cap(tmp_path):
     out = tmp_path / "long.json"
-    proc = run_cli("run", "--dp", 2, "--layers", 1, "--steps", 55, "--trace", out, timeout=180)
+    proc = run_here("run", "--dp", 2, "--layers", 1, "--steps", 55, "--trace", out)
     assert proc.returncode == 0, proc.stderr
     m = re.search(r"tracing 55 steps is about ([\d,]+) events.*\(([\d,]+) events a step on step 0, "
                   r"every rank\); recording the last 50 \(steps 5:55, about ([\d,]+) events",
@@ -357,6 +357,5 @@ def test_a_long_trace_warns_with_its_measured_size_and_keeps_the_cap(tmp_path):
     recorded = [e for e in trace["traceEvents"] if e.get("ph") != "M"]   # less track names
     assert trace["metadata"]["steps"] == [5, 54]
     assert 0.8 * capped <= len(recorded) <= 1.2 * capped, (len(recorded), capped)
-    quiet = run_cli("run", "--layers", 1, "--steps", 3, "--trace", tmp_path / "short.json",
-                    timeout=120)
+    quiet = run_here("run", "--layers", 1, "--steps", 3, "--trace", tmp_path / "short.json")
     assert quiet.returncode == 0 and "warning" not in quiet.stderr

@@ -127,10 +127,10 @@ def op_table():
     return pd.DataFrame(rows)
 
 
-def test_a_small_csv_reports_the_slower_rank(cli, tmp_path):
+def test_a_small_csv_reports_the_slower_rank(cli_here, tmp_path):
     path = tmp_path / "ops.csv"
     op_table().to_csv(path, index=False)
-    p = cli("blame", path, "--format", "json", timeout=120, check_rc=0)
+    p = cli_here("blame", path, "--format", "json", check_rc=0)
     doc = json.loads(p.stdout)
     s = {r["figure"]: r["value"] for r in doc["summary"]}
     # compute typical 1.5 s, optimizer 0.5: ideal 2.0; as recorded rank 1: 2.0 + 0.5
@@ -140,35 +140,35 @@ def test_a_small_csv_reports_the_slower_rank(cli, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
-def test_a_missing_column_is_named(cli, tmp_path, fmt):
+def test_a_missing_column_is_named(cli_here, tmp_path, fmt):
     df = op_table().drop(columns=["duration"])
     path = tmp_path / f"ops.{fmt}"
     df.to_csv(path, index=False) if fmt == "csv" else df.to_parquet(path)
-    p = cli("blame", path, timeout=120)
+    p = cli_here("blame", path)
     assert p.returncode == 2 and "duration" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_a_trace_without_step_ids_is_refused(cli, tmp_path):
+def test_a_trace_without_step_ids_is_refused(cli_here, tmp_path):
     path = tmp_path / "ops.csv"
     op_table().drop(columns=["step"]).to_csv(path, index=False)
-    p = cli("blame", path, timeout=120)
+    p = cli_here("blame", path)
     assert p.returncode == 2 and "step" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_ranks_with_different_steps_name_the_rank(cli, tmp_path):
+def test_ranks_with_different_steps_name_the_rank(cli_here, tmp_path):
     df = op_table()
     df = df[~((df["rank"] == 1) & (df["step"] == 2))]
     path = tmp_path / "ops.csv"
     df.to_csv(path, index=False)
-    p = cli("blame", path, timeout=120)
+    p = cli_here("blame", path)
     assert p.returncode == 2 and "rank 1" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_a_partui_trace_without_steps_is_refused(cli, tmp_path):
+def test_a_partui_trace_without_steps_is_refused(cli_here, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "F", "cat": "compute", "pid": 0,
                                                  "tid": 1, "ts": 0, "dur": 5, "args": {}}]}))
-    p = cli("blame", path, timeout=120)
+    p = cli_here("blame", path)
     assert p.returncode == 2 and "step" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -192,14 +192,14 @@ def late_rank_doc():
     ], "metadata": {}}
 
 
-def test_a_partui_trace_blames_the_late_rank_and_marks_its_path(cli, tmp_path):
+def test_a_partui_trace_blames_the_late_rank_and_marks_its_path(cli_here, tmp_path):
     g = partui_graphs(late_rank_doc())[0]
     # as recorded: rank 1's 4 ms, the 1.1 ms all-reduce, 0.9 ms: the 6 ms step
     assert step_time(g.replay()) == pytest.approx(6.0e-3)
     path = tmp_path / "t.json"
     path.write_text(json.dumps(late_rank_doc()))
     out = tmp_path / "marked.json"
-    p = cli("blame", path, "--format", "json", "--critical-path", out, timeout=120, check_rc=0)
+    p = cli_here("blame", path, "--format", "json", "--critical-path", out, check_rc=0)
     doc = json.loads(p.stdout)
     s = {r["figure"]: r["value"] for r in doc["summary"]}
     assert s["worst worker"] == 1

@@ -48,8 +48,8 @@ def test_relative_error_on_a_known_answer():
     assert cmp["max_noise_ratio"] == pytest.approx(1.0, rel=1e-5)   # the floor adds 10 * 2^-10
 
 
-def test_nan_learning_rate_is_refused_by_the_cli(cli):
-    proc = cli("run", "--lr", "nan", "--steps", 3, "--check", "--json", timeout=200)
+def test_nan_learning_rate_is_refused_by_the_cli(cli_here):
+    proc = cli_here("run", "--lr", "nan", "--steps", 3, "--check", "--json")
     assert proc.returncode == 2 and "--lr nan" in proc.stderr, proc.stdout + proc.stderr
 
 

@@ -42,11 +42,11 @@ def test_app_link_command_parses():
         parse("link h800 nodes=2")
 
 
-def test_bench_ep_rejects_a_bad_link_before_launching(cli):
-    p = cli("bench", "ep", "--link", "h800", "--ranks-per-node", "3", timeout=60)
+def test_bench_ep_rejects_a_bad_link_before_launching(cli_here):
+    p = cli_here("bench", "ep", "--link", "h800", "--ranks-per-node", "3")
     assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
 
 
-def test_bench_whatif_rejects_unknown_plans(cli):
-    p = cli("bench", "whatif", "--plans", "dp9", timeout=60)
+def test_bench_whatif_rejects_unknown_plans(cli_here):
+    p = cli_here("bench", "whatif", "--plans", "dp9")
     assert p.returncode == 2 and "unknown plans ['dp9']" in p.stderr

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_here
 from partui.analysis.memory import KINDS, MIB, memory_table
 from kernels.config import ModelConfig
 from kernels.memory import KINDS as ACCOUNT_KINDS
@@ -26,8 +26,8 @@ def test_the_report_reads_the_kinds_the_account_writes():
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("mem") / "pp2.json")
-    proc = run_cli("run", "--pp", 2, "--microbatches", 4, "--steps", 2, "--trace", path,
-                   "--json", timeout=300, check_rc=0)
+    proc = run_here("run", "--pp", 2, "--microbatches", 4, "--steps", 2, "--trace", path,
+                   "--json", check_rc=0)
     return path, proc.lines[-1]["summary"]
 
 
@@ -51,7 +51,7 @@ def test_summary_trace_and_report_agree_on_each_ranks_peak(traced):
     for m in summary["memory_peak"]:
         assert sum(m["peak_kinds"].values()) == m["peak"] and set(m["peak_kinds"]) == set(KINDS)
         assert m["peak_kinds"]["activations"] > 0 and m["peak_kinds"]["params"] > 0
-    proc = run_cli("report", path, "--memory", "--format", "json", check_rc=0)
+    proc = run_here("report", path, "--memory", "--format", "json", check_rc=0)
     doc = json.loads(proc.stdout)
     rows = {r["rank"]: r for r in doc["rows"]}
     for rank, peak in peaks.items():
@@ -60,7 +60,7 @@ def test_summary_trace_and_report_agree_on_each_ranks_peak(traced):
         assert abs(sum(row[f"{k}_mib"] for k in KINDS) - row["peak_mib"]) < 1e-2
         assert row["peak_at"].split()[0] in ("F", "B", "BW", "W", "FB", "after")
     assert "peak_mib" in doc["definitions"] and "activations_mib" in doc["definitions"]
-    table = run_cli("report", path, "--memory", check_rc=0).stdout
+    table = run_here("report", path, "--memory", check_rc=0).stdout
     assert "peak_at" in table and "activations_mib: --memory:" in table     # with its legend
 
 
@@ -109,7 +109,7 @@ def test_peak_and_the_action_at_it_on_a_hand_built_trace(tmp_path):
 def test_a_trace_without_counters_exits_2_naming_the_fix(tmp_path):
     path = _write(tmp_path, [{"ph": "X", "name": "F", "cat": "F", "pid": 0, "tid": 1, "ts": 0,
                               "dur": 1}])
-    proc = run_cli("report", path, "--memory", check_rc=2)
+    proc = run_here("report", path, "--memory", check_rc=2)
     assert "no memory counters" in proc.stderr and "--trace" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -119,14 +119,14 @@ def test_a_trace_without_counters_exits_2_naming_the_fix(tmp_path):
 def test_plot_writes_a_png(tmp_path):
     path = _write(tmp_path, [_mem(0, 0, params=MIB), _mem(0, 10, params=MIB, activations=MIB)])
     png = tmp_path / "m.png"
-    run_cli("report", path, "--memory", "--plot", png, check_rc=0)
+    run_here("report", path, "--memory", "--plot", png, check_rc=0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.timeout(200)
 def test_plan_prints_predicted_beside_measured(traced):
     path, summary = traced
-    proc = run_cli("plan", "--pp", 2, "--microbatches", 4, "--trace", path, "--json", check_rc=0)
+    proc = run_here("plan", "--pp", 2, "--microbatches", 4, "--trace", path, "--json", check_rc=0)
     doc = json.loads(proc.stdout)
     for rank, measured in zip(doc["ranks"], doc["measured"]):
         pred = rank["predicted"]
@@ -134,9 +134,9 @@ def test_plan_prints_predicted_beside_measured(traced):
         assert pred["activations"] == summary["memory_peak"][rank["rank"]]["kind_peaks"]["activations"]
         assert abs(pred["activations"] / MIB - measured["activations_mib"]) < 1e-3
         assert pred["activation_microbatches"] == 2 - rank["rank"]       # min(P - r, M)
-    text = run_cli("plan", "--pp", 2, "--microbatches", 4, "--trace", path, check_rc=0).stdout
+    text = run_here("plan", "--pp", 2, "--microbatches", 4, "--trace", path, check_rc=0).stdout
     assert "memory predicted per rank" in text and "measured peak MiB" in text
-    bad = run_cli("plan", "--pp", 4, "--microbatches", 4, "--trace", path, check_rc=2)
+    bad = run_here("plan", "--pp", 4, "--microbatches", 4, "--trace", path, check_rc=2)
     assert "has 2 ranks, the plan 4" in bad.stderr
 
 
@@ -145,9 +145,8 @@ def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path, traced):
     path = str(tmp_path / "rc.json")
     runs = {}
     for mode in ("none", "full"):
-        proc = run_cli("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", mode,
-                       "--check", "--json", *(["--trace", path] if mode == "full" else []),
-                       timeout=300, check_rc=0)
+        proc = run_here("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", mode,
+                       "--check", "--json", *(["--trace", path] if mode == "full" else []), check_rc=0)
         runs[mode] = proc.lines[-1]["summary"]
         assert runs[mode]["check"] == "passed"
     for before, after in zip(runs["none"]["memory_peak"], runs["full"]["memory_peak"]):
@@ -157,7 +156,7 @@ def test_full_recompute_checks_and_shows_its_extra_compute(tmp_path, traced):
     # each of the 4 blocks (2 a stage) runs its forward again before each microbatch's backward
     assert len(redo) == 4 * 4 and all(e["cat"] == "layer" and e["dur"] > 0 for e in redo)
     # whatif on the trace recorded without recompute predicts the recompute run's activations
-    proc = run_cli("whatif", traced[0], "--recompute", "full", "--format", "json", check_rc=0)
+    proc = run_here("whatif", traced[0], "--recompute", "full", "--format", "json", check_rc=0)
     rows = json.loads(proc.stdout)["rows"]
     forwards = recorded_forwards_ms(json.load(open(traced[0])))
     for row, after in zip(rows, runs["full"]["memory_peak"]):
@@ -185,11 +184,11 @@ def assert_predicts_activations(row, after):
 @pytest.mark.timeout(300)
 def test_selective_recompute_checks_shows_its_spans_and_whatif_predicts_it(tmp_path, traced):
     path = str(tmp_path / "sel.json")
-    proc = run_cli("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", "selective",
-                   "--check", "--json", "--trace", path, timeout=300, check_rc=0)
+    proc = run_here("run", "--pp", 2, "--microbatches", 4, "--steps", 1, "--recompute", "selective",
+                   "--check", "--json", "--trace", path, check_rc=0)
     summary = proc.lines[-1]["summary"]
     assert summary["check"] == "passed"
-    full = json.loads(run_cli("whatif", traced[0], "--recompute", "full", "--format", "json",
+    full = json.loads(run_here("whatif", traced[0], "--recompute", "full", "--format", "json",
                               check_rc=0).stdout)["rows"]     # = a full run's, pinned above
     for before, after, lowest in zip(traced[1]["memory_peak"], summary["memory_peak"], full):
         kept, none = after["kind_peaks"]["activations"], before["kind_peaks"]["activations"]
@@ -199,7 +198,7 @@ def test_selective_recompute_checks_shows_its_spans_and_whatif_predicts_it(tmp_p
     # each of the 4 blocks rebuilds its norms, softmax and activation before each microbatch's B
     assert len(redo) == 4 * 4 and all(e["args"].get("recompute") == "selective" and e["dur"] > 0
                                       for e in redo)
-    proc = run_cli("whatif", traced[0], "--recompute", "selective", "--format", "json", check_rc=0)
+    proc = run_here("whatif", traced[0], "--recompute", "selective", "--format", "json", check_rc=0)
     rows = json.loads(proc.stdout)["rows"]
     plain = json.load(open(traced[0]))
     cfg = ModelConfig(**plain["metadata"]["model"])

@@ -2,7 +2,7 @@
 launching, against a hand-written grid and against the world the same plan actually builds."""
 import pytest
 
-from conftest import run_cli
+from conftest import run_here
 from partui.world import World
 
 pytestmark = pytest.mark.timeout(300)
@@ -13,7 +13,7 @@ SAME = ("rank", "label", "coords", "role", "n_params", "ledger", "groups")
 
 
 def plan_json(*flags):
-    proc = run_cli("plan", *flags, "--json", timeout=120, check_rc=0)
+    proc = run_here("plan", *flags, "--json", check_rc=0)
     return proc.lines[0]
 
 
@@ -57,10 +57,10 @@ def test_dp_ep_dualpipev_groups_experts_and_ledger_as_built():
 
 
 def test_plan_table_and_bad_plan():
-    proc = run_cli("plan", *TP_PP, timeout=120, check_rc=0)
+    proc = run_here("plan", *TP_PP, check_rc=0)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("dp 2 × tp 2 × pp 2 · 1f1b · world 8")
     assert lines[1].split()[:5] == ["rank", "coords", "dp", "group", "tp"]
     assert lines[2].split()[:6] == ["0", "dp0", "tp0", "pp0", "0,2", "0,1"]
-    proc = run_cli("plan", "--tp", 3, timeout=60, check_rc=2)
+    proc = run_here("plan", "--tp", 3, check_rc=2)
     assert proc.stderr.strip() == "partui plan: tp 3 does not divide 4 heads: pick tp in 1, 2, 4"

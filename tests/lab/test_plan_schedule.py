@@ -2,7 +2,7 @@
 recorded 1F1B --fb-overlap trace is the one its executor ran, action for action."""
 import re
 
-from conftest import run_cli
+from conftest import run_here
 from kernels.pp.actions import COMPUTE_KINDS
 from kernels.pp.schedules import build_schedule
 from partui.analysis import load
@@ -23,8 +23,8 @@ def _scheduled(schedule, pp_rank):
 
 def test_the_report_simulates_the_schedule_the_executor_ran(tmp_path):
     path = tmp_path / "fb.json"
-    proc = run_cli("run", "--pp", 2, "--ep", 2, "--experts", 4, "--schedule", "1f1b", "--microbatches", 4,
-                   "--fb-overlap", "--steps", 1, "--trace", path, timeout=300)
+    proc = run_here("run", "--pp", 2, "--ep", 2, "--experts", 4, "--schedule", "1f1b", "--microbatches", 4,
+                   "--fb-overlap", "--steps", 1, "--trace", path)
     assert proc.returncode == 0, proc.stderr
     df = load(str(path))
     coords = df.attrs["metadata"]["coords"]

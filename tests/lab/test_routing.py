@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_here
 from kernels import comm
 from kernels.ep.figures import layer_figures, merge_layers, routing_totals
 from kernels.ep.routing_load import ExpertLoad
@@ -98,7 +98,7 @@ def assert_same_routing(got: dict, want: dict):
 
 def _run_json(tmp_path, name, *args):
     trace = str(tmp_path / f"{name}.json")
-    proc = run_cli("run", *args, "--steps", 2, "--json", "--trace", trace, timeout=400,
+    proc = run_here("run", *args, "--steps", 2, "--json", "--trace", trace,
                    check_rc=0)
     log = tmp_path / f"{name}.jsonl"
     log.write_text(proc.stdout)
@@ -119,7 +119,7 @@ def test_json_report_and_app_agree_and_tp_changes_nothing(tmp_path):
     # the report reads the same figures from the trace and from the --json log
     assert routing_steps(trace) == routing_steps(log) == {ln["step"]: ln["moe_layers"]
                                                           for ln in plain}
-    proc = run_cli("report", trace, "--routing", "--format", "json", check_rc=0)
+    proc = run_here("report", trace, "--routing", "--format", "json", check_rc=0)
     doc = json.loads(proc.stdout)
     rows = doc["rows"]
     assert doc["definitions"]["max_violation"].startswith("--routing")
@@ -139,7 +139,7 @@ def test_json_report_and_app_agree_and_tp_changes_nothing(tmp_path):
 def test_gshard_drops_are_no_longer_multiplied_by_tp():
     args = ("--experts", 4, "--ep", 2, "--dp", 2, "--top-k", 2, "--capacity-factor", 0.5,
             "--steps", 1, "--json")
-    lines = {tp: run_cli("run", *args, "--tp", tp, timeout=400, check_rc=0).lines[0]
+    lines = {tp: run_here("run", *args, "--tp", tp, check_rc=0).lines[0]
              for tp in (1, 2)}
     assert lines[1]["moe_dropped"] > 0
     assert lines[2]["moe_dropped"] == lines[1]["moe_dropped"]
@@ -151,7 +151,7 @@ def test_gshard_drops_are_no_longer_multiplied_by_tp():
 def test_routing_report_refuses_a_file_without_routing(tmp_path):
     log = tmp_path / "dense.jsonl"
     log.write_text('{"step": 0, "loss": 5.0}\n')
-    proc = run_cli("report", str(log), "--routing", check_rc=2)
+    proc = run_here("report", str(log), "--routing", check_rc=2)
     assert "no routing figures" in proc.stderr and "--model deepseek-tiny" in proc.stderr
 
 

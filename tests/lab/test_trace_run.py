@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_here
 from partui.analysis import load, overlap
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def zero2_trace(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("z2") / "z2.json.gz")
-    proc = run_cli("run", "--dp", 2, "--zero", 2, "--steps", 4, "--trace", path,
+    proc = run_here("run", "--dp", 2, "--zero", 2, "--steps", 4, "--trace", path,
                    "--trace-steps", "1:3", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.lines[-1]["summary"]["trace"] == path
@@ -55,7 +55,7 @@ def test_zero2_trace_loads_in_perfetto_with_zero_problems(zero2_trace):
 
 
 def test_report_cli_reads_the_real_trace(zero2_trace):
-    proc = run_cli("report", zero2_trace, "--by", "op", "--format", "json", check_rc=0)
+    proc = run_here("report", zero2_trace, "--by", "op", "--format", "json", check_rc=0)
     rows = json.loads(proc.stdout)["rows"]
     assert {r["op"] for r in rows} >= {"reduce_scatter", "all_gather"}
 
@@ -67,7 +67,7 @@ LEARNER_CALLS = {"forward", "backward_input", "backward_weight", "optimizer_step
 
 def _traced(tmp_path_factory, name, *flags):
     path = str(tmp_path_factory.mktemp(name) / f"{name}.json")
-    run_cli("run", *flags, "--steps", 2, "--trace", path, check_rc=0)
+    run_here("run", *flags, "--steps", 2, "--trace", path, check_rc=0)
     return path, json.load(open(path))
 
 

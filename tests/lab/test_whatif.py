@@ -74,24 +74,24 @@ def test_a_recv_posted_before_its_send_keeps_its_wait():
     assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
 
 
-def test_whatif_bad_input_exits_2(cli, tmp_path):
+def test_whatif_bad_input_exits_2(cli_here, tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(all_reduce_doc()))
-    p = cli("whatif", path, timeout=60)
+    p = cli_here("whatif", path)
     assert p.returncode == 2 and "--link" in p.stderr
-    p = cli("whatif", path, "--link", "h900", timeout=60)
+    p = cli_here("whatif", path, "--link", "h900")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--link h900" in p.stderr
-    p = cli("whatif", path, "--link", "alpha_us=0,gbps=1", "--format", "json", timeout=60)
+    p = cli_here("whatif", path, "--link", "alpha_us=0,gbps=1", "--format", "json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["step"]["predicted_step_ms"] == pytest.approx(5.9)
     assert [r["predicted_step_ms"] for r in out["ranks"]] == pytest.approx([5.9, 5.9])
 
 
-def test_run_rejects_a_bad_link_before_launching(cli):
-    p = cli("run", "--dp", "2", "--link", "alpha_us=1", timeout=60)
+def test_run_rejects_a_bad_link_before_launching(cli_here):
+    p = cli_here("run", "--dp", "2", "--link", "alpha_us=1")
     assert p.returncode == 2 and "--link alpha_us=1 needs both" in p.stderr
-    p = cli("run", "--dp", "2", "--link", "h800", "--ranks-per-node", "3", timeout=60)
+    p = cli_here("run", "--dp", "2", "--link", "h800", "--ranks-per-node", "3")
     assert p.returncode == 2 and "--ranks-per-node 3 must be >= 1 and divide world 2" in p.stderr
 
 

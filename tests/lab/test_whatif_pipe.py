@@ -76,17 +76,17 @@ def test_the_recorded_plan_replays_its_own_costs():
     (["--microbatches", "3"], "is not divisible by 3 microbatches"),
     (["--pp", "0"], "--pp 0 must be >= 1"),
 ])
-def test_impossible_changes_exit_2_with_the_fix(cli, tmp_path, flags, says):
+def test_impossible_changes_exit_2_with_the_fix(cli_here, tmp_path, flags, says):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(pipeline_doc()))
-    p = cli("whatif", path, "--link", "alpha_us=0,gbps=1", *flags, timeout=60)
+    p = cli_here("whatif", path, "--link", "alpha_us=0,gbps=1", *flags)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and says in p.stderr, p.stderr
 
 
-def test_a_trace_without_a_pipeline_is_refused(cli, tmp_path):
+def test_a_trace_without_a_pipeline_is_refused(cli_here, tmp_path):
     doc = pipeline_doc()
     doc["metadata"]["plan"]["pp"] = 1
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
-    p = cli("whatif", path, "--link", "alpha_us=0,gbps=1", "--pp", "2", timeout=60)
+    p = cli_here("whatif", path, "--link", "alpha_us=0,gbps=1", "--pp", "2")
     assert p.returncode == 2 and "this trace ran pp 1: record one with --pp 2" in p.stderr
