@@ -13,8 +13,8 @@ from partui.world import World
 
 def rss_kib(pid: int) -> int:
     """Resident set size of a process in KiB: smaps_rollup's Rss, counted from the page tables when
-    read. (status's VmRSS is the kernel's cached per-CPU counter: it lagged a freshly touched 64 MiB
-    buffer by all of it once here.) VmRSS only where smaps_rollup is missing (kernels before 4.14)."""
+    read (status's VmRSS is a per-CPU counter the kernel documents as approximate, off by up to a
+    batch a CPU). VmRSS only where smaps_rollup is missing (kernels before 4.14)."""
     for name, key in (("smaps_rollup", "Rss:"), ("status", "VmRSS:")):
         try:
             with open(f"/proc/{pid}/{name}") as f:
