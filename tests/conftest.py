@@ -28,9 +28,7 @@ def run_cli(*args, timeout=180, check_rc=None):
     proc = subprocess.run([sys.executable, "-m", "partui", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
     proc.lines = json_lines(proc.stdout)
-    if check_rc is not None:
-        assert proc.returncode == check_rc, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
+    return checked(proc, check_rc)
 
 
 def json_lines(text: str) -> list:
@@ -59,6 +57,11 @@ def run_here(*args, check_rc=None):
             rc = e.code
     proc = types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue(),
                                  lines=json_lines(out.getvalue()))
+    return checked(proc, check_rc)
+
+
+def checked(proc, check_rc):
+    """proc, after asserting its exit code where one is asked (run_cli's and run_here's)."""
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc

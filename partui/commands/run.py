@@ -151,26 +151,28 @@ def check_trace_path(path: str) -> None:
         raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
     if not path.endswith((".json", ".json.gz")):
         raise ValueError(f"--trace {path}: name it .json or .json.gz")
-    try:   # a real write, not os.access: root passes os.access where a read-only mount refuses
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".partui-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"--trace {path}: folder {d} cannot be written ({e.strerror or e}); "
-                         f"pick a folder you can write, e.g. --trace traces/run.json")
+    prove_writable(d, f"--trace {path}", "--trace traces/run.json")
 
 
 def check_profile_dir(folder: str) -> str:
-    """Create `folder` if needed and prove it writable (a probe file), before anything launches;
-    ValueError naming the folder and a fix otherwise. Returns its absolute path."""
+    """Create `folder` if needed and prove it writable, before anything launches; ValueError naming
+    the folder and a fix otherwise. Returns its absolute path."""
     path = os.path.abspath(folder)
+    prove_writable(path, f"--profile {folder}", "--profile prof/", create=True)
+    return path
+
+
+def prove_writable(folder: str, flag: str, example: str, create: bool = False) -> None:
+    """A probe file written and removed in `folder` (made first when `create`): a real write, not
+    os.access, which root passes where a read-only mount refuses. ValueError naming flag and fix."""
     try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-", suffix=".tmp"):
+        if create:
+            os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".partui-probe-"):
             pass
     except OSError as e:
-        raise ValueError(f"--profile {folder}: folder {path} cannot be written "
-                         f"({e.strerror or e}); pick a folder you can write, e.g. --profile prof/")
-    return path
+        raise ValueError(f"{flag}: folder {folder} cannot be written ({e.strerror or e}); pick a "
+                         f"folder you can write, e.g. {example}")
 
 
 def run(args) -> int:
@@ -199,7 +201,6 @@ def run(args) -> int:
         (lambda ln: print(line_text(ln), flush=True))
     # torch loads only once every flag is accepted: a refusal answers in a fraction of a second
     from kernels.comm import RendezvousError
-    from partui.analysis.blame_marks import mark_trace
     from partui.torchrun import run_joined
     if under_torchrun():
         if args.link:
@@ -227,7 +228,8 @@ def run(args) -> int:
                 traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
                 if args.trace:
                     world.trace_save(args.trace, command=command)
-                    if args.critical_path:
+                    if args.critical_path:   # pandas and the analysis: only a marked trace
+                        from partui.analysis.blame_marks import mark_trace
                         print(f"partui run: {mark_trace(args.trace)}", file=sys.stderr, flush=True)
             except BaseException as e:            # a rank died or stopped, Ctrl-C, a save error
                 if args.trace:
