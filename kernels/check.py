@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from kernels.config import model_config_for
+from planning.config import model_config_for
 from kernels.ep.deepseek_layer import balance_biases
 from kernels.data import global_batch
 from kernels.model import build_model, reference_step

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernels import comm
-from kernels.config import ModelConfig
-from kernels.mesh import Plan, coord_label, groups_of, partition
+from planning.config import ModelConfig
+from planning.mesh import Plan, coord_label, groups_of, partition
 from kernels.stats import StepStats
 
 

@@ -2,7 +2,7 @@
 plan, from world 1 to 5-D.
 
     layers   = the model's stage layers with this rank's shards (tp / cp / ep substitutions)
-    runner   = microbatch loop (kernels/runner.py), the EP overlap runner or the pipeline executor
+    runner   = microbatch loop (kernels/runners/microbatch.py), the EP overlap runner or the pipeline executor
     sync     = gradient sync and optimizer (naive / bucketed DP, ZeRO-1/2/3: kernels/dp)
     stats    = the per-step figures the layers recorded in the rank's context (expert load,
                attention time), drained into each step's result
@@ -15,24 +15,24 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.config import ModelConfig, model_config_for
+from planning.config import ModelConfig, model_config_for
 from kernels.weights import init_params
 from kernels.context import RankContext, build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
-from kernels.ep.overlap import OverlapRunner
-from kernels.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
+from kernels.runners.ep_overlap import OverlapRunner
+from planning.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
 from kernels.memory import account_of
-from kernels.mesh import Plan, coords
+from planning.mesh import Plan, coords
 from kernels.model import Block, build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
-from kernels.runner import MicrobatchRunner
+from kernels.runners.microbatch import MicrobatchRunner
 from kernels.tp.layers import build_tp_layers
 
-P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (kernels.intervals.pair_p2p)
+P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (planning.intervals.pair_p2p)
 
 
 @dataclass
@@ -40,7 +40,7 @@ class StepResult:
     step: int
     loss: float
     step_ms: float
-    # this rank's step window by kernels.intervals.figures (partui.analysis.definitions' terms)
+    # this rank's step window by planning.intervals.figures (partui.analysis.definitions' terms)
     compute_ms: float = 0.0       # leaf compute spans merged, less waits and posts
     comm_ms: float = 0.0          # comm in flight (issue to completion), merged
     overlapped_ms: float = 0.0    # comm in flight while this rank computed
@@ -136,7 +136,7 @@ class Engine:
 
 
 def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
-    """This step's figures (kernels.intervals.parts_figures) from the spans the layers recorded
+    """This step's figures (planning.intervals.parts_figures) from the spans the layers recorded
     ((cat, t0, t1): kernels.comm.events.drain_spans) and the op log's issue / completion / wait /
     post times; no tracer. A p2p op's in flight is its own here; extra["figure_parts"] and
     extra["p2p_ops"] let the controller pair it with its peer's (partui.results.step_line), so the

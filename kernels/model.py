@@ -1,5 +1,5 @@
 """The tiny Llama built from hand-written layers, and the single-process reference step that every
-plan is held to (its config, parameter shapes and init: kernels/config.py).
+plan is held to (its config, parameter shapes and init: planning/config.py).
 
 The model is a flat list of stage layers: [Embed, Block 0 .. Block L-1, Head]. Each has
 forward(x) -> (y, ctx), backward_input(ctx, dy) -> dx, backward_weight(ctx); the Head takes the
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels.comm import events
-from kernels.config import ModelConfig, is_moe_layer
+from planning.config import ModelConfig, is_moe_layer
 
 from kernels.weights import init_params
 from kernels.ep.build import build_moe

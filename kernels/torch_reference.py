@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.config import is_moe_layer, model_config_for
+from planning.config import is_moe_layer, model_config_for
 from kernels.data import global_batch
 from kernels.torch_moe import MoEBlock, SwiGLU
 from kernels.weights import init_params

@@ -6,7 +6,7 @@ import zlib
 
 import torch
 
-from kernels.config import ModelConfig, param_shapes
+from planning.config import ModelConfig, param_shapes
 
 
 def init_tensor(name: str, shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:

@@ -11,7 +11,7 @@ from kernels import comm
 from kernels.dp.sync import piece_index
 from kernels.engine import Engine
 from kernels.memory_plan import predict_rank
-from kernels.mesh import NAMED_DIMS, Plan
+from planning.mesh import NAMED_DIMS, Plan
 from partui.snapshot import rank_info
 from partui.tables import piece_label
 

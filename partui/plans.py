@@ -8,10 +8,10 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 """
 from __future__ import annotations
 
-from kernels.config import make_config
-from kernels.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
-from kernels.slow_spec import check_slow
-from kernels.validate import plan_for_model
+from planning.config import make_config
+from planning.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
+from planning.slow_spec import check_slow
+from planning.validate import plan_for_model
 
 # name -> (label, plan fields); "custom" is whatever the mesh editor holds
 PRESETS: dict[str, tuple[str, dict]] = {

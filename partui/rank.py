@@ -14,10 +14,10 @@ import torch
 
 from kernels import comm
 from kernels.calibrate import install_link
-from kernels.config import ModelConfig
+from planning.config import ModelConfig
 from kernels.engine import Engine
-from kernels.mesh import Plan
-from kernels.slow_spec import factor_of
+from planning.mesh import Plan
+from planning.slow_spec import factor_of
 from partui import snapshot
 from partui.profile import RankProfile
 from partui.trace import RankTracer

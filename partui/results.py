@@ -2,7 +2,7 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step / compute / comm / overlapped / exposed comm / wait ms: kernels.intervals, the terms of
+step / compute / comm / overlapped / exposed comm / wait ms: planning.intervals, the terms of
 partui.analysis.definitions, what `partui report` counts on a trace of the step, p2p pairs
 matched across ranks here), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
@@ -13,8 +13,8 @@ kernels/memory.py). `ledgers` (one memory ledger per rank) rides along for the s
 """
 from __future__ import annotations
 
-from kernels.ep.figures import merge_layers, routing_totals
-from kernels.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
+from planning.routing_figures import merge_layers, routing_totals
+from planning.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
 
 FIGURE_KEYS = tuple(MS_NAMES)   # compute, comm, overlapped, exposed comm, wait (ms)
 RANK_KEYS = ("step_ms",) + FIGURE_KEYS
@@ -27,7 +27,7 @@ PRIVATE_KEYS = ("ledgers",)
 
 def pair_figures(items: list[dict]) -> None:
     """Each rank's figures again, in place, with its p2p ops paired to its peers' (the send's post
-    to the recv's completion, kernels.intervals.pair_p2p): what a trace of the step reports."""
+    to the recv's completion, planning.intervals.pair_p2p): what a trace of the step reports."""
     if not items or not all("figure_parts" in s for s in items):
         return
     paired = pair_p2p([s.get("p2p_ops") or [] for s in items])

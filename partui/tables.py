@@ -89,7 +89,7 @@ def _rank_items(line: dict) -> list[dict]:
 
 def step_rows(lines: list[dict], title: str = "steps") -> Rows:
     """Step lines (partui.results) as rows, one per step and rank: the rank's figures are the
-    report's columns, counted as partui.analysis.definitions says (kernels.intervals.figures)."""
+    report's columns, counted as partui.analysis.definitions says (planning.intervals.figures)."""
     cols = {"step": lambda r: r["step"], "rank": lambda r: r["rank"], "loss": lambda r: r["loss"],
             "step_ms": lambda r: r["step_ms"], "window_ms": lambda r: r["window_ms"]}
     cols.update({k: (lambda r, k=k: r[k]) for k in FIGURE_KEYS})

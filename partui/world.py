@@ -9,7 +9,7 @@
                                    # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
     w.summary(); w.close()
-    World(link="h800", ranks_per_node=2)   # an emulated interconnect (kernels.link); or
+    World(link="h800", ranks_per_node=2)   # an emulated interconnect (planning.link); or
     w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
     w.slow(rank=1, factor=1.5)             # between steps: rank 1's compute 1.5x as long (or
                                            # stage=S); w.slow() clears it (kernels.straggle)
@@ -26,8 +26,8 @@ import os
 import threading
 import time
 
-from kernels.link import LinkModel, check_link
-from kernels.mesh import Plan
+from planning.link import LinkModel, check_link
+from planning.mesh import Plan
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
 from partui.results import step_line, summarize

@@ -1,7 +1,7 @@
 """Holding ops to an emulated link: every op still moves its bytes through gloo (results stay
-exact), but its completion is held until the time the link model (kernels/link.py) gives.
+exact), but its completion is held until the time the link model (planning/link.py) gives.
 
-When an op is done, and which ops pair up across ranks, are the link's rules (kernels.link:
+When an op is done, and which ops pair up across ranks, are the link's rules (planning.link:
 match_key, Ports, share_port), the same ones the what-if replay applies to a trace.
 Waiting for a held op sleeps (time.sleep to the deadline, with the thread's timer slack at 1 ns
 so it wakes on time), never spins.
@@ -24,7 +24,7 @@ import time
 import torch.distributed as dist
 
 from kernels.comm import events
-from kernels.link import LinkModel, Ports, match_key
+from planning.link import LinkModel, Ports, match_key
 
 SLOTS = 1 << 16                    # entries of (check, ns): 1 MiB, ops in flight are far fewer
 _lock = threading.Lock()
@@ -117,7 +117,7 @@ def on_issue(op: str, group_name: str, ranks: list[int], nbytes: int, peer: int 
 
 
 def _queue(hold: Hold, start: int) -> int:
-    """The link's port rule (kernels.link.Ports); the caller holds _lock."""
+    """The link's port rule (planning.link.Ports); the caller holds _lock."""
     hold.end = _state["ports"].queue(hold.port, start, hold.latency_ns, hold.transfer_ns)
     return hold.end
 

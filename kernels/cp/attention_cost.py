@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from kernels.comm import events
-from kernels.intervals import intersect, length, merge
+from planning.intervals import intersect, length, merge
 
 
 class AttentionLoad:

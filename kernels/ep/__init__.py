@@ -1,7 +1,10 @@
 """Expert parallelism: Mixture-of-Experts layers with their experts sharded over the ep group.
 
-    routing   GShard gating and the expert math on one rank's tokens (and the MoE parameter shapes)
-    layer     the MoE layer: all-to-all dispatch, local experts, combine, in phases
-    load      expert load per step (tokens per expert, dropped, aux loss) for the rank's stats
-    overlap   the runner that interleaves two microbatches so one's all-to-all hides behind compute
+    routing        GShard gating and the expert math on one rank's tokens (and the MoE parameter shapes)
+    deepseek       DeepSeek-V3 routing: forward, hand backward, the bias step
+    layer          the MoE layer: all-to-all dispatch, local experts, combine, in phases
+    deepseek_layer the DeepSeek layer and its selection bias
+    build          a block's MoE layer from the global tensors
+    routing_load   the routing observatory's collector
+The runner that interleaves two microbatches lives with the other runners (kernels/runners).
 """

@@ -1,7 +1,7 @@
 """Expert parallelism: the MoE layer with its experts sharded over the ep group, all-to-all
 dispatch and combine; its expert load goes to the rank's per-step stats (kernels/ep/routing_load.py).
 
-A forward runs in phases so kernels/ep/overlap.py can put one microbatch's all-to-all in flight
+A forward runs in phases so kernels/runners/ep_overlap.py can put one microbatch's all-to-all in flight
 while another computes:
 
     forward_dispatch(x)   route, build the rows, exchange counts, issue the dispatch all-to-all

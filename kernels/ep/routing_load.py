@@ -7,7 +7,7 @@ tokens_per_ep_rank (those summed over each EP rank's experts), chosen_per_expert
 capacity drops: the load bias balancing reads), dropped (choices over capacity), max_violation
 (max load / mean load - 1), balance_loss (GShard's aux loss or DeepSeek's sequence-wise loss),
 bias (the selection bias this step routed with, DeepSeek only) and dead_experts (no token);
-the arithmetic is kernels/ep/figures.py. A collector of the rank's StepStats (kernels/stats.py).
+the arithmetic is planning/routing_figures.py. A collector of the rank's StepStats (kernels/stats.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.ep.figures import layer_figures, routing_totals
+from planning.routing_figures import layer_figures, routing_totals
 
 
 def token_groups(ctx) -> list:

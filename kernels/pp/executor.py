@@ -1,4 +1,4 @@
-"""Runs one pp rank's action list (kernels.pp.schedules) for real: async p2p, deferred weight
+"""Runs one pp rank's action list (planning.pipeline.schedules) for real: async p2p, deferred weight
 grads and DualPipe's overlapped forward-and-backward pairs (with fb_overlap, each pair interleaves
 DeepSeek's parts of both sides, kernels/pp/parts.py, so the MoE all-to-alls fly under the other
 microbatch's compute). This file is the runner (its setup and the step's walk of the list);
@@ -16,12 +16,12 @@ from __future__ import annotations
 from kernels.cp.layout import sequence_shard
 from kernels.ep.layer import overlap_all_to_alls
 from kernels.model import Block, LayerHooks
-from kernels.pp.actions import COMPUTE_KINDS
+from planning.pipeline.actions import COMPUTE_KINDS
 from kernels.pp.parts import chunk_pair_order
-from kernels.pp.schedules import plan_schedule
+from planning.pipeline.schedules import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
-from kernels.slow_spec import slow_factor
+from planning.slow_spec import slow_factor
 
 
 class PipelineRunner:
@@ -54,7 +54,7 @@ class PipelineRunner:
         self.fb_order = "parts" if plan.fb_overlap else "forward-first"   # see PipelineStep._FB
         if plan.fb_overlap:   # the all-to-alls a pair hides: posted by the comm thread
             overlap_all_to_alls([layer for ch in self.chunks for layer in ch.layers])
-        self._pair_orders = {}   # (forward chunk, backward chunk) -> kernels.pp.fb_order.pair_order
+        self._pair_orders = {}   # (forward chunk, backward chunk) -> planning.pipeline.fb_order.pair_order
         # RECVs of the next `recv_ahead` computes are posted before the current one runs, so a
         # peer's tensor lands while this rank computes instead of after it asks (0: each RECV
         # where the schedule puts it)

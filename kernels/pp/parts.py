@@ -1,4 +1,4 @@
-"""A pipeline chunk's forward and backward cut into DeepSeek's parts (kernels/pp/fb_order.py names them), as
+"""A pipeline chunk's forward and backward cut into DeepSeek's parts (planning/pipeline/fb_order.py names them), as
 closures the executor runs in an overlapped F&B pair's order.
 
 Each Part waits for the all-to-all it consumes with `wait()` (blocked time, kept out of compute spans) and then
@@ -14,7 +14,7 @@ from typing import Callable
 from kernels.comm import events
 from kernels.layers.base import Ctx
 from kernels.model import Block, Embed, Head
-from kernels.pp.fb_order import pair_order
+from planning.pipeline.fb_order import pair_order
 
 
 def layer_kind(layer) -> str:
@@ -178,7 +178,7 @@ class BackwardParts:
 
 
 def chunk_pair_order(fch, bch) -> list:
-    """kernels.pp.fb_order.pair_order for a forward chunk and a backward chunk of this rank."""
+    """planning.pipeline.fb_order.pair_order for a forward chunk and a backward chunk of this rank."""
     f, b = fch.layers, bch.layers
     return pair_order([layer_kind(x) for x in f], [layer_kind(x) for x in b], [layer_label(x) for x in f],
                       [layer_label(x) for x in b])

@@ -2,7 +2,7 @@
 
 A model chunk is a contiguous run of the layer list [Embed, Block 0..L-1, Head]: stage s of a pipeline with S
 stages holds blocks [s*L/S, (s+1)*L/S), stage 0 also the Embed and stage S-1 also the Head. A rank keeps only
-its chunks' layers (`kernels.pp.schedules.Schedule.stage_of` says which stages).
+its chunks' layers (`planning.pipeline.schedules.Schedule.stage_of` says which stages).
 
 Forward and backward are generators that yield after every layer, so the executor can interleave the forward of
 one microbatch with the backward of another (DualPipe's overlapped F&B pair) and post each side's send the

@@ -192,7 +192,7 @@ class PipelineStep:
             forward_turn = not forward_turn
 
     def _fb_parts(self, a, fch, bch) -> None:
-        """The pair in kernels.pp.fb_order's order (kernels.pp.parts.run_pair). Both pipeline
+        """The pair in planning.pipeline.fb_order's order (kernels.pp.parts.run_pair). Both pipeline
         inputs are waited first (their RECVs were posted a compute ahead), so no pipeline wait
         sits between an all-to-all's issue and the part that hides it; each side's output is sent
         the moment its last input part is done. W parts fill where a part would wait on an

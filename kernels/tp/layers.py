@@ -33,11 +33,11 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.config import is_moe_layer
+from planning.config import is_moe_layer
 from kernels.ep.build import build_moe
 from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
                             SwiGLU, rope_tables)
-from kernels.mesh import partition
+from planning.mesh import partition
 from kernels.model import Block, Embed, Head
 from kernels.recompute import recomputed
 from kernels.tp.loss import VocabParallelCrossEntropy
@@ -140,7 +140,7 @@ class TPHead(Head):
 # ---------------------------------------------------------------- building this rank's shards
 
 def check_tp_shapes(cfg, tp: int, sp: bool, cp: int = 1) -> None:
-    """The shapes tensor parallel splits (kernels.validate checks them first, for the CLI)."""
+    """The shapes tensor parallel splits (planning.validate checks them first, for the CLI)."""
     local_seq = cfg.seq // cp                     # sp splits each cp rank's tokens again
     problems = [(cfg.heads % tp, f"{cfg.heads} heads"), (cfg.vocab % tp, f"vocab {cfg.vocab}"),
                 (cfg.ffn_hidden % tp, f"MLP hidden {cfg.ffn_hidden}"),

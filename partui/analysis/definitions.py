@@ -107,7 +107,7 @@ COLUMNS = {
     "busy_pct": "busy_ms / the rank's gpu_window_ms",
     "pair": "--by pair: the F&B pair (partui's FB span; a torch.profiler trace: the annotation holding the parts)",
     "layer_k": "--by pair on a torch.profiler trace: the k-th annotation of this name on the rank (its layer)",
-    "part": "--by pair: the planner's part (kernels/pp/fb_order.py) the annotation names (kineto_pairs.PART_NAMES)",
+    "part": "--by pair: the planner's part (planning/pipeline/fb_order.py) the annotation names (kineto_pairs.PART_NAMES)",
     "annotation": "--by pair: the user annotation as recorded, e.g. dispatch(F)",
     "launched": "--by pair: GPU kernels launched while the annotation was open (launch correlation ids)",
     "gpu_ms": "--by pair: those kernels merged: the part's GPU time",

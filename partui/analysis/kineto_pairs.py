@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.intervals import intersect, length, merge
+from planning.intervals import intersect, length, merge
 
-# (annotation name pattern with a `side` group F / B / W, the planner's part: kernels/pp/fb_order.py)
+# (annotation name pattern with a `side` group F / B / W, the planner's part: planning/pipeline/fb_order.py)
 PART_NAMES = [
     (r"^attn\((?P<side>[FBW])\)$", "ATTN"),          # DeepSeek's DualPipe profile (deepseek-ai/profile-data)
     (r"^mlp\((?P<side>[FBW])\)$", "MLP"),

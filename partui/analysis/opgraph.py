@@ -1,5 +1,5 @@
 """One dependency graph of a recorded step across ranks, replayed on the replay core
-(kernels/replay.py): a node per op, lanes in program order, cross-rank dependencies and
+(planning/replay.py): a node per op, lanes in program order, cross-rank dependencies and
 collective groups. Builders: the op-level table of a Megatron-style job (the ByteDance straggler
 artifact's columns, parquet or csv: `read_op_table`, `bytedance_graphs`) and partui's own traces
 (partui.analysis.partui_graph).
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from kernels.replay import Dep, Op, Stuck, later, run
+from planning.replay import Dep, Op, Stuck, later, run
 from partui.analysis.events import TraceError
 
 OP_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")

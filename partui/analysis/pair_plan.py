@@ -1,5 +1,5 @@
 """A recorded F&B pair (a torch.profiler trace's part annotations, kineto_pairs) beside partui's pair planner
-(kernels/pp/fb_order.py's pair_order, behind `--fb-overlap`) fed the same measured part costs:
+(planning/pipeline/fb_order.py's pair_order, behind `--fb-overlap`) fed the same measured part costs:
 `partui simulate ... --parts TRACE --fb-overlap`.
 
 Measured costs, per layer, in ms of GPU time (each part's kernels merged, mean over layers): ATTN / MLP
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.pp.part_costs import PartCost, pair_timeline
+from planning.pipeline.part_costs import PartCost, pair_timeline
 from partui.analysis.kineto_pairs import annotated_parts, kineto_pairs, part_kernels
 from partui.analysis.reader import load
 

@@ -6,7 +6,7 @@ the leaf spans kernels/pp/parts.py records, named "ATTN F mb3 L1" (part, F / B /
 Without --fb-overlap the same figures are read for comparison: DualPipe's pairs run one side after the
 other, and 1F1B's pair is a forward action directly followed by a backward one; the layer spans ("F block 2",
 "B head") stand for the parts there. An all-to-all belongs to the part whose span
-holds its issue time; which one it is follows from that part (kernels/pp/fb_order.py's ISSUES): forward ATTN
+holds its issue time; which one it is follows from that part (planning/pipeline/fb_order.py's ISSUES): forward ATTN
 issues DISPATCH(F), forward MLP COMBINE(F), backward COMBINE COMBINE(B), backward MLP DISPATCH(B).
 
     in_flight_ms      issue to completion, as the comm layer recorded it
@@ -24,8 +24,8 @@ import re
 
 import pandas as pd
 
-from kernels.intervals import intersect, length, merge, subtract
-from kernels.pp.fb_order import ISSUES
+from planning.intervals import intersect, length, merge, subtract
+from planning.pipeline.fb_order import ISSUES
 
 PART = re.compile(r"^(ATTN|MLP|COMBINE) ([FBW]) mb(\d+) (\S+)$")
 COLUMNS = ["rank", "pair", "all_to_all", "issued_in", "in_flight_ms", "under_other_ms", "exposed_ms",

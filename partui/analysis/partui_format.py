@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.intervals import CONTAINER_CATS as SPAN_CONTAINERS, WAIT_CATS
+from planning.intervals import CONTAINER_CATS as SPAN_CONTAINERS, WAIT_CATS
 from partui.analysis.events import finish, slices, track_names
 from partui.tracefile import FORMAT
 
-# the engine's step figures count the same categories (kernels.intervals.figures)
+# the engine's step figures count the same categories (planning.intervals.figures)
 CONTAINER_CATS = tuple(c for c in SPAN_CONTAINERS if c != "step")  # FB, microbatch: never compute
 PYTHON_CAT = "FEE"  # viztracer's function calls (partui.trace puts them on the compute track): other
 

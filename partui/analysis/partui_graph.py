@@ -3,7 +3,7 @@ step as a program (partui.analysis.whatif.programs: busy stretches, comm issues 
 lane per rank.
     busy         a compute node lasting the recorded stretch (compute and the host work around it)
     comm issue   a collective member, grouped with the other members' issue of the same op
-                 (kernels.link.match_key: the n-th op on a group, p2p by src, dst, tag): the
+                 (planning.link.match_key: the n-th op on a group, p2p by src, dst, tag): the
                  group starts at the last member's issue; every member ends one transfer later
     wait         blocks the rank until its op ends
 A group's transfer: a member's wait end less the last issue (0 if negative) bounds it, and is it
@@ -16,8 +16,8 @@ process group. dp rank and stage come from the trace's plan.
 """
 from __future__ import annotations
 
-from kernels.link import match_key
-from kernels.mesh import Plan, coords
+from planning.link import match_key
+from planning.mesh import Plan, coords
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import Node, StepGraph
 from partui.analysis.whatif import members, programs, steps_of

@@ -1,4 +1,4 @@
-"""The schedule's own bubble of a pipeline trace (kernels.pp.simulate), measured on the basis of
+"""The schedule's own bubble of a pipeline trace (planning.pipeline.simulate), measured on the basis of
 pipe_bubble_pct (each rank's first to last action in a step) so the two can be set side by side: under
 each step's own timing (each rank's compute, post and dispatch times, the measured per-edge transfer:
 partui.analysis.timing) and ideally (mean F / B / W, comm free).
@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from kernels.mesh import Plan
-from kernels.pp.schedules import plan_schedule
-from kernels.pp.simulate import Cost, formula_bubble, simulate
+from planning.mesh import Plan
+from planning.pipeline.schedules import plan_schedule
+from planning.pipeline.simulate import Cost, formula_bubble, simulate
 from partui.analysis.sweep import windows_of
 from partui.analysis.timing import action_compute, action_costs, step_timings
 

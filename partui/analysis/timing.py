@@ -1,4 +1,4 @@
-"""A pipeline trace's own timing, measured per step for the simulator (kernels.pp.simulate.Timing): the
+"""A pipeline trace's own timing, measured per step for the simulator (planning.pipeline.simulate.Timing): the
 executor's action spans, each rank's pipeline window in a step (its first to last F / B / W action), each
 action's compute outside its waits, and what the rank spent besides: posting p2p ops, dispatching actions,
 and each edge's transfer time.
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.pp.simulate import Timing
+from planning.pipeline.simulate import Timing
 from partui.analysis.sweep import clip, sweep, union_lengths
 
 ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not

@@ -1,5 +1,5 @@
 """What-if replay: a recorded trace's per-rank op graph replayed under an emulated link and a
-compute scale, on the replay core (kernels/replay.py) with the link's own rules (kernels.link:
+compute scale, on the replay core (planning/replay.py) with the link's own rules (planning.link:
 match_key, Ports), the ones the live emulation holds ops to (kernels/comm/emulate.py).
 
 Each rank's step becomes a program: busy stretches (the recorded wall time between its comm
@@ -9,7 +9,7 @@ nothing; a wait blocks until the op's predicted end:
     collective   the last member's issue, plus latency, plus transfer on this rank's port
     send         its own issue (eager), same port rule; recv: the matching send's end or later
 Collectives are matched by (group, n-th op on it); members come from the trace's plan
-(kernels.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
+(planning.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
 With floor=True a wait also lasts at least its recorded length: on this machine the live
@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.link import LinkModel, Ports, match_key
-from kernels.intervals import intersect, length, merge
-from kernels.mesh import GROUPS, Plan, partition
-from kernels.replay import Dep, Op, Stuck, run
+from planning.link import LinkModel, Ports, match_key
+from planning.intervals import intersect, length, merge
+from planning.mesh import GROUPS, Plan, partition
+from planning.replay import Dep, Op, Stuck, run
 from partui.analysis.events import TraceError
 
 
@@ -121,7 +121,7 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
     ports = {r: Ports() for r in progs}
 
     def transfer(r, a, ranks):
-        """The op's end from its start on rank r's port (the link's rule, kernels.link.Ports)."""
+        """The op's end from its start on rank r's port (the link's rule, planning.link.Ports)."""
         lat, tr = link.cost(a["op"], ranks, int(a.get("bytes") or 0))
         return lambda t: ports[r].queue(link.port(ranks), t, lat * 1e9, tr * 1e9)
 

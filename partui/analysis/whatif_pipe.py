@@ -1,5 +1,5 @@
 """What-if for pipelines: another pp size or microbatch count, through the schedule simulator
-(kernels.pp.simulate) under the trace's own measured compute and the link's p2p cost.
+(planning.pipeline.simulate) under the trace's own measured compute and the link's p2p cost.
 
 From the recorded trace (a pipeline run, pp >= 2):
     per microbatch, the whole model's F, B, W (and FB pair) = the trace's mean action of that kind
@@ -12,7 +12,7 @@ For the new plan (pp', M'; the global batch and dp stay, so a microbatch holds M
     the pipeline window = the simulator's makespan; the step adds the rest outside it (loss
     all-reduce, grad sync, optimizer) as recorded (_rest_ms), mean over the trace's steps.
 A change the plan cannot take (pp not dividing the layers, too few microbatches for the
-schedule, a per-rank batch the microbatches do not divide) is refused by kernels.validate with
+schedule, a per-rank batch the microbatches do not divide) is refused by planning.validate with
 its own fix.
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.config import ModelConfig
-from kernels.link import LinkModel
-from kernels.mesh import Plan, partition
-from kernels.pp.schedules import plan_schedule
-from kernels.pp.simulate import Cost, simulate
-from kernels.validate import plan_for_model
+from planning.config import ModelConfig
+from planning.link import LinkModel
+from planning.mesh import Plan, partition
+from planning.pipeline.schedules import plan_schedule
+from planning.pipeline.simulate import Cost, simulate
+from planning.validate import plan_for_model
 from partui.analysis.events import TraceError
 from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
@@ -33,7 +33,7 @@ from partui.analysis.reader import frame
 
 def new_plan(meta: dict, pp: int | None, microbatches: int | None) -> tuple[Plan, Plan]:
     """(recorded plan, the plan with pp / microbatches changed, validated); ValueError naming the
-    problem and a fix (kernels.validate's) when the change is impossible."""
+    problem and a fix (planning.validate's) when the change is impossible."""
     if "plan" not in meta or "model" not in meta:
         raise TraceError("the trace has no plan metadata: record it with partui run --trace")
     old = Plan.from_dict(meta["plan"])

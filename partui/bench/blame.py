@@ -28,7 +28,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from kernels.mesh import coords
+from planning.mesh import coords
 from partui.analysis import partui_graphs, read_doc
 from partui.analysis.blame import analyse
 from partui.bench.harness import print_rows

@@ -12,7 +12,7 @@ time minus the overlap step time, as a share of the no-overlap all-to-all time (
 same link when --link is given). compute_ms is all leaf compute, so the halves' extra cost shows.
 Variants run round-robin, so machine noise hits them alike. expert_ms is the expert compute
 (forward, dX and dW of the experts, merged) per rank per step. With --link every variant runs under the same
-emulated interconnect (kernels/link.py), which is where overlap can pay.
+emulated interconnect (planning/link.py), which is where overlap can pay.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import statistics
 import sys
 
 from kernels.calibrate import install_link
-from kernels.link import LinkModel, check_link
+from planning.link import LinkModel, check_link
 from kernels.engine import Engine
-from kernels.intervals import length, merge
+from planning.intervals import length, merge
 from partui.analysis import frame, overlap
 from partui.bench.harness import table, traced_step
 from partui.commands.flags import add_link_arguments, flagify

@@ -12,7 +12,7 @@ needs twice the microbatches (--dualpipe-microbatches, --dualpipe-batch). Every 
     hidden_pct    100 * (1 - exposed_ms / pair_a2a_ms)
     step_ms       the whole training step, slowest rank, median over the measured steps
     expert_ms     expert compute (forward, dX, dW of the experts, merged) per rank per step
-With --link every variant runs under the same emulated interconnect (kernels/link.py); overlap pays only
+With --link every variant runs under the same emulated interconnect (planning/link.py); overlap pays only
 where the all-to-all costs something, so the default link makes one all-to-all about one expert compute.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ import sys
 from kernels.calibrate import install_link
 from kernels.context import build_groups
 from kernels.engine import Engine
-from kernels.intervals import length, merge
-from kernels.link import LinkModel, check_link
+from planning.intervals import length, merge
+from planning.link import LinkModel, check_link
 from partui import launch
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.ep import EXPERT_SPANS
@@ -58,7 +58,7 @@ def parse(argv):
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds for one world")
     ap.add_argument("--link", default="alpha_us=100,gbps=0.035", metavar="PRESET|SPEC",
-                    help="the emulated link every variant runs under (kernels/link.py); 'none' for none")
+                    help="the emulated link every variant runs under (planning/link.py); 'none' for none")
     ap.add_argument("--json", action="store_true")
     return ap.parse_args(argv)
 

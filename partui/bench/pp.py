@@ -40,7 +40,7 @@ PAIRS = [("gpipe", "ScheduleGPipe", "one"), ("1f1b", "Schedule1F1B", "one"),
 def parse(argv):
     ap = argparse.ArgumentParser(prog="partui bench pp", description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", default="2,4", help="comma list of pp sizes (one world each)")
-    ap.add_argument("--model", default="small", help="model preset (kernels.config.PRESETS)")
+    ap.add_argument("--model", default="small", help="model preset (planning.config.PRESETS)")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=8, help="microbatches of one sequence each")
     ap.add_argument("--schedules", default=",".join(p[0] for p in PAIRS), help="comma list of ours")

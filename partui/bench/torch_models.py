@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.config import ModelConfig
+from planning.config import ModelConfig
 
 from kernels.weights import init_params
 from kernels.layers.rope import apply_rope, rope_tables

@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 
-from kernels.link import LinkModel, check_link
+from planning.link import LinkModel, check_link
 from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
 from partui.bench.harness import table

@@ -10,9 +10,9 @@ import argparse
 import math
 import re
 
-from kernels import mesh
-from kernels.config import PRESETS as MODEL_PRESETS
-from kernels.validate import least_microbatches
+from planning import mesh
+from planning.config import PRESETS as MODEL_PRESETS
+from planning.validate import least_microbatches
 from partui.plans import MODEL_FIELDS
 
 PLAN_FLAGS = tuple(spec.name for spec in mesh.field_specs())   # generated: the Plan's own fields
@@ -54,7 +54,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """The plan flags, generated from the Plan's field metadata (kernels.mesh.field_specs), and the
+    """The plan flags, generated from the Plan's field metadata (planning.mesh.field_specs), and the
     model flags (`partui run`, `partui plan`)."""
     g = p.add_argument_group("plan (unset flags take the Plan's defaults)")
     for spec in mesh.field_specs():
@@ -113,7 +113,7 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_link_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("emulated interconnect (kernels/link.py)")
+    g = p.add_argument_group("emulated interconnect (planning/link.py)")
     g.add_argument("--link", default=None, metavar="PRESET|SPEC",
                    help="h800, h100 or a100 (scaled to this CPU by a calibration), or "
                         "alpha_us=A,gbps=B (latency us, gigabytes/s, this machine's time)")

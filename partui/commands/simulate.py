@@ -6,10 +6,10 @@ import json
 import os
 import sys
 
-from kernels.pp.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
-from kernels.pp.schedules import SCHEDULE_NAMES, build_schedule, check_schedule
-from kernels.pp.simulate import Cost, formula_bubble, simulate
-from kernels.pp.timeline import text_timeline
+from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
+from planning.pipeline.schedules import SCHEDULE_NAMES, build_schedule, check_schedule
+from planning.pipeline.simulate import Cost, formula_bubble, simulate
+from planning.pipeline.timeline import text_timeline
 from partui.analysis.events import TraceError
 from partui.analysis.pair_plan import from_trace
 

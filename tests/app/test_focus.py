@@ -1,13 +1,13 @@
 """The setup form never traps the keys (issue 28): escape leaves a field, `:`, `?` and `q` reach
 the screen from a number field (never typed into it), the footer says how to leave, a number field
-takes no more digits than its Plan field's upper bound (kernels.mesh, le=) and a large number is
+takes no more digits than its Plan field's upper bound (planning.mesh, le=) and a large number is
 refused at once; `r` on the run screen toggles: run until `r` again."""
 import time
 
 import pytest
 
 from app_helpers import command, engine_ready, idle, launched, wait_for
-from kernels import mesh
+from planning import mesh
 from partui.app.screens.setup import form_specs, input_names
 
 pytestmark = pytest.mark.timeout(300)

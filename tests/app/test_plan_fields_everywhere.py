@@ -1,15 +1,15 @@
 """A Plan field added in one place, its metadata, shows up everywhere a plan is typed: `partui run
 --help`, `partui plan`'s flags, the app's `:` command line and the setup form. A throwaway field is
-added through kernels.field_spec.plan_field on a Plan subclass, and the generators are pointed at it."""
+added through planning.field_spec.plan_field on a Plan subclass, and the generators are pointed at it."""
 import contextlib
 import io
 from dataclasses import make_dataclass
 
 import pytest
 
-from kernels import mesh
-from kernels.field_spec import plan_field, specs_of
-from kernels.mesh import Plan, PlanError
+from planning import mesh
+from planning.field_spec import plan_field, specs_of
+from planning.mesh import Plan, PlanError
 from partui.app.widgets.command_line import CommandError, CommandSuggester, parse
 from partui.cli import build_parser
 from partui.commands.flags import FLAG_OF, fields_from_args

@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.engine import Engine
 from kernels.ep.build import build_moe
 from kernels.ep.deepseek import bias_step, gate_backward_deepseek, route_deepseek, select
 from kernels.ep.deepseek_layer import DeepSeekMoE
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from kernels.stats import StepStats
 from kernels.weights import init_params
 from test_moe import check_layer_backward

@@ -5,7 +5,7 @@ import torch
 from conftest import check_plan, run_cli
 from kernels.dp.buckets import FlatUnit, ReadyOrder, overlap_share
 from kernels.layers import Param
-from kernels.mesh import Plan
+from planning.mesh import Plan
 
 
 def test_bucketed_is_the_default():

@@ -1,7 +1,7 @@
 """The engine's own overlap figures (from comm-layer timestamps, no tracer)."""
 from kernels.comm import OpRecord
 from kernels.engine import StepResult, fill_overlap
-from kernels.intervals import figures, intersect, merge, pair_p2p, subtract
+from planning.intervals import figures, intersect, merge, pair_p2p, subtract
 
 
 def test_interval_helpers():
@@ -48,7 +48,7 @@ def test_p2p_pairs_as_a_trace_pairs_them():
 
 def test_parts_that_crossed_a_process_as_json_give_the_same_figures():
     import json
-    from kernels.intervals import parts_figures, window_parts
+    from planning.intervals import parts_figures, window_parts
     # compute [0,45] [48,50] [60,90] (a wait at 45-48); in flight [40,70] and a p2p [80,95]:
     # overlapped 5 + 2 + 10 + 10
     parts = window_parts([(0, 50), (60, 90)], [(40, 70)], [(45, 48)], 0, 100)

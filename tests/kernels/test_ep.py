@@ -10,7 +10,7 @@ import torch
 
 from conftest import check_plan, run_cli
 from kernels import comm
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
 from kernels.layers.base import Ctx

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from conftest import check_plan, run_cli
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.model import LayerHooks, build_model, forward_backward
-from kernels.pp.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
-from kernels.pp.part_costs import PartCost, cost_from_parts, pair_timeline, run_parts
+from planning.pipeline.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
+from planning.pipeline.part_costs import PartCost, cost_from_parts, pair_timeline, run_parts
 from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, layer_kind, run_pair
-from kernels.pp.schedules import build_schedule, check_schedule
-from kernels.pp.simulate import simulate
+from planning.pipeline.schedules import build_schedule, check_schedule
+from planning.pipeline.simulate import simulate
 from kernels.pp.stages import Chunk, drive, forward_steps
 
 pytestmark = pytest.mark.timeout(600)

@@ -4,7 +4,7 @@ from torch.testing import assert_close
 
 from kernels.layers import (Attention, CrossEntropy, Embedding, Linear, LocalAttention, Param,
                             RMSNorm, SwiGLU, apply_rope, apply_rope_backward, rope_tables)
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.model import build_model, reference_step
 
 D = torch.float64

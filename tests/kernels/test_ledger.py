@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import run_here
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.dp.sync import ledger_formula
 
 PSI = make_config("tiny").n_params()    # 217664, divisible by 2 and 4: no padding

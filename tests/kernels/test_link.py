@@ -12,7 +12,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import emulate, events
-from kernels.link import (LinkModel, LinkSpec, build_link, check_link, op_cost, parse_link)
+from planning.link import (LinkModel, LinkSpec, build_link, check_link, op_cost, parse_link)
 from worlds import run_world
 
 # a = 10 us, B = 2 GB/s; b = 1 MB

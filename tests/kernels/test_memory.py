@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from worlds import run_world
-from kernels.config import make_config, param_shapes
+from planning.config import make_config, param_shapes
 from kernels.engine import Engine
 from kernels.layers import Ctx
 from kernels.memory import KINDS, HeldDict, MemoryAccount, account_of, saved_bytes
 from kernels.memory_plan import predict_rank
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from kernels.pp import step as pipeline_step
 
 P, M = 4, 8      # the done-when's pipeline: 4 ranks, 8 microbatches

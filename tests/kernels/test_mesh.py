@@ -1,9 +1,9 @@
 """Plans validated before anything launches; coordinates and groups on the grid. No processes."""
 import pytest
 
-from kernels.mesh import Plan, PlanError, coord_label, coords, partition, rank_of
-from kernels.validate import validate
-from kernels.config import make_config
+from planning.mesh import Plan, PlanError, coord_label, coords, partition, rank_of
+from planning.validate import validate
+from planning.config import make_config
 
 TINY = make_config("tiny")
 

@@ -4,14 +4,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kernels.config import make_config
+from planning.config import make_config
 
 from kernels.weights import init_params
 from kernels.engine import Engine
 from kernels.ep.build import build_moe
 from kernels.ep.routing import capacity, route
 from kernels.layers.base import Ctx
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from kernels.stats import StepStats
 
 CASES = [(1, None, "uneven"), (2, None, "uneven"), (2, 0.5, "uneven"), (1, 0.7, "even"),

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from conftest import check_plan, run_cli
-from kernels.config import ModelConfig
+from planning.config import ModelConfig
 from kernels.model import build_model
-from kernels.pp.schedules import build_schedule
+from planning.pipeline.schedules import build_schedule
 from kernels.pp.stages import build_chunks, split_stages
 
 pytestmark = pytest.mark.timeout(300)

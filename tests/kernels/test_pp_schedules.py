@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from kernels.pp.schedules import Action, SCHEDULE_NAMES, build_schedule, check_schedule
-from kernels.pp.simulate import Cost, run_dataflow
+from planning.pipeline.schedules import Action, SCHEDULE_NAMES, build_schedule, check_schedule
+from planning.pipeline.simulate import Cost, run_dataflow
 
 CASES = ([(n, p, m) for n in ("gpipe", "1f1b", "zb1p") for p in (1, 2, 3, 4, 7) for m in (p, p + 1, 3 * p)]
          + [("interleaved", p, m) for p in (1, 2, 3, 4) for m in (p, 2 * p, 3 * p)]

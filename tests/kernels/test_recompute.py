@@ -4,7 +4,7 @@ share of the forward it runs again. Its bytes: tests/kernels/test_memory.py."""
 import pytest
 import torch
 
-from kernels.config import make_config, param_shapes
+from planning.config import make_config, param_shapes
 from kernels.model import Block, build_model, forward_backward
 from kernels.recompute import forward_share, recomputed
 

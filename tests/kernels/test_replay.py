@@ -1,7 +1,7 @@
 """The replay core on hand-built op graphs whose times and critical paths are worked out by hand."""
 import pytest
 
-from kernels.replay import Dep, Op, Stuck, run
+from planning.replay import Dep, Op, Stuck, run
 
 
 def test_a_chain_on_one_lane_adds_durations_and_its_path_is_the_chain():

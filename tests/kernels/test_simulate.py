@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from kernels.pp.schedules import build_schedule
-from kernels.pp.simulate import Cost, Timing, formula_bubble, simulate
-from kernels.pp.timeline import text_timeline
+from planning.pipeline.schedules import build_schedule
+from planning.pipeline.simulate import Cost, Timing, formula_bubble, simulate
+from planning.pipeline.timeline import text_timeline
 from partui.commands import simulate as cmd_simulate
 
 # F=1, B=2 (full backward), W=1, F&B=2.5: B-W = F and W <= B-W, where REFERENCES.md says the formulas are exact

@@ -8,14 +8,14 @@ import torch
 
 from conftest import check_plan, run_cli
 from kernels import comm
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.weights import init_params
 from kernels.context import RankContext, build_groups
 from kernels.data import global_batch
 from kernels.dp.sync import GradSync, piece_index
 from kernels.layers import CrossEntropy, Embedding, Linear, Param
-from kernels.mesh import Plan, coords
-from kernels.validate import validate
+from planning.mesh import Plan, coords
+from planning.validate import validate
 from kernels.model import build_model, forward_backward, named_params, reference_step
 from kernels.tp.layers import build_tp_layers
 from kernels.tp.loss import VocabParallelCrossEntropy

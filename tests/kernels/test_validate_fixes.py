@@ -4,7 +4,7 @@
 - following the first fix offered, again and again, reaches a valid plan (at most MAX_FIXES fixes);
 - the rest get advice instead of a fix ("reset the dims to 1 and add them back one at a time"):
   exactly the plans that no change of one or two fields (every field and value drawn here:
-  kernels.validate.BROAD, dims up to 8) validates. The advice says so; the test tries them all;
+  planning.validate.BROAD, dims up to 8) validates. The advice says so; the test tries them all;
 - a sample of the plans drawn here that validate (or that following fixes made valid), world <= 4,
   runs one step in a real gloo world and passes --check against the single-process reference.
 """
@@ -15,10 +15,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.engine import Engine
-from kernels.mesh import Plan, PlanError
-from kernels.validate import BROAD, apply_fix, validate
+from planning.mesh import Plan, PlanError
+from planning.validate import BROAD, apply_fix, validate
 from partui.checker import Checker
 from partui.results import step_line
 from partui.snapshot import step_item

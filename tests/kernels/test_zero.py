@@ -7,11 +7,11 @@ import torch.distributed as dist
 import kernels.engine as engine
 from conftest import check_plan
 from kernels.check import Reference, compare_pieces
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.dp.buckets import FlatUnit, flat_blocks, global_pieces
 from kernels.dp.zero import layer_key
 from kernels.layers import Param
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from worlds import run_world
 
 PAD_MODEL = ("--dim", 40, "--heads", 4, "--kv-heads", 2)   # block numel 18320: not divisible by 3

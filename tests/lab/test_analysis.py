@@ -98,7 +98,7 @@ def test_step_times_span_all_ranks(tmp_path):
 
 def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):
     """overlap() per rank of a 2-rank pipeline trace: 4 microbatches, each {cat: (start offset, dur)}."""
-    pytest.importorskip("kernels.pp.simulate")
+    pytest.importorskip("planning.pipeline.simulate")
     ev = []
     for r in range(2):
         ev.append(X(r, "step", "step", 0, 2000, step=0))

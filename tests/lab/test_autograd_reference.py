@@ -10,12 +10,12 @@ import torch
 
 from conftest import check_plan, run_cli
 from kernels.check import Reference
-from kernels.config import make_config
+from planning.config import make_config
 from kernels.engine import Engine
 from kernels.ep.deepseek_layer import DeepSeekMoE
 from kernels.ep.layer import MoE
 from kernels.layers.norm import RMSNorm
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from kernels.torch_reference import TorchReference
 from partui.checker import Checker
 from partui.plans import build_plan

@@ -8,7 +8,7 @@ Before the fix a send's transfer was its wait's end (the step's end) less its is
 step; its typical, replayed on every send, made the ideal step longer than the recorded one."""
 import pytest
 
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from partui.analysis.blame import analyse, as_recorded, typical_durations
 from partui.analysis.opgraph import Node, StepGraph, step_time
 from partui.analysis.partui_graph import partui_graphs

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from kernels.check import Reference, compare_pieces, region
-from kernels.config import make_config
-from kernels.mesh import Plan
+from planning.config import make_config
+from planning.mesh import Plan
 from partui.checker import check_step
 
 

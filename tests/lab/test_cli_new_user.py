@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from conftest import ROOT, run_cli
-from kernels.config import ModelConfig
-from kernels.mesh import Plan, PlanError
-from kernels.validate import divisors, least_microbatches, validate
+from planning.config import ModelConfig
+from planning.mesh import Plan, PlanError
+from planning.validate import divisors, least_microbatches, validate
 from partui.cli import main
 
 pytestmark = pytest.mark.timeout(600)

@@ -1,6 +1,7 @@
-"""The house plan, checked on the source (AST, nothing imported): the import graph of kernels/,
-partui/ and tests/ has no cycle; kernels/ imports only the standard library, torch (numpy too)
-and itself; no module takes another module's underscore name; intra-project imports in
+"""The house plan, checked on the source (AST, nothing imported): the import graph of planning/,
+kernels/, partui/ and tests/ has no cycle; planning/ imports only the standard library and itself
+(no torch, no kernels, no partui); kernels/ imports only the standard library, torch (numpy too),
+planning and itself; no module takes another module's underscore name; intra-project imports in
 kernels/ and partui/ sit at module top level (the exceptions are listed below, each with its
 reason); and no source file in kernels/ or partui/ is over 300 lines unless
 docs/architecture.md names it with a reason.
@@ -22,10 +23,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("kernels", "partui")
+PACKAGES = ("planning", "kernels", "partui")
 MAX_LINES = 300
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-KERNELS_MAY_IMPORT = {"kernels", "torch", "numpy"} | set(sys.stdlib_module_names)
+KERNELS_MAY_IMPORT = {"kernels", "planning", "torch", "numpy"} | set(sys.stdlib_module_names)
+PLANNING_MAY_IMPORT = {"planning"} | set(sys.stdlib_module_names)
 
 # (file, module it imports inside a function) -> why that import cannot sit at the top
 LOCAL_IMPORTS_ALLOWED = {
@@ -217,6 +219,28 @@ def test_kernels_import_only_stdlib_and_torch():
                     "pandas, viztracer, ...:\n" + "\n".join(bad)
 
 
+def test_planning_imports_only_stdlib_and_itself():
+    """planning/ is the torch-free room: not torch, not kernels (whose packages load torch), not
+    partui, pandas or textual; what it imports it can be asked about on paper."""
+    by_module, _ = build()
+    bad = [f"{i.path}:{i.line}: {i}" for m, imps in by_module.items()
+           if m.split(".")[0] == "planning" for i in imps
+           if i.module.split(".")[0] not in PLANNING_MAY_IMPORT]
+    assert not bad, "planning/ is torch-free planning maths: it imports only the standard " \
+                    "library and itself:\n" + "\n".join(bad)
+
+
+def test_planning_loads_without_torch():
+    """Every planning module imported in a fresh interpreter leaves torch unloaded."""
+    names = sorted(module_name(p) for p in (ROOT / "planning").rglob("*.py"))
+    code = ("import importlib, sys\n" + "".join(f"importlib.import_module({n!r})\n" for n in names)
+            + "print(sorted(m for m in ('torch', 'kernels', 'partui', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
@@ -314,7 +338,7 @@ def test_architecture_links_stay_inside_the_repository():
 def test_a_plan_validates_without_loading_torch():
     """`partui plan` refuses a bad plan before torch loads (it costs seconds): the plan builder, the
     validator and every torch-free kernels module they reach must keep torch out."""
-    code = ("import sys\nfrom partui.plans import build_plan\nfrom kernels.mesh import PlanError\n"
+    code = ("import sys\nfrom partui.plans import build_plan\nfrom planning.mesh import PlanError\n"
             "try:\n    build_plan('custom', 'tiny', tp=100000)\nexcept PlanError as e:\n    print(e)\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

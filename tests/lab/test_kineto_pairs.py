@@ -76,7 +76,7 @@ def serial_parts_trace() -> dict:
 
 
 def test_simulate_plans_the_traces_measured_parts_beside_the_recorded_pair(tmp_path, capsys):
-    from kernels.pp.part_costs import PartCost, pair_timeline
+    from planning.pipeline.part_costs import PartCost, pair_timeline
     path = tmp_path / "serial.json"
     path.write_text(json.dumps(serial_parts_trace()))
     args = ["simulate", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--parts", str(path), "--fb-overlap"]

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, run_here
 from partui.analysis.memory import KINDS, MIB, memory_table
-from kernels.config import ModelConfig
+from planning.config import ModelConfig
 from kernels.memory import KINDS as ACCOUNT_KINDS
 from kernels.recompute import forward_share
 

@@ -1,6 +1,6 @@
 """One set of figures: for one traced step, the step line (what World.step returns and the rank
 card draws), World.step().to_pandas() and `partui report --by step` on the trace of that step count
-compute, comm in flight, overlapped and exposed comm the same way (kernels.intervals.figures and
+compute, comm in flight, overlapped and exposed comm the same way (planning.intervals.figures and
 partui.analysis.definitions), so they agree within the clocks' rounding."""
 import pytest
 

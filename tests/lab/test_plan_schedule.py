@@ -1,10 +1,10 @@
-"""One Plan-to-schedule step (kernels.pp.schedules.plan_schedule): the schedule the report simulates for a
+"""One Plan-to-schedule step (planning.pipeline.schedules.plan_schedule): the schedule the report simulates for a
 recorded 1F1B --fb-overlap trace is the one its executor ran, action for action."""
 import re
 
 from conftest import run_here
-from kernels.pp.actions import COMPUTE_KINDS
-from kernels.pp.schedules import build_schedule
+from planning.pipeline.actions import COMPUTE_KINDS
+from planning.pipeline.schedules import build_schedule
 from partui.analysis import load
 from partui.analysis.pipeline import pp_coord, trace_schedule
 from partui.analysis.timing import actions

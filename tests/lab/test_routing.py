@@ -10,7 +10,7 @@ import torch
 
 from conftest import run_here
 from kernels import comm
-from kernels.ep.figures import layer_figures, merge_layers, routing_totals
+from planning.routing_figures import layer_figures, merge_layers, routing_totals
 from kernels.ep.routing_load import ExpertLoad
 from partui.analysis.routing import routing_steps, routing_table
 from partui.app.widgets.routing_map import render, shade, sparkline

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kernels.mesh import PlanError
+from planning.mesh import PlanError
 from partui.launch import RankError
 from partui.plans import PRESETS, build_plan, preset_fields
 from partui.world import World

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from kernels.link import build_link
+from planning.link import build_link
 from partui.analysis.whatif import programs, replay, saved, without_overlap
 
 

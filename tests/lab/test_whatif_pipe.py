@@ -5,9 +5,9 @@ from dataclasses import asdict
 
 import pytest
 
-from kernels.config import ModelConfig
-from kernels.link import build_link
-from kernels.mesh import Plan
+from planning.config import ModelConfig
+from planning.link import build_link
+from planning.mesh import Plan
 from partui.analysis.whatif_pipe import repipe
 
 PLAN = {"pp": 2, "schedule": "1f1b", "microbatches": 2, "dp": 1, "world": 2}

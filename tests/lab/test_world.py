@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import check_plan, run_cli
-from kernels.mesh import Plan
+from planning.mesh import Plan
 from partui.controller import Controller
 from partui.launch import RankError, WorldTimeout
 from partui.plans import build_plan

@@ -11,8 +11,8 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from kernels import mesh
-from kernels.mesh import PlanError, coord_label
+from planning import mesh
+from planning.mesh import PlanError, coord_label
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.number_input import NumberInput
@@ -23,7 +23,7 @@ FORM_DEFAULTS = {"dp": 1}   # the form shows dp's value where the Plan's default
 
 
 def form_specs() -> tuple:
-    """The Plan fields the form shows, in their places (metadata form, kernels.mesh.field_specs):
+    """The Plan fields the form shows, in their places (metadata form, planning.mesh.field_specs):
     a number input for each number, a select for each other field (its choices, or off / on)."""
     return tuple(sorted((spec for spec in mesh.field_specs() if spec.form), key=lambda s: s.form))
 

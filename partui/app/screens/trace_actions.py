@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual import on, work
 from textual.widgets import Button, Input
 
-from kernels.link import LinkModel
+from planning.link import LinkModel
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
 from partui.launch import RankError, WorldTimeout

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-from kernels import mesh
+from planning import mesh
 from partui.plans import MODEL_FIELDS
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
@@ -45,7 +45,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 
 def plan_grammar() -> dict[str, type]:
     """Every key=value `plan` takes and the kind of its value: the Plan's fields (generated from
-    their metadata, kernels.mesh.field_specs) and the model's sizes."""
+    their metadata, planning.mesh.field_specs) and the model's sizes."""
     return {**{spec.name: spec.kind for spec in mesh.field_specs()}, **MODEL_WORDS}
 
 

@@ -1,4 +1,4 @@
-"""A number field of the setup form, made from its Plan field's metadata (kernels.field_spec):
+"""A number field of the setup form, made from its Plan field's metadata (planning.field_spec):
 digits only, no longer than its range's upper bound (a number can never grow past what the Plan
 takes, so a large one is refused at once), escape leaves it, and the keys that are commands on the
 screen (`:`, `?`, `q`) reach the screen instead of being refused as non-digits."""

@@ -3,7 +3,7 @@ and checked torch-free, so a plan validates without loading torch (kernels/strag
 """
 from __future__ import annotations
 
-from kernels.field_spec import PlanError
+from planning.field_spec import PlanError
 
 
 def parse_slow(spec: str, field: str) -> tuple[int, float] | None:

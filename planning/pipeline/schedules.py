@@ -14,16 +14,16 @@ input tokens, stage `stages-1` computes the loss.
                         stage_of(rank,0)+1 == stage_of(rank,1) as a local hand-off). Loss on rank 0.
 Any hand-off between two chunks of one rank is local and has no SEND/RECV action.
 
-The data model (Action kinds, Schedule, where SEND / RECV go) is kernels/pp/actions.py; this module is the
-catalogue: gpipe, 1f1b, zb1p, interleaved here, dualpipe and dualpipev from kernels/pp/dualpipe.py.
+The data model (Action kinds, Schedule, where SEND / RECV go) is planning/pipeline/actions.py; this module is the
+catalogue: gpipe, 1f1b, zb1p, interleaved here, dualpipe and dualpipev from planning/pipeline/dualpipe.py.
 
-Execution semantics `validate` checks (kernels.pp.simulate runs them as a dataflow):
+Execution semantics `validate` checks (planning.pipeline.simulate runs them as a dataflow):
   1. A rank walks its list in order. SEND_*/RECV_* post an async p2p op and never block when posted.
   2. A compute action blocks until the RECVs it consumes are complete; a RECV completes once the matching SEND is
      posted. Sends are waited only at the end of the step (or when their buffer is reused). An executor must
      NOT wait on its sends before its next compute (DeepSeek's commit-and-wait of every posted op): with each
      RECV placed right before its consumer, that stricter rule deadlocks interleaved, dualpipe and dualpipev
-     (kernels.pp.simulate.run_dataflow(strict=True) shows where).
+     (planning.pipeline.simulate.run_dataflow(strict=True) shows where).
   3. Matching: on each channel (src, dst, activation|gradient) the k-th SEND pairs with the k-th RECV (FIFO);
      validate checks both sides list the same (mb, stage) sequence, so one p2p tag per channel suffices. Across
      the two kinds on one rank pair the order may differ (dualpipe, dualpipev): use distinct tags for
@@ -31,13 +31,13 @@ Execution semantics `validate` checks (kernels.pp.simulate runs them as a datafl
 """
 from __future__ import annotations
 
-from kernels.mesh import DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan
-from kernels.pp.actions import Action, Schedule, add_transfers
-from kernels.pp.dualpipe import dualpipe, dualpipev
-from kernels.pp.simulate import Cost, check_structure, run_dataflow
+from planning.mesh import DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan
+from planning.pipeline.actions import Action, Schedule, add_transfers
+from planning.pipeline.dualpipe import dualpipe, dualpipev
+from planning.pipeline.simulate import Cost, check_structure, run_dataflow
 
 ALIASES = {"zero-bubble": "zb1p"}
-SCHEDULE_NAMES = (*SCHEDULES, *ALIASES)   # the Plan's schedule names (kernels.mesh), and aliases
+SCHEDULE_NAMES = (*SCHEDULES, *ALIASES)   # the Plan's schedule names (planning.mesh), and aliases
 
 
 def _plain(name: str, pp: int, microbatches: int, compute: list[list[Action]], split_w: bool) -> Schedule:

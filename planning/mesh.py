@@ -1,12 +1,12 @@
 """One Plan holding every parallel dimension, rank coordinates on the grid, and one process group
 per dimension.
 
-The Plan describes itself: each field's metadata (kernels.field_spec.plan_field) holds its kind,
+The Plan describes itself: each field's metadata (planning.field_spec.plan_field) holds its kind,
 choices or range, help text and the dimension it belongs to. The CLI flags, the app's command-line
 grammar, the setup form and the field-to-flag table are generated from it (field_specs), so a new
 field is added here and nowhere else. A Plan is checked field by field when it is built; the checks
-that need the model (and suggest verified fixes) are kernels.validate's, run once where the plan meets
-its model (kernels.validate.plan_for_model).
+that need the model (and suggest verified fixes) are planning.validate's, run once where the plan meets
+its model (planning.validate.plan_for_model).
 
 Grid order, innermost first: tp, cp, dp, pp (each grid field's metadata "grid"). Expert parallelism
 is carved out of dp: the ep group is `ep` consecutive dp ranks; the ranks holding the same experts
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from kernels.ep.families import BALANCE_MODES, MOE_FAMILIES
-from kernels.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
+from planning.moe_families import BALANCE_MODES, MOE_FAMILIES
+from planning.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
 
-# the pipeline schedules a Plan names (kernels.pp.schedules builds each)
+# the pipeline schedules a Plan names (planning.pipeline.schedules builds each)
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
 FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
 DUALPIPES = ("dualpipe", "dualpipev")  # DeepSeek's: two chunks a rank, even microbatches
@@ -96,7 +96,7 @@ class Plan:
     ep_dispatch: str = plan_field("uneven", "EP all-to-all: uneven splits (counts exchanged first) "
                                             "or capacity-padded", kind=str, dim="ep",
                                   choices=("uneven", "even"), label="EP dispatch")
-    # the MoE family and DeepSeek-V3 routing (kernels/ep/families.py); None: the model's own
+    # the MoE family and DeepSeek-V3 routing (planning/moe_families.py); None: the model's own
     moe: str | None = plan_field(None, f"MoE family: gshard (softmax, capacity, aux loss) or "
                                        f"deepseek (sigmoid, bias, shared experts) (default "
                                        f"{MODELS_OWN})", kind=str, dim="ep", choices=MOE_FAMILIES)

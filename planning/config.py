@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kernels.mesh import Plan
+from planning.mesh import Plan
 
 
 @dataclass(frozen=True)

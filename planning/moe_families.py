@@ -1,4 +1,4 @@
-"""The MoE families and their routing fields, checked without torch (kernels/mesh.py validates a
+"""The MoE families and their routing fields, checked without torch (planning/mesh.py validates a
 plan with them before any process starts).
 
     gshard    softmax gate, top-k, capacity and drops, the aux loss (kernels/ep/routing.py)

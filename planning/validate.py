@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from kernels.config import ModelConfig, model_config_for
-from kernels.ep.families import routing_problem
-from kernels.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
+from planning.config import ModelConfig, model_config_for
+from planning.moe_families import routing_problem
+from planning.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
                           PlanError, fix_text)
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)

@@ -1,6 +1,6 @@
 """A Plan field that describes itself: plan_field() puts its kind, choices or range, help, dimension
 and label in the dataclass field's metadata; FieldSpec reads it back and says what is wrong with a
-value; PlanError is the one error a plan raises (kernels.mesh builds the Plan from these)."""
+value; PlanError is the one error a plan raises (planning.mesh builds the Plan from these)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -9,8 +9,8 @@ from functools import cache
 
 class PlanError(ValueError):
     """An invalid plan; the message names the numbers and a fix. `field`: the Plan field refused at
-    construction; `candidates`: its fixes, unverified; `fixes`: the verified ones (kernels.validate);
-    `check`: the ordinal of kernels.validate's failing check (0: refused at construction)."""
+    construction; `candidates`: its fixes, unverified; `fixes`: the verified ones (planning.validate);
+    `check`: the ordinal of planning.validate's failing check (0: refused at construction)."""
 
     def __init__(self, *args, field: str | None = None, problem: str = "", candidates=()):
         super().__init__(*args)
@@ -31,7 +31,7 @@ def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: 
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One Plan field as the generators read it (kernels.mesh.field_specs)."""
+    """One Plan field as the generators read it (planning.mesh.field_specs)."""
     name: str
     kind: type
     default: object

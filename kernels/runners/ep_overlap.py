@@ -38,7 +38,7 @@ from dataclasses import replace
 from kernels.comm import events
 from kernels.ep.layer import overlap_all_to_alls
 from kernels.model import Block
-from kernels.runner import MicrobatchRunner
+from kernels.runners.microbatch import MicrobatchRunner
 from kernels.straggle import stretch
 
 

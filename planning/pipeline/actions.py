@@ -1,5 +1,5 @@
 """Pipeline schedules as data: the Action a pp rank runs and the Schedule holding every rank's list,
-with the SEND / RECV transfers that go around the computes (kernels/pp/schedules.py builds the
+with the SEND / RECV transfers that go around the computes (planning/pipeline/schedules.py builds the
 lists; its docstring gives the stages, chunks and execution semantics).
 
 Action kinds: "F" forward; "B" backward-input (only when split_w: its weight grad "W" comes later);

@@ -1,7 +1,7 @@
 """The schedule grid of a simulated step as text: a row per rank, a cell per time quantum (`partui simulate`)."""
 from __future__ import annotations
 
-from kernels.pp.simulate import SimResult, formula_bubble
+from planning.pipeline.simulate import SimResult, formula_bubble
 
 _ANSI = {("F", 0): "38;5;117", ("F", 1): "38;5;222", ("B", 0): "1;38;5;27", ("B", 1): "1;38;5;166",
          ("W", 0): "38;5;245", ("W", 1): "38;5;245", ("FB", 0): "1;38;5;135", ("FB", 1): "1;38;5;135"}

@@ -1,6 +1,6 @@
 """DualPipe and DualPipeV (DeepSeek-V3) as plain action lists, in DeepSeek's eight counted phases.
 
-Layouts (see kernels.pp.schedules for stages and chunks, kernels.pp.actions for the data model):
+Layouts (see planning.pipeline.schedules for stages and chunks, planning.pipeline.actions for the data model):
   dualpipe   P ranks, P even, two directions of P stages each. chunk 0 = direction 0, stage_of(r, 0) = r;
              chunk 1 = direction 1, stage_of(r, 1) = P-1-r. Microbatches 0..M/2-1 travel direction 0 (rank 0
              feeds them, rank P-1 computes their loss), M/2..M-1 travel direction 1 (rank P-1 feeds them,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from kernels.pp.actions import Action, Schedule, add_transfers
+from planning.pipeline.actions import Action, Schedule, add_transfers
 
 
 class _Program:

@@ -36,7 +36,7 @@ order took 14 and left 25% exposed). At run time kernels/pp/parts.py's run_pair 
 weight-grad parts forward where a real transfer is later than planned.
 and every OrderedPart it returns says what it hides. Dense, embedding and head layers have no all-to-all
 and fill in where they stand.
-Torch-free: the executor (kernels/pp/executor.py) and the simulator (kernels/pp/simulate.py) both read it.
+Torch-free: the executor (kernels/pp/executor.py) and the simulator (planning/pipeline/simulate.py) both read it.
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
     in model order; backward_kinds: the backward chunk's, in model order too (its parts run reversed);
     the names (model order, default L0, L1 ... by position) label the layers in `hides`.
 
-    The order is planned on a model of one compute stream and one comm stream (kernels/pp/part_costs.py
+    The order is planned on a model of one compute stream and one comm stream (planning/pipeline/part_costs.py
     replays it the same way): `cost(kind, side, part)` per part, `a2a` per all-to-all, which starts when its
     part ends and the comm stream is free. Each side keeps its own order of input parts; a weight-grad part
     (MLP_W, ATTN_W) may run any time after its input-grad part. At each step the part that can start first

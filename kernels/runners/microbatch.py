@@ -1,5 +1,5 @@
 """The engine's runner without a pipeline: every microbatch runs forward then backward through all
-of this rank's layers. The EP overlap runner (kernels/ep/overlap.py) and the pipeline executor
+of this rank's layers. The EP overlap runner (kernels/runners/ep_overlap.py) and the pipeline executor
 (kernels/pp/executor.py) keep its interface: params, shard_sequence, role, owns_loss and
 forward_backward(ids, targets, denom, hooks) -> loss (the step's figures come from the span log).
 """
@@ -10,7 +10,7 @@ from kernels.context import RankContext
 from kernels.cp.layout import sequence_shard
 from kernels.memory import account_of
 from kernels.model import forward_backward, named_params
-from kernels.slow_spec import slow_factor
+from planning.slow_spec import slow_factor
 from kernels.straggle import stretch
 
 

@@ -1,4 +1,4 @@
-"""Chunk-level costs for the simulator: a layer's parts (kernels/pp/fb_order.py) on one compute stream and its
+"""Chunk-level costs for the simulator: a layer's parts (planning/pipeline/fb_order.py) on one compute stream and its
 all-to-alls on one comm stream, so a plain F, a plain BW and an overlapped F&B pair each get a duration
 from the same part costs, and `partui simulate` can draw the pair's inner order.
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels.intervals import intersect, length, merge
-from kernels.pp.fb_order import ISSUES, WAITS, OrderedPart, pair_order, serial_order
-from kernels.pp.simulate import Cost
+from planning.intervals import intersect, length, merge
+from planning.pipeline.fb_order import ISSUES, WAITS, OrderedPart, pair_order, serial_order
+from planning.pipeline.simulate import Cost
 
 PART_KEYS = ("ATTN", "MLP", "COMBINE", "A2A", "ATTN_B", "MLP_B", "ATTN_W", "MLP_W", "layers")
 

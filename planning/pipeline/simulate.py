@@ -1,6 +1,6 @@
 """Replay a schedule's action lists as a dataflow under a cost model: timeline, bubble, activations held.
 
-Semantics (the ones kernels.pp.schedules documents; data model: kernels.pp.actions): ranks walk their lists
+Semantics (the ones planning.pipeline.schedules documents; data model: planning.pipeline.actions): ranks walk their lists
 in order; SEND/RECV post async ops and never block when posted; a compute starts when its rank is free and
 the data it consumes has arrived (a SEND's data arrives `p2p` after it was posted, and it is posted right
 after its producer finished). With strict=True a compute also waits for *every* op its rank posted so far,
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kernels.pp.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
-from kernels.replay import Dep, Op, Stuck, gc_paused, run
+from planning.pipeline.actions import COMM_KINDS, COMPUTE_KINDS, Action, Schedule
+from planning.replay import Dep, Op, Stuck, gc_paused, run
 
 
 @dataclass(frozen=True)
