@@ -1,9 +1,14 @@
 """Open a trace file (JSON or gzip'd JSON), tell its format and read it into the analysis table:
-partui's own (partui_format) or torch.profiler's (kineto)."""
+partui's own (partui_format) or torch.profiler's (kineto).
+
+A format is one `TraceFormat` record in FORMATS: how to recognise its document, how to read it into
+the events table, and how a user records one. Adding a reader is its module plus one record here."""
 from __future__ import annotations
 
 import gc
 import gzip
+from dataclasses import dataclass
+from typing import Callable
 import json
 import os
 import zlib
@@ -15,7 +20,25 @@ from partui.analysis.events import TraceError
 from partui.analysis.kineto import is_kineto, kineto_frame
 from partui.analysis.partui_format import is_partui, partui_frame
 
-READERS = {"partui": partui_frame, "kineto": kineto_frame}
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One trace format the analysis reads."""
+    name: str                                  # df.attrs["format"]
+    recognise: Callable[[dict], bool]          # is a decoded document of this format
+    read: Callable[[dict, tuple], pd.DataFrame]  # (document, extra comm kernel patterns) -> events
+    described: str                             # what marks it, for the unknown-format message
+    recorded_by: str                           # how a user records one
+
+
+FORMATS = (
+    TraceFormat("partui", is_partui, lambda doc, comm_kernels: partui_frame(doc),
+                "partui's metadata.format", "`partui run --trace`"),
+    TraceFormat("kineto", is_kineto, kineto_frame, "torch.profiler's schemaVersion",
+                "torch.profiler"),
+)
+FORMAT_OF = {f.name: f for f in FORMATS}
 
 
 class Shared(dict):
@@ -76,7 +99,7 @@ def load_rank_files(folder: str, comm_kernels=()) -> pd.DataFrame:
             raise TraceError(f"{path}: rank {rank} again (also {seen[rank]}); keep one trace per "
                              f"rank in the directory")
         seen[rank] = name
-        frames.append(READERS["kineto"](doc, comm_kernels))
+        frames.append(FORMAT_OF["kineto"].read(doc, comm_kernels))
     df = pd.concat(frames, ignore_index=True).sort_values(["rank", "ts"], kind="stable")
     df = df.reset_index(drop=True)
     df.attrs.update(format="kineto", path=folder, metadata=Shared(ranks=sorted(seen)),
@@ -85,13 +108,13 @@ def load_rank_files(folder: str, comm_kernels=()) -> pd.DataFrame:
 
 
 def detect(doc) -> str:
-    """'partui', 'kineto', or raise TraceError naming what is missing."""
+    """The name of the document's format (FORMATS), or raise TraceError naming what is missing."""
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError("not a Chrome trace (expected a JSON object with a 'traceEvents' list)")
-    fmt = "partui" if is_partui(doc) else "kineto" if is_kineto(doc) else None
+    fmt = next((f.name for f in FORMATS if f.recognise(doc)), None)
     if fmt is None:
-        raise TraceError("unknown trace format (neither partui's metadata.format nor torch.profiler's "
-                         "schemaVersion); record it with `partui run --trace` or torch.profiler")
+        raise TraceError(f"unknown trace format (neither {' nor '.join(f.described for f in FORMATS)}); "
+                         f"record it with {' or '.join(f.recorded_by for f in FORMATS)}")
     events = doc["traceEvents"]
     if not events:
         raise TraceError("the trace holds no events: record at least one step "
@@ -112,7 +135,7 @@ def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}" if path else str(exc)) from None
     try:
-        df = READERS[fmt](doc, comm_kernels) if fmt == "kineto" else READERS[fmt](doc)
+        df = FORMAT_OF[fmt].read(doc, comm_kernels)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise TraceError(f"{path or 'trace'}: its events do not read as a {fmt} trace "
                          f"({type(exc).__name__}: {exc}); record it again (partui run --trace PATH)") from None
