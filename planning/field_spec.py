@@ -3,6 +3,7 @@ and label in the dataclass field's metadata; FieldSpec reads it back and says wh
 value; PlanError is the one error a plan raises (planning.mesh builds the Plan from these)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from functools import cache
 
@@ -61,6 +62,8 @@ class FieldSpec:
         if not ok_kind:
             return (f"{label} {value!r} is not {self.kind.__name__}",
                     [{self.name: self.default}] if self.default is not None else [])
+        if self.kind is float and not math.isfinite(value):   # nan passes every comparison
+            return f"{label} {value} is not a finite number", self.finite_fixes()
         if self.choices and value not in self.choices:
             return (f"unknown {label} {value!r}", [{self.name: c} for c in self.choices])
         for bound, sign in ((self.ge, ">="), (self.gt, ">")):
@@ -73,6 +76,16 @@ class FieldSpec:
             return (f"{label} {value} must be <= {self.le}",
                     [{self.name: self.default}] if self.default else [])   # 0 / None: derived
         return None
+
+
+    def finite_fixes(self) -> list[dict]:
+        """A number this field takes, for a value that is no number at all: its default, else the
+        least its range allows (a strict bound: one above it)."""
+        if self.default is not None:
+            return [{self.name: self.default}]
+        if self.ge is not None:
+            return [{self.name: self.ge}]
+        return [{self.name: self.gt + 1}] if self.gt is not None else []
 
 
 @cache   # a Plan checks every field at construction: read each class's metadata once

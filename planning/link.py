@@ -14,6 +14,8 @@ A group whose ranks sit on one node uses the intra-node link, else the inter-nod
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass
 
 # public dense bf16 FLOP/s and per-GPU, per-direction link bandwidths (../shared/REFERENCES.md);
@@ -164,8 +166,9 @@ def parse_link(text: str) -> tuple[str, LinkSpec | None]:
             raise ValueError(f"link={text}: {key}={val!r} is not a number; pick {FIELD_HELP}")
     if set(vals) != {"alpha_us", "gbps"}:
         raise ValueError(f"link={text} needs both alpha_us and gbps, e.g. link=alpha_us=50,gbps=0.5")
-    if vals["alpha_us"] < 0 or vals["gbps"] <= 0:
-        raise ValueError(f"link={text}: alpha_us must be >= 0 and gbps > 0, e.g. "
+    if not all(map(math.isfinite, vals.values())) or vals["alpha_us"] < 0 or vals["gbps"] <= 0:
+        raise ValueError(f"link={text}: alpha_us must be a finite number >= 0 and gbps a finite "
+                         f"number > 0, e.g. "
                          f"link=alpha_us=50,gbps=0.5")
     return "custom", LinkSpec(vals["alpha_us"], vals["gbps"])
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -30,6 +31,8 @@ def _items(text: str, keys: tuple, what: str, example: str) -> dict:
             values[key] = float(number)
         except ValueError:
             raise ValueError(f"{what} {key}={number!r} is not a number: e.g. {key}=1") from None
+        if not math.isfinite(values[key]) or values[key] < 0:   # nan passes every comparison
+            raise ValueError(f"{what} {key}={number.strip()} must be a finite number >= 0: e.g. {key}=1")
     return values
 
 
