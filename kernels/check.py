@@ -100,7 +100,8 @@ def compare_pieces(pieces_by_rank: list[list[dict]], ref: dict[str, torch.Tensor
                    noise: dict[str, torch.Tensor] | None = None) -> dict:
     """Every piece (grads or params) against the reference: the max abs error and where (a NaN or
     inf anywhere counts as an infinite error, never as a pass), the max per-tensor relative error
-    ||got - want|| / ||want|| (L2 over one rank's pieces of a tensor) and where, the names holding
+    ||got - want|| / ||want|| (L2 over one rank's pieces of a tensor whose reference is not all
+    zero) and where, the names holding
     a non-finite value, and coverage. With `noise` (the reference's own rounding of each tensor,
     Reference.rounding_noise), also the max noise ratio: ||got - want|| / ||noise|| over the same
     elements, the plan's error in units of what rounding does to that tensor at that step."""
@@ -131,7 +132,8 @@ def compare_pieces(pieces_by_rank: list[list[dict]], ref: dict[str, torch.Tensor
             covered[name][region(idx, pc["kind"], pc["index"]).reshape(-1)] = True
     out = {"max_abs_err": max_abs, "worst": worst, "nonfinite": nonfinite,
            "missing": [n for n, c in covered.items() if not bool(c.all())]}
-    rel = {key: ratio(d2, w2) for key, (d2, w2, _) in sums.items()}
+    # a tensor whose reference is all zero has no relative error: the absolute bound holds it
+    rel = {key: ratio(d2, w2) for key, (d2, w2, _) in sums.items() if w2 > 0.0 or not math.isfinite(d2)}
     out["max_rel_err"], out["worst_rel"] = _worst(rel)
     if noise is not None:
         out["max_noise_ratio"], out["worst_noise"] = _worst(

@@ -52,11 +52,13 @@ def test_bf16_is_refused_before_launch():
     assert "bf16 rounding is not the plan's" in proc.stderr
 
 
-def _wrong_backward_weight(self, ctx):
-    """RMSNorm's weight grad, off by 1%: an injected math error in a kernel every plan shares."""
-    d = ctx.dy.shape[-1]
-    self.weight.accumulate((ctx.dy * ctx.xhat).reshape(-1, d).sum(0) * 1.01)
-    ctx.xhat = ctx.dy = None
+def _wrong_backward_weight(scale: float):
+    """RMSNorm's weight grad times `scale`: an injected math error in a kernel every plan shares."""
+    def backward_weight(self, ctx):
+        d = ctx.dy.shape[-1]
+        self.weight.accumulate((ctx.dy * ctx.xhat).reshape(-1, d).sum(0) * scale)
+        ctx.xhat = ctx.dy = None
+    return backward_weight
 
 
 def _gate_grad_off(family):
@@ -65,7 +67,11 @@ def _gate_grad_off(family):
     return lambda self, r, dw: right(self, r, dw) * 1.01
 
 
-INJECTED = {"rmsnorm weight grad": lambda: (RMSNorm, "backward_weight", _wrong_backward_weight),
+INJECTED = {"rmsnorm weight grad": lambda: (RMSNorm, "backward_weight", _wrong_backward_weight(1.01)),
+            "rmsnorm weight grad 1e-4": lambda: (RMSNorm, "backward_weight",
+                                                 _wrong_backward_weight(1 + 1e-4)),
+            "rmsnorm weight grad 1e-3": lambda: (RMSNorm, "backward_weight",
+                                                 _wrong_backward_weight(1 + 1e-3)),
             "gshard gate grad": lambda: (MoE, "gate_backward", _gate_grad_off(MoE)),
             "deepseek gate grad": lambda: (DeepSeekMoE, "gate_backward",
                                            _gate_grad_off(DeepSeekMoE))}
@@ -122,3 +128,16 @@ def test_an_injected_math_error_passes_the_hand_reference_and_fails_autograd(err
     caught = _checked("autograd", error, world, model, **fields)
     assert all("check" in ln and where in ln["check"] for ln in caught), caught
     assert not any("check" in ln for ln in _checked("autograd", None, world, model, **fields))
+
+
+@pytest.mark.parametrize("error", ["rmsnorm weight grad 1e-4", "rmsnorm weight grad 1e-3"])
+def test_a_small_relative_error_in_one_tensor_fails_autograd_at_step_0(error):
+    """A 1e-4 relative error in the norms' weight grads is ~1e-7 absolute here, far under the
+    absolute bound: the per-tensor relative bound (checker.GRAD_RTOL) catches it at the first step,
+    while the honest run of the same plan passes."""
+    caught = _checked("autograd", error, 2, steps=1, dp=2)
+    assert "grad relative error" in caught[0].get("check", ""), caught
+    assert "norm.weight" in caught[0]["check"]
+    assert caught[0]["max_abs_grad_err"] < 2e-5              # the absolute bound alone passed it
+    honest = _checked("autograd", None, 2, steps=1, dp=2)
+    assert "check" not in honest[0] and honest[0]["max_rel_grad_err"] < 1e-5, honest
