@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planning.intervals import intersect, length, merge
+from planning.intervals import length, merge
 
 # (annotation name pattern with a `side` group F / B / W, the planner's part: planning/pipeline/fb_order.py)
 PART_NAMES = [
@@ -26,6 +26,9 @@ PART_NAMES = [
 ]
 COLUMNS = ["rank", "pair", "layer_k", "part", "annotation", "launched", "gpu_ms", "a2a_ms", "a2a_under_ms",
            "a2a_exposed_ms", "under"]
+
+
+HOLDER_BLOCK = 4096   # parts matched against their holders this many at a time (bounds the memory)
 
 
 def annotated_parts(df: pd.DataFrame) -> pd.DataFrame:
@@ -42,18 +45,38 @@ def annotated_parts(df: pd.DataFrame) -> pd.DataFrame:
     parts = cpu.assign(part=part, side=side)[part.notna()].sort_values(["rank", "ts"])
     parts["layer"] = parts.groupby(["rank", "name"], observed=True).cumcount()
     holders = cpu[part.isna() & ~names.str.startswith("ProfilerStep#")]
-    pair = []
-    for r in parts.itertuples():
-        held = holders[(holders["rank"] == r.rank) & (holders["ts"] <= r.ts) & (holders["end"] >= r.end)]
-        pair.append(str(held.loc[held["dur"].idxmin(), "name"]) if len(held) else "")
-    return parts.assign(pair=pair).reset_index(drop=True)
+    return parts.assign(pair=smallest_holders(parts, holders)).reset_index(drop=True)
+
+
+def smallest_holders(parts: pd.DataFrame, holders: pd.DataFrame) -> np.ndarray:
+    """Per part, the name of the shortest holder on its rank spanning it ("" where none does; of equal
+    durations the first in trace order), matched a block of parts at a time against every holder."""
+    out = np.full(len(parts), "", dtype=object)
+    rows = parts.groupby("rank", sort=False).indices
+    for rank, where in holders.groupby("rank", sort=False).indices.items():
+        mine = rows.get(rank)
+        if mine is None:
+            continue
+        h = holders.iloc[where]
+        by_dur = np.argsort(h["dur"].to_numpy(), kind="stable")      # shortest first
+        h_ts, h_end = h["ts"].to_numpy()[by_dur], h["end"].to_numpy()[by_dur]
+        h_name = h["name"].astype(str).to_numpy()[by_dur]
+        p_ts, p_end = parts["ts"].to_numpy()[mine], parts["end"].to_numpy()[mine]
+        for lo in range(0, len(mine), HOLDER_BLOCK):
+            ts, end = p_ts[lo:lo + HOLDER_BLOCK, None], p_end[lo:lo + HOLDER_BLOCK, None]
+            spans = (h_ts[None, :] <= ts) & (h_end[None, :] >= end)   # [parts, holders]
+            found = spans.any(axis=1)
+            out[mine[lo:lo + HOLDER_BLOCK][found]] = h_name[spans.argmax(axis=1)[found]]
+    return out
 
 
 def part_kernels(df: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
     """The GPU kernels (compute and comm) with the index of the part annotation that launched them (-1:
-    launched outside every part)."""
+    launched outside every part). A launch is any CPU-side call carrying the kernel's correlation id,
+    whatever its API: runtime and driver launches (cudaLaunchKernel, cudaLaunchKernelExC,
+    cuLaunchKernel), graph launches, ROCm's hipLaunchKernel / hipModuleLaunchKernel."""
     gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    runtime = df[(df["cat"].astype(str) == "cuda_runtime") & df["correlation"].notna()]
+    runtime = df[(df["device"] == "cpu") & df["correlation"].notna()]
     owner = np.full(len(runtime), -1)
     for rank, mine in parts.groupby("rank"):   # any thread: autograd launches a backward's kernels off the main one
         at = (runtime["rank"] == rank).to_numpy()
@@ -67,33 +90,64 @@ def part_kernels(df: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
     return gpu.assign(part_id=launched.reindex(key).fillna(-1).astype(int).to_numpy())
 
 
+class Covered:
+    """A union of disjoint sorted intervals, asked how much of [a, b) it covers in O(log n) a query."""
+
+    def __init__(self, union: list[tuple[float, float]]):
+        self.start = np.array([a for a, _ in union], dtype=float)
+        self.end = np.array([b for _, b in union], dtype=float)
+        self.before = np.concatenate([[0.0], np.cumsum(self.end - self.start)])   # length before each
+
+    def upto(self, x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.start, x, side="right")       # intervals starting at or before x
+        last = np.clip(k - 1, 0, None)
+        tail = np.clip(np.minimum(x, self.end[last]) - self.start[last], 0, None) if len(self.start) else 0.0
+        return np.where(k > 0, self.before[last] + tail, 0.0)
+
+    def within(self, flight: list[tuple[float, float]]) -> float:
+        if not flight or not len(self.start):
+            return 0.0
+        a, b = np.array(flight, dtype=float).T
+        return float((self.upto(b) - self.upto(a)).sum())
+
+
 def kineto_pairs(df: pd.DataFrame) -> pd.DataFrame:
     """One row per part annotation (COLUMNS): its GPU time, the comm kernels it launched, which other parts'
-    compute kernels ran under them and what stayed exposed. Empty without part annotations."""
+    compute kernels ran under them and what stayed exposed. Empty without part annotations. Each kernel
+    is visited a constant number of times: kernels are grouped by part once, and the compute kernels
+    beside an all-to-all are found by binary search in start order."""
     parts = annotated_parts(df)
     if not len(parts):
         return pd.DataFrame(columns=COLUMNS)
     kernels = part_kernels(df, parts)
+    label = dict(zip(parts.index, (f"{n} L{k}" for n, k in zip(parts["name"].astype(str), parts["layer"]))))
     rows = []
     for rank, mine in kernels.groupby("rank"):
-        compute = mine[mine["kind"] == "compute"]
-        busy = merge(list(zip(compute["ts"], compute["end"])))
-        for pid, p in parts[parts["rank"] == rank].iterrows():
-            own = mine[mine["part_id"] == pid]
-            comm = own[own["kind"] == "comm"]
-            flight = merge(list(zip(comm["ts"], comm["end"])))
-            beside = compute[(compute["part_id"] != pid) & (compute["part_id"] >= 0)]
-            hit = np.zeros(len(beside), bool)
-            for a, b in flight:
-                hit |= (beside["ts"].to_numpy() < b) & (beside["end"].to_numpy() > a)
-            under = parts.loc[sorted(set(beside["part_id"].to_numpy()[hit]))]
-            covered = intersect(busy, flight)
-            rows.append({"rank": rank, "pair": p["pair"], "layer_k": int(p["layer"]), "part": p["part"],
-                         "annotation": str(p["name"]), "launched": len(own),
-                         "gpu_ms": length(merge(list(zip(own["ts"], own["end"])))) * 1e-3,
+        compute = mine[mine["kind"] == "compute"].sort_values("ts")
+        busy = Covered(merge(list(zip(compute["ts"], compute["end"]))))
+        c_ts, c_end, c_part = (compute[c].to_numpy() for c in ("ts", "end", "part_id"))
+        longest = float((c_end - c_ts).max()) if len(c_ts) else 0.0
+        own_of = mine.groupby("part_id").indices
+        ts, end, kind = mine["ts"].to_numpy(), mine["end"].to_numpy(), mine["kind"].to_numpy()
+        mine_parts = parts[parts["rank"] == rank]
+        for pid, pair, layer, part, name in zip(mine_parts.index, mine_parts["pair"], mine_parts["layer"],
+                                                mine_parts["part"], mine_parts["name"].astype(str)):
+            own = own_of.get(pid, np.array([], dtype=int))
+            comm = own[kind[own] == "comm"]
+            flight = merge(list(zip(ts[comm], end[comm])))
+            under_ids = set()
+            for a, b in flight:     # compute kernels of other parts running during [a, b)
+                lo = np.searchsorted(c_ts, a - longest, side="right")
+                hi = np.searchsorted(c_ts, b, side="left")
+                hit = (c_end[lo:hi] > a) & (c_part[lo:hi] != pid) & (c_part[lo:hi] >= 0)
+                under_ids.update(c_part[lo:hi][hit].tolist())
+            covered = busy.within(flight)
+            rows.append({"rank": rank, "pair": pair, "layer_k": int(layer), "part": part,
+                         "annotation": name, "launched": len(own),
+                         "gpu_ms": length(merge(list(zip(ts[own], end[own])))) * 1e-3,
                          "a2a_ms": length(flight) * 1e-3, "a2a_under_ms": covered * 1e-3,
                          "a2a_exposed_ms": (length(flight) - covered) * 1e-3,
-                         "under": ", ".join(f"{n} L{k}" for n, k in zip(under["name"].astype(str), under["layer"]))})
+                         "under": ", ".join(label[i] for i in sorted(under_ids))})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

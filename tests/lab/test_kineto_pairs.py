@@ -1,8 +1,13 @@
 """F&B pair parts of a torch.profiler trace from its annotations (`partui report --by pair`), tied to their
 kernels by launch correlation, on a hand-built trace with known answers."""
+import gzip
 import json
+import re
+from pathlib import Path
 
 import pytest
+
+from conftest import ROOT
 
 from partui.analysis import load
 from partui.analysis.kineto_pairs import PART_NAMES, kineto_pairs
@@ -92,3 +97,44 @@ def test_simulate_plans_the_traces_measured_parts_beside_the_recorded_pair(tmp_p
     path.write_text(json.dumps(doc))
     assert main(args) == 2
     assert "no part annotations" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cat, api", [("cuda_driver", "cuLaunchKernel"), ("cuda_runtime", "cudaLaunchKernelExC"),
+                                      ("cuda_runtime", "cudaGraphLaunch"), ("cuda_runtime", "hipModuleLaunchKernel")])
+def test_a_kernel_launched_through_any_api_belongs_to_its_part(tmp_path, cat, api):
+    """attn(F) launches its gemm through `api`: the part owns it all the same (1 kernel, 0.05 ms)."""
+    doc = annotated_trace()
+    for e in doc["traceEvents"]:
+        if e.get("args", {}).get("correlation") == 1 and e["cat"] == "cuda_runtime":
+            e["cat"], e["name"] = cat, api
+    path = tmp_path / "driver.json"
+    path.write_text(json.dumps(doc))
+    t = kineto_pairs(load(str(path))).set_index("annotation")
+    assert t.loc["attn(F)", ["launched", "gpu_ms"]].tolist() == [1, pytest.approx(0.05)]
+
+
+DEEPSEEK = Path(ROOT).parent / "shared" / "real-traces" / "deepseek-profile-data" / "train.json.gz"
+
+
+@pytest.mark.skipif(not DEEPSEEK.exists(), reason="../shared/real-traces is absent (the real traces live beside "
+                                                  "the checkout, never in it)")
+def test_every_kernel_of_every_part_of_deepseeks_pair_is_counted():
+    """Counted apart from the report's code: each GPU kernel whose launching call (any CPU event with its
+    correlation id, runtime or driver) starts inside a part annotation on that thread's process is that
+    part's. DeepSeek's trace launches 40 of them with cuLaunchKernel."""
+    with gzip.open(DEEPSEEK, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    parts = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                   if e.get("cat") == "user_annotation" and re.match(r"^(attn|mlp|dispatch|combine)\([FBW]\)$", e["name"]))
+    kernels = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+    want, drivers = {}, 0
+    for e in events:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and corr in kernels:
+            inside = [name for a, b, name in parts if a <= e["ts"] <= b]
+            if inside:
+                want[inside[0]] = want.get(inside[0], 0) + 1
+                drivers += e["cat"] == "cuda_driver"
+    got = kineto_pairs(load(str(DEEPSEEK))).groupby("annotation")["launched"].sum().to_dict()
+    assert got == want
+    assert drivers == 40
