@@ -25,7 +25,6 @@ graph: replaying it as recorded gives the step without them.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,8 +32,8 @@ import pandas as pd
 
 from planning.replay import Dep, Op, Stuck, later, run
 from partui.analysis.events import TraceError
+from partui.analysis.op_table import OP_COLUMNS
 
-OP_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
 P2P = {"forward-send": ("forward-recv", 1), "forward-recv": ("forward-send", -1),
        "backward-send": ("backward-recv", -1), "backward-recv": ("backward-send", 1)}
 TAIL = ("params-all-gather", "gc", "layernorm-grads-all-reduce", "embedding-grads-all-reduce",
@@ -105,45 +104,6 @@ def step_time(got):
     when the replay was batched."""
     return np.max(np.array([np.broadcast_to(v, np.shape(v)) for v in got.lane_end.values()],
                            dtype=object).tolist(), axis=0)
-
-
-def read_op_table(path: str) -> pd.DataFrame:
-    """An op-level trace (one row per op, OP_COLUMNS at least), from parquet or csv."""
-    if not os.path.isfile(path):
-        raise TraceError(f"{path}: no such file")
-    if path.endswith(".parquet"):
-        try:
-            import pyarrow  # noqa: F401  (pandas reads parquet through it)
-        except ImportError:
-            raise TraceError(f"{path}: reading parquet needs pyarrow: pip install partui[parquet], "
-                             f"or give the same columns as csv") from None
-        df = pd.read_parquet(path)
-    else:
-        df = pd.read_csv(path)
-    check_op_table(df, path)
-    return df
-
-
-def check_op_table(df: pd.DataFrame, path: str) -> None:
-    """Every column there, every op with a step, every rank with the same steps."""
-    missing = [c for c in OP_COLUMNS if c not in df.columns]
-    if "step" in missing:
-        raise TraceError(f"{path}: no step ids (column 'step'): blame compares steps across ranks; "
-                         f"record one step id per op")
-    if missing:
-        raise TraceError(f"{path}: missing column(s) {', '.join(missing)}; an op-level trace needs "
-                         f"{', '.join(OP_COLUMNS)}")
-    if df["step"].isna().any():
-        raise TraceError(f"{path}: {int(df['step'].isna().sum())} ops without a step id (column "
-                         f"'step'): give every op its step")
-    steps = df.groupby("rank")["step"].agg(lambda s: frozenset(s.unique()))
-    every = frozenset().union(*steps)
-    for rank, have in steps.items():
-        if have != every:
-            lack = sorted(every - have)
-            more = " ..." if len(lack) > 5 else ""
-            raise TraceError(f"{path}: rank {rank} lacks step(s) {lack[:5]}{more} the other ranks "
-                             f"recorded: give every rank the same steps")
 
 
 def _transfer(df: pd.DataFrame, key: pd.Series) -> np.ndarray:

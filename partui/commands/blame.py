@@ -11,7 +11,8 @@ import sys
 from partui.analysis.blame import DEFINITIONS, analyse
 from partui.analysis.blame_marks import write_marked
 from partui.analysis.events import TraceError
-from partui.analysis.opgraph import bytedance_graphs, read_op_table
+from partui.analysis.op_table import read_op_table
+from partui.analysis.opgraph import bytedance_graphs
 from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.reader import read_doc
 from partui.commands.report import FORMATS, render

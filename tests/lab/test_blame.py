@@ -11,7 +11,8 @@ import pytest
 
 from partui.analysis.blame import analyse, blame_line, blame_text, critical_path, typical_durations
 from partui.analysis.events import TraceError
-from partui.analysis.opgraph import Node, StepGraph, read_op_table, step_time
+from partui.analysis.op_table import read_op_table
+from partui.analysis.opgraph import Node, StepGraph, step_time
 from partui.analysis.partui_graph import partui_graphs
 
 
@@ -215,7 +216,7 @@ def test_parquet_without_pyarrow_says_how_to_get_it(tmp_path, monkeypatch):
     path = tmp_path / "ops.parquet"
     op_table().to_parquet(path)
     monkeypatch.setitem(sys.modules, "pyarrow", None)      # import pyarrow now fails
-    with pytest.raises(TraceError, match=r"pip install partui\[parquet\].*csv"):
+    with pytest.raises(TraceError, match=r"pip install -e \"\.\[parquet\]\" in the checkout.*csv"):
         read_op_table(str(path))
 
 
