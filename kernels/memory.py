@@ -1,10 +1,7 @@
 """A rank's memory account: the bytes of tensors it holds, by kind, updated at every action.
 
-Kinds (KINDS): params, grads, optimizer (the sync's ledger of model state, set each step), workspace
-(the optimizer's reused scratch: held between steps, but no state), activations
-(what layers saved for backward, per microbatch and chunk: the pipeline's `saved` and W queue,
-or a layer's context without a pipeline), gathered (ZeRO-3's all-gathered layer weights) and comm
-(p2p buffers in flight: posted recvs and unfinished sends).
+Kinds (KINDS, each with its meaning in planning/memory_kinds.py): params, grads, optimizer,
+workspace, activations, gathered and comm.
 
 The hand-written layers return their saved tensors in a context (kernels/layers/base.Ctx), so
 `saved_bytes` of that context is exactly what they keep: no sampling, no allocator. The account
@@ -18,8 +15,7 @@ from types import SimpleNamespace
 import torch
 
 from kernels.comm import events
-
-KINDS = ("params", "grads", "optimizer", "workspace", "activations", "gathered", "comm")
+from planning.memory_kinds import KINDS
 
 
 def saved_bytes(obj, seen: set | None = None) -> int:

@@ -10,7 +10,7 @@ also count the controller's time between steps). Each comm op's issue is an empt
 `OP GROUP` whose args carry its op, group, bytes, peer and op id; its posting's end and its
 completion are empty ranges `posted OP` and `done OP`, each with partui's own time of it. At export
 each op's flight (issue to completion: what partui's traces call in flight) and its posting (issue
-to posted: not compute) become ranges at those times (`in_flight`). Those ranges' args.partui is
+to posted: not compute) become ranges at those times (`comm_op_ranges`). Those ranges' args.partui is
 their partui category (compute kinds, "wait", "post", "step", "comm"), which the reader's CPU path
 classifies as partui's own traces do; the record_function ranges keep theirs as args.partui_range.
 """
@@ -91,12 +91,12 @@ class RankProfile:
                 e["args"] = {**e.get("args", {}), "partui": cat,
                              **{k: v for k, v in args.items() if _plain(v)}}
                 ours.append(e)
-        doc["traceEvents"] += in_flight(ours) + at_own_times(ours)
+        doc["traceEvents"] += comm_op_ranges(ours) + at_own_times(ours)
         info = doc.get("distributedInfo") or {"backend": comm.default_backend()}
         doc["distributedInfo"] = {**info, "rank": self.rank, "world_size": self.world_size}
 
 
-def in_flight(trace_events: list) -> list[dict]:
+def comm_op_ranges(trace_events: list) -> list[dict]:
     """What partui's traces record of each comm op, from its marks (matched by op_id): its flight,
     issue to completion, named `OP GROUP` with args.partui "comm", its op, group, bytes and peer;
     and the caller's time posting it, issue to posted, `post OP` with args.partui "post" (neither

@@ -4,7 +4,7 @@ Pure Python, light to import; the rank side is partui.trace.
 
 Tracks (tids) per rank: 1 compute, 2.. comm lanes (in-flight comm ops overlap each other, so each
 lane holds non-overlapping ones; assigned here, after sends are ended at their recv's completion),
-1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `in_flight_between` (a pair
+1000+ compute overflow, 2000+ viztracer threads. p2p: `p2p_pairs`, `fit_p2p_slices` (a pair
 is in flight from the send's post to the recv's completion), `transfer_times` (a pair's measured
 transfer, where the receiver was already waiting), `bind_flows` (send -> recv arrows).
 """
@@ -16,6 +16,8 @@ import os
 import re
 import tempfile
 import time
+
+from planning.intervals import match_p2p, paired_spans
 
 COMPUTE_TID = 1
 COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
@@ -54,44 +56,31 @@ def assign_comm_lanes(ops: list[dict]) -> int:
 
 
 def p2p_pairs(per_rank: list[dict]) -> list[tuple[dict, dict]]:
-    """(send, recv) slices: the k-th send a->b with tag t and the k-th recv on b from a with tag t."""
-    sends: dict[tuple, list[dict]] = {}
-    recvs: dict[tuple, list[dict]] = {}
-    for r in per_rank:
-        for e in r["events"]:
-            a = e.get("args") or {}
-            if e.get("cat") == "comm" and a.get("op") in P2P_OPS and a.get("peer") is not None:
-                me, peer, tag = e["pid"], int(a["peer"]), a.get("tag", 0)
-                if a["op"] == "send":
-                    sends.setdefault((me, peer, tag), []).append(e)
-                else:
-                    recvs.setdefault((peer, me, tag), []).append(e)
-    pairs = []
-    for key in sorted(sends):
-        ss = sorted(sends[key], key=lambda e: e["ts"])
-        rr = sorted(recvs.get(key, []), key=lambda e: e["ts"])
-        pairs += list(zip(ss, rr))
-    return pairs
+    """(send, recv) slices, matched across ranks by planning.intervals.match_p2p."""
+    slices = [e for r in per_rank for e in r["events"]
+              if e.get("cat") == "comm" and (e.get("args") or {}).get("op") in P2P_OPS
+              and e["args"].get("peer") is not None]
+    ops = [(e["args"]["op"], e["pid"], int(e["args"]["peer"]), e["args"].get("tag", 0), e["ts"])
+           for e in slices]
+    return [(slices[s], slices[r]) for s, r in match_p2p(ops)]
 
 
-def in_flight_between(pairs: list[tuple[dict, dict]]) -> None:
-    """A p2p pair is in flight from the send's post to the recv's completion (one host, one clock).
-    gloo's sends have no future: a send is seen complete only when its rank next looks, often at
-    the end of the step, so a send's slice ends at its recv's completion when that is earlier
-    (args.end "recv"). A recv posted before its send moves nothing until the send is posted, so
-    its slice starts just after the send's (args.posted_early_us says by how much); the rank
-    blocked meanwhile shows as its wait. Both sides then begin send first, which is also what
-    Perfetto needs to draw the arrow send -> recv."""
+def fit_p2p_slices(pairs: list[tuple[dict, dict]]) -> None:
+    """Each pair's slices cut to its time in flight (planning.intervals.paired_spans: the send's
+    post to the recv's completion). A send ended at its recv's completion says so (args.end
+    "recv"); a recv posted before its send starts just after the send's post (args.posted_early_us
+    says by how much), the rank blocked meanwhile showing as its wait. Both sides then begin send
+    first, which is also what Perfetto needs to draw the arrow send -> recv."""
     for s, r in pairs:
-        r_end = r["ts"] + r["dur"]
-        if r_end < s["ts"] + s["dur"]:
-            s["dur"] = max(0.0, r_end - s["ts"])
+        (s0, s1), (r0, r1), send_cut, recv_early = paired_spans(
+            (s["ts"], s["ts"] + s["dur"]), (r["ts"], r["ts"] + r["dur"]), TIE_US)
+        if send_cut:
+            s["dur"] = s1 - s0
             s["args"] = dict(s.get("args") or {}, end="recv")
             s["args"].pop("unfinished", None)
-        if r["ts"] <= s["ts"]:
-            t0 = min(s["ts"] + TIE_US, r_end)  # strictly after the send begins, within the recv
-            r["args"] = dict(r.get("args") or {}, posted_early_us=round(t0 - r["ts"], 3))
-            r["ts"], r["dur"] = t0, r_end - t0
+        if recv_early:
+            r["args"] = dict(r.get("args") or {}, posted_early_us=round(r0 - r["ts"], 3))
+            r["ts"], r["dur"] = r0, r1 - r0
 
 
 def transfer_times(per_rank: list[dict], pairs: list[tuple[dict, dict]]) -> None:
@@ -155,7 +144,7 @@ def build_doc(per_rank: list[dict], metadata: dict | None = None) -> dict:
         raise ValueError("merge: no ranks given; pass the list of RankTracer.stop() results")
     per_rank = [dict(r, events=[dict(e) for e in r["events"]]) for r in per_rank]  # callers' stay
     pairs = p2p_pairs(per_rank)
-    in_flight_between(pairs)
+    fit_p2p_slices(pairs)
     transfer_times(per_rank, pairs)
     bind_flows(pairs)
     evs: list[dict] = []

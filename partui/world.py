@@ -28,15 +28,16 @@ import time
 
 from planning.link import LinkModel, check_link
 from planning.mesh import Plan
+from planning.slow_spec import WHO, check_straggler
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
 from partui.results import step_line, summarize
+from partui.show_kinds import TABLES, show_kind
 from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
 from partui.controller import Controller
 from partui.launch import RankError, WorldTimeout
 
-SHOW_WHAT = ("params", "grad", "optim")
 TRACE_DIR = "traces"
 
 
@@ -165,12 +166,10 @@ class World:
         if factor is not None and not who:
             raise ValueError("a factor needs rank=R or stage=S: slow(rank=1, factor=1.5); "
                              "slow() clears the straggler")
-        if who and not factor >= 1.0:
-            raise ValueError(f"slow factor {factor}: it must be >= 1 (1.5: compute 1.5x as long)")
-        for key, top in (("rank", plan.world), ("stage", plan.pp)):
-            if key in who and not 0 <= who[key] < top:
-                raise ValueError(f"slow {key} {who[key]} is outside 0..{top - 1} "
-                                 f"({'world' if key == 'rank' else 'pp'} {top})")
+        for field, top in (("slow_rank", plan.world), ("slow_stage", plan.pp)):
+            key = WHO[field][0]
+            if key in who:
+                check_straggler(field, who[key], factor, f"slow({key}={who[key]}, factor={factor:g})", top)
         payload = {k: [v, float(factor)] for k, v in who.items()}
         with self._lock:
             factors = self._guard(lambda c: c.call("slow", payload))
@@ -298,14 +297,17 @@ class World:
     def show(self, rank: int, what: str = "params", name: str | None = None) -> Rows:
         """Rows of one rank's params, grads or optimizer state; `name` filters (substring). Prints
         as a table; `.to_pandas()` is a DataFrame."""
-        what = {"param": "params", "grads": "grad", "optimizer": "optim"}.get(what, what)
-        if what not in SHOW_WHAT:
-            raise ValueError(f"show {what!r}: pick one of {', '.join(SHOW_WHAT)}")
+        what = show_kind(what)
+        if what not in TABLES:
+            raise ValueError(f"show {what!r}: pick one of {', '.join(TABLES)}")
         world = self.current_plan.world if self.current_plan else 0
         if not 0 <= rank < max(world, 1):
             raise ValueError(f"rank {rank} is outside the world of {world}: pick 0..{world - 1}")
         snap = self.snapshot()[rank]
-        rows = {"optim": snap["optimizer"], "grad": snap["params"]}.get(what, snap["params"] + snap["state"])
+        if what == "optim":
+            rows = snap["optimizer"]
+        else:                         # a param's row carries its grad's figures too
+            rows = snap["params"] + (snap["state"] if what == "params" else [])
         if name:
             rows = [r for r in rows if name in r["name"]]
             if not rows:

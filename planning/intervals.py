@@ -106,26 +106,51 @@ def in_ms(f: dict) -> dict:
     return {name: f[key] / 1e6 for name, key in MS_NAMES.items()}
 
 
-def pair_p2p(p2p_by_rank: list) -> list[Intervals]:
-    """Each rank's p2p ops in flight, paired across ranks as a trace pairs them
-    (partui.tracefile.in_flight_between). p2p_by_rank[r]: rank r's ops (op "send" / "recv",
-    global peer, tag, t_issue, t_end). The k-th send a->b with tag t pairs with the k-th recv on b
-    from a with tag t: the send ends at the recv's completion when that is earlier (gloo's sends
-    are seen complete only when waited), and a recv posted before its send starts just after it."""
-    out = [[[a, b] for _op, _peer, _tag, a, b in ops] for ops in p2p_by_rank]
+def match_p2p(ops: list[tuple]) -> list[tuple[int, int]]:
+    """The one p2p pairing across ranks: (send index, recv index) into `ops`, each op (op "send" /
+    "recv", its rank, global peer, tag, issue time). The k-th send a->b with tag t, in issue order,
+    pairs with the k-th recv on b from a with tag t; pairs in (sender, receiver, tag) order, so a
+    trace's flow ids stay put."""
     sends: dict = {}
     recvs: dict = {}
-    for rank, ops in enumerate(p2p_by_rank):
-        for i, (op, peer, tag, a, _b) in enumerate(ops):
-            if op == "send":
-                sends.setdefault((rank, peer, tag), []).append((a, rank, i))
-            else:
-                recvs.setdefault((peer, rank, tag), []).append((a, rank, i))
-    for key, ss in sends.items():
-        for (_, sr, si), (_, rr, ri) in zip(sorted(ss), sorted(recvs.get(key, []))):
-            s, r = out[sr][si], out[rr][ri]
-            if r[1] < s[1]:
-                s[1] = max(s[0], r[1])
-            if r[0] <= s[0]:
-                r[0] = min(s[0] + 1, r[1])   # one ns after the send's post, as the trace has it
-    return [[(a, b) for a, b in ops] for ops in out]
+    for i, (op, rank, peer, tag, _t) in enumerate(ops):
+        if op == "send":
+            sends.setdefault((rank, peer, tag), []).append(i)
+        else:
+            recvs.setdefault((peer, rank, tag), []).append(i)
+    pairs = []
+    for key in sorted(sends):
+        # sorted is stable: ops issued at one time keep their recorded order
+        ss = sorted(sends[key], key=lambda i: ops[i][4])
+        rr = sorted(recvs.get(key, []), key=lambda i: ops[i][4])
+        pairs += list(zip(ss, rr))
+    return pairs
+
+
+def paired_spans(send: tuple, recv: tuple, tie) -> tuple[tuple, tuple, bool, bool]:
+    """A matched send's and recv's (start, end) while the pair is in flight, from the send's post to
+    the recv's completion (one host, one clock), and whether each was moved. gloo's sends are seen
+    complete only when their rank next looks, so a send ends at its recv's completion when that is
+    earlier; a recv posted before its send moves nothing until then, so it starts `tie` (the
+    clock's least step) after the send's post, within the recv."""
+    (s0, s1), (r0, r1) = send, recv
+    send_cut, recv_early = r1 < s1, r0 <= s0
+    if send_cut:
+        s1 = max(s0, r1)
+    if recv_early:
+        r0 = min(s0 + tie, r1)
+    return (s0, s1), (r0, r1), send_cut, recv_early
+
+
+def pair_p2p(p2p_by_rank: list) -> list[Intervals]:
+    """Each rank's p2p ops in flight, paired across ranks as a trace pairs them (match_p2p,
+    paired_spans; partui.tracefile.fit_p2p_slices). p2p_by_rank[r]: rank r's ops (op "send" /
+    "recv", global peer, tag, t_issue, t_end), in ns."""
+    out = [[(a, b) for _op, _peer, _tag, a, b in ops] for ops in p2p_by_rank]
+    where = [(rank, i) for rank, ops in enumerate(p2p_by_rank) for i in range(len(ops))]
+    flat = [(op, rank, peer, tag, a) for rank, ops in enumerate(p2p_by_rank)
+            for op, peer, tag, a, _b in ops]
+    for si, ri in match_p2p(flat):
+        (sr, sk), (rr, rk) = where[si], where[ri]
+        out[sr][sk], out[rr][rk], _, _ = paired_spans(out[sr][sk], out[rr][rk], 1)  # 1 ns
+    return out

@@ -1,38 +1,67 @@
-"""The Plan's slow_rank / slow_stage ("R=F": rank or pipeline stage R's compute F times as long), read
-and checked torch-free, so a plan validates without loading torch (kernels/straggle.py does the stretching).
+"""A straggler on purpose, parsed and checked in one place, torch-free (so a plan validates without
+loading torch; kernels/straggle.py does the stretching): the Plan's slow_rank / slow_stage ("R=F":
+rank or pipeline stage R's compute F times as long), the app's `slow R=F` / `slow stage S=F`
+(partui.app.widgets.command_line) and World.slow's keywords (partui.world).
 """
 from __future__ import annotations
 
 from planning.field_spec import PlanError
 
+# the Plan field -> what its index counts, and the dimension bounding it
+WHO = {"slow_rank": ("rank", "world"), "slow_stage": ("stage", "pp")}
 
-def parse_slow(spec: str, field: str) -> tuple[int, float] | None:
-    """(rank or stage, factor) of "R=F"; None for "" (off); PlanError naming the problem."""
+
+def parse_slow(spec: str, field: str, said: str = "") -> tuple[int, float] | None:
+    """(rank or stage, factor) of "R=F"; None for "" (off); PlanError naming the problem. `said`:
+    how the user wrote the setting, for the messages (default the flag: --slow-rank)."""
     if not spec:
         return None
-    flag = "--" + field.replace("_", "-")
-    who, eq, factor = spec.partition("=")
+    said = said or flag_of(field)
+    who, example = WHO[field][0], f"give WHO=FACTOR, e.g. {said} 1=1.5"
+    index, eq, factor = spec.partition("=")
+    if not eq:
+        raise PlanError(f"{said} {spec!r}: {example}", field=field, problem="not WHO=FACTOR")
     try:
-        r, f = int(who), float(factor)
+        r = int(index)
     except ValueError:
-        raise PlanError(f"{flag} {spec!r}: give WHO=FACTOR, e.g. {flag} 1=1.5", field=field,
-                        problem="not WHO=FACTOR") from None
-    if not eq or r < 0 or not f >= 1.0:
-        raise PlanError(f"{flag} {spec!r}: the index must be >= 0 and the factor >= 1 (e.g. "
-                        f"{flag} 1=1.5)", field=field, problem="out of range")
+        raise PlanError(f"{said} {spec!r}: the {who} {index!r} is not a whole number: {example}",
+                        field=field, problem="not WHO=FACTOR") from None
+    try:
+        f = float(factor)
+    except ValueError:
+        raise PlanError(f"{said} {spec!r}: the factor {factor!r} is not a number: {example}",
+                        field=field, problem="not WHO=FACTOR") from None
+    check_straggler(field, r, f, f"{said} {spec}")
     return r, f
+
+
+def check_straggler(field: str, index: int, factor: float, said: str, top: int = 0) -> None:
+    """Refuse a straggler that cannot be: a factor below 1, an index below 0 or, where its
+    dimension's size `top` is known (the world for a rank, pp for a stage), past it. `said`: the
+    setting as the user wrote it, which the message starts with."""
+    who, dim = WHO[field]
+    if not factor >= 1.0:
+        raise PlanError(f"{said}: the factor {factor:g} must be >= 1: a straggler runs its compute "
+                        f"factor >= 1 times as long, e.g. 1.5", field=field, problem="out of range")
+    if index < 0 and not top:
+        raise PlanError(f"{said}: the {who} {index} must be >= 0", field=field, problem="out of range")
+    if top and not 0 <= index < top:
+        raise PlanError(f"{said}: {who} {index} is outside 0..{top - 1} ({dim} {top}): pick a {who} "
+                        f"in 0..{top - 1}", field=field, problem="out of range")
 
 
 def check_slow(plan) -> None:
     """Refuse a slow_rank outside the world or a slow_stage outside the pipeline."""
-    rank = parse_slow(plan.slow_rank, "slow_rank")
-    stage = parse_slow(plan.slow_stage, "slow_stage")
-    if rank and plan.world and rank[0] >= plan.world:
-        raise PlanError(f"--slow-rank {plan.slow_rank}: rank {rank[0]} is outside world "
-                        f"{plan.world}: pick 0..{plan.world - 1}", field="slow_rank")
-    if stage and stage[0] >= plan.pp:
-        raise PlanError(f"--slow-stage {plan.slow_stage}: stage {stage[0]} is outside pp "
-                        f"{plan.pp}: pick 0..{plan.pp - 1}", field="slow_stage")
+    for field, top in (("slow_rank", plan.world), ("slow_stage", plan.pp)):
+        spec = getattr(plan, field)
+        got = parse_slow(spec, field)
+        if got:
+            check_straggler(field, got[0], got[1], f"{flag_of(field)} {spec}", top)
+
+
+def flag_of(field: str) -> str:
+    """The CLI flag of a slow field: slow_rank -> --slow-rank."""
+    return "--" + field.replace("_", "-")
 
 
 def slow_factor(plan, rank: int, stage: int) -> float:

@@ -8,10 +8,10 @@ import pandas as pd
 
 from partui.analysis.events import TraceError
 from partui.analysis.reader import read_doc
+from planning.memory_kinds import KINDS
 
 MIB = 2 ** 20
-KINDS = ("params", "grads", "optimizer", "workspace", "activations", "gathered", "comm")  # kernels.memory.KINDS
-ACTION_CATS = ("F", "B", "W", "FB", "microbatch", "optimizer")  # what names a moment
+PEAK_ACTION_CATS = ("F", "B", "W", "FB", "microbatch", "optimizer")  # spans that name the moment of a peak
 
 
 def memory_samples(doc: dict, path: str = "") -> pd.DataFrame:
@@ -33,7 +33,7 @@ def action_at(events: list, rank: int, ts: float) -> str:
     "after" the last one ended before it (a recv posted between actions); else "step"."""
     inside = after = None
     for e in events:
-        if e.get("ph") != "X" or e.get("pid") != rank or e.get("cat") not in ACTION_CATS:
+        if e.get("ph") != "X" or e.get("pid") != rank or e.get("cat") not in PEAK_ACTION_CATS:
             continue
         end = e["ts"] + e.get("dur", 0)
         if e["ts"] <= ts <= end and (inside is None or e.get("dur", 0) < inside.get("dur", 0)):

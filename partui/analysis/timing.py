@@ -11,13 +11,13 @@ import pandas as pd
 from planning.pipeline.simulate import Timing
 from partui.analysis.sweep import clip, sweep, union_lengths
 
-ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
+CHUNK_ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
 ACTION_COLUMNS = ["rank", "track", "name", "cat", "kind", "ts", "dur", "end", "mb", "chunk", "cpu_us"]
 
 
 def actions(df: pd.DataFrame) -> pd.DataFrame:
     """The pipeline executor's action spans (F, B / BW, W, FB pairs)."""
-    mask = (df["cat"].isin(ACTION_CATS) & df["chunk"].notna() & df["kind"].isin(["compute", "container"]))
+    mask = (df["cat"].isin(CHUNK_ACTION_CATS) & df["chunk"].notna() & df["kind"].isin(["compute", "container"]))
     return df.loc[mask.to_numpy(), ACTION_COLUMNS]  # narrow: a million-row take of every column is slow
 
 

@@ -60,7 +60,7 @@ def programs(doc: dict, step: int | None = None) -> dict:
         for e in ev:
             a = e.get("args") or {}
             # a recv posted before its send: the stitcher starts its slice at the send's post
-            # (partui.tracefile.in_flight_between); the rank posted it posted_early_us before
+            # (partui.tracefile.fit_p2p_slices); the rank posted it posted_early_us before
             ts = e.get("ts", 0) - (a.get("posted_early_us") or 0.0)
             if e.get("ph") != "X" or e.get("pid") != r or not t0 - 1e-3 <= ts <= t1:  # 1 ns
                 continue

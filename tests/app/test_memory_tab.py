@@ -2,16 +2,17 @@
 kind from the same step lines `partui run --json` prints, redrawn every step."""
 import pytest
 
-from kernels.memory import KINDS as ACCOUNT_KINDS
-from partui.app.widgets.memory_map import KINDS, MIB, WIDTH, bar, render
+from partui.app.widgets.memory_map import MIB, STYLE, WIDTH, bar, render
+from planning.memory_kinds import KINDS
 from app_helpers import idle, launched
 from test_app import SIZE, assert_no_process
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_the_tab_draws_the_kinds_the_account_counts():
-    assert KINDS == ACCOUNT_KINDS
+def test_every_kind_the_account_counts_has_a_letter_of_its_own():
+    assert set(STYLE) == set(KINDS)
+    assert len({letter for letter, _ in STYLE.values()}) == len(KINDS)
 
 
 def test_bars_scale_each_kind_to_the_largest_peak():

@@ -15,9 +15,13 @@ def test_slow_grammar():
     assert parse(":slow stage 0=2").args == {"stage": 0, "factor": 2.0}
     assert parse("slow off").args == {}
     for bad, needle in (("slow", "slow needs R=F, stage S=F or off"),
-                        ("slow 1", "slow needs R=F"), ("slow stage", "slow needs R=F"),
+                        ("slow 1", "slow '1': give WHO=FACTOR, e.g. slow 1=1.5"),
+                        ("slow stage", "slow needs R=F"),
+                        ("slow stage 0", "slow stage '0': give WHO=FACTOR, e.g. slow stage 1=1.5"),
                         ("slow one=2", "rank 'one' is not a whole number"),
-                        ("slow 1=fast", "slow factor 'fast' is not a number")):
+                        ("slow 1=fast", "the factor 'fast' is not a number"),
+                        ("slow 1=0.5", "slow 1=0.5: the factor 0.5 must be >= 1"),
+                        ("slow -1=2", "slow -1=2: the rank -1 must be >= 0")):
         with pytest.raises(CommandError, match=needle):
             parse(bad)
     assert {"slow 1=1.5", "slow stage 0=2", "slow off"} <= set(EXAMPLES)

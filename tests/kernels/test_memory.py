@@ -12,7 +12,8 @@ from worlds import run_world
 from planning.config import make_config, param_shapes
 from kernels.engine import Engine
 from kernels.layers import Ctx
-from kernels.memory import KINDS, HeldDict, MemoryAccount, account_of, saved_bytes
+from kernels.memory import HeldDict, MemoryAccount, account_of, saved_bytes
+from planning.memory_kinds import KINDS
 from kernels.memory_plan import predict_rank
 from planning.mesh import Plan
 from kernels.pp import step as pipeline_step

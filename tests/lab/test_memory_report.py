@@ -11,16 +11,20 @@ import sys
 import pytest
 
 from conftest import ROOT, run_here
-from partui.analysis.memory import KINDS, MIB, memory_table
+from partui.analysis.memory import MIB, memory_samples, memory_table
 from planning.config import ModelConfig
-from kernels.memory import KINDS as ACCOUNT_KINDS
+from planning.memory_kinds import KINDS
 from kernels.recompute import forward_share
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 
 
-def test_the_report_reads_the_kinds_the_account_writes():
-    assert KINDS == ACCOUNT_KINDS
+def test_the_report_reads_every_kind_of_a_counter():
+    # one counter sample with kind i holding i + 1 bytes: each kind's column, and their total
+    doc = {"traceEvents": [{"ph": "C", "name": "memory", "pid": 0, "ts": 5.0,
+                            "args": {k: i + 1 for i, k in enumerate(KINDS)}}]}
+    row = memory_samples(doc).iloc[0]
+    assert [row[k] for k in KINDS] == [1, 2, 3, 4, 5, 6, 7] and row["total"] == 28
 
 
 @pytest.fixture(scope="module")

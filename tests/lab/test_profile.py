@@ -13,7 +13,7 @@ from conftest import ROOT, run_cli
 from kernels.comm import events
 from partui.analysis import load, overlap
 from partui.analysis.kineto import kineto_frame
-from partui.profile import OWN_TID, RankProfile, in_flight
+from partui.profile import OWN_TID, RankProfile, comm_op_ranges
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 pytestmark = pytest.mark.timeout(300)
@@ -35,7 +35,7 @@ def test_marks_become_flight_and_post_ranges_at_partuis_own_times():
                t_mark_ns=21500),
              x("all_reduce dp", 40.0, 0.5, partui="issue", op_id=4, op="all_reduce", t_ns=36000,
                t_mark_ns=36100)]                 # never done, never posted: no range
-    out = in_flight(marks)
+    out = comm_op_ranges(marks)
     flights = [e for e in out if e["ph"] == "X" and e["args"]["partui"] == "comm"]
     posts = [e for e in out if e["ph"] == "X" and e["args"]["partui"] == "post"]
     assert [(e["name"], e["tid"], e["ts"], e["dur"], e["args"]["bytes"]) for e in flights] == \

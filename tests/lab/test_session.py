@@ -79,6 +79,9 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         assert rows and all(r["step"] == 2 and r["state"]["m"]["norm"] > 0 for r in rows)
         assert list(rows.to_pandas()["m_norm"]) == [r["state"]["m"]["norm"] for r in rows]
         assert len(repr(rows).splitlines()) == len(rows) + 2   # title, header, a line per tensor
+        assert w.show(1, "optimizer", "layers.0.attn.wq") == rows  # an alias (partui.show_kinds)
+        with pytest.raises(ValueError, match="show 'shards': pick one of params, grad, optim"):
+            w.show(1, "shard")
         frame = lines.to_pandas()   # one row per step and rank
         assert list(frame["loss"]) == [ln["loss"] for ln in lines for _ in ln["ranks"]]
         with pytest.raises(ValueError, match="outside the world of 2"):

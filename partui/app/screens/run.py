@@ -16,8 +16,7 @@ from partui.app.widgets.rank_card import RankCard
 from partui.app.widgets.memory_map import MemoryMap
 from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
-
-MAP_OF = {"params": "params", "grad": "grads", "optim": "optimizer"}  # table tab -> snapshot list
+from partui.show_kinds import LIST_NAMES
 
 
 class RunScreen(Screen):
@@ -127,7 +126,7 @@ class RunScreen(Screen):
         if not self.snaps:
             return
         active = self.query_one(Inspector).active
-        self.map_source = next((w for w in MAP_OF if TABS[w] == active), self.map_source)
+        self.map_source = next((w for w in LIST_NAMES if TABS[w] == active), self.map_source)
         source = self.map_source
         table = self.query_one(f"#table-{source}", DataTable)
         if not table.row_count:           # this rank holds none of those: its params instead
@@ -135,7 +134,7 @@ class RunScreen(Screen):
         if not table.row_count:
             return
         name = str(table.get_row_at(table.cursor_row)[0])
-        what = MAP_OF[source]
+        what = LIST_NAMES[source]
         snaps = grad_snaps(self.snaps) if what == "grads" else self.snaps
         self.query_one(ShardMap).show(name, snaps, what)
 

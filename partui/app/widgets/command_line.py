@@ -10,7 +10,10 @@ from textual.suggester import Suggester
 from textual.widgets import Input
 
 from planning import mesh
+from planning.field_spec import PlanError
+from planning.slow_spec import WHO, parse_slow
 from partui.plans import MODEL_FIELDS
+from partui.show_kinds import APP_KINDS, show_kind
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
          "slow", "help", "quit")
@@ -38,7 +41,6 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "help": "keys and commands",
     "quit": "tear the world down and leave",
 }
-SHOW_KINDS = ("params", "grad", "optim", "shards", "trace")   # one per inspector tab
 MODEL_WORDS = {"model": str, **{name: int for name in MODEL_FIELDS}}  # `plan` takes these too
 TRUE_WORDS = ("1", "true", "yes", "on")
 
@@ -115,9 +117,8 @@ def parse(text: str) -> Command:
             raise CommandError("show needs a rank: `show rank 2 grad layers.1.attn.wq`")
         args = {"rank": _int(rest[1], "rank"), "what": "params", "name": ""}
         for w in rest[2:]:
-            kind = {"param": "params", "grads": "grad", "optimizer": "optim",
-                    "shard": "shards"}.get(w, w)
-            if kind in SHOW_KINDS:
+            kind = show_kind(w)
+            if kind in APP_KINDS:
                 args["what"] = kind
             else:
                 args["name"] = w
@@ -142,25 +143,24 @@ def parse(text: str) -> Command:
         return Command("link", {"text": None if rest[0] == "off" else rest[0],
                                 "ranks_per_node": rpn})
     if verb == "slow":
-        return Command("slow", parse_slow(rest))
+        return Command("slow", slow_keywords(rest))
     return Command(verb)
 
 
-def parse_slow(rest: list[str]) -> dict:
-    """`1=1.5`, `stage 0=2` or `off` -> World.slow's keywords ({} clears)."""
-    form = "slow needs R=F, stage S=F or off: `slow 1=1.5`, `slow stage 0=2`, `slow off`"
+def slow_keywords(rest: list[str]) -> dict:
+    """The words after `slow` (`1=1.5`, `stage 0=2` or `off`) -> World.slow's keywords ({} clears);
+    the R=F text is planning.slow_spec's to read."""
     if rest == ["off"]:
         return {}
-    who = "stage" if rest[:1] == ["stage"] else "rank"
-    spec = rest[1:] if who == "stage" else rest
-    if len(spec) != 1 or "=" not in spec[0]:
-        raise CommandError(form)
-    index, _, factor = spec[0].partition("=")
-    at = _int(index, who)
+    field, said = ("slow_stage", "slow stage") if rest[:1] == ["stage"] else ("slow_rank", "slow")
+    spec = rest[1:] if field == "slow_stage" else rest
+    if len(spec) != 1:
+        raise CommandError("slow needs R=F, stage S=F or off: `slow 1=1.5`, `slow stage 0=2`, `slow off`")
     try:
-        return {who: at, "factor": float(factor)}
-    except ValueError:
-        raise CommandError(f"slow factor {factor!r} is not a number: {form}") from None
+        index, factor = parse_slow(spec[0], field, said)
+    except PlanError as e:
+        raise CommandError(str(e)) from None
+    return {WHO[field][0]: index, "factor": factor}
 
 
 class CommandSuggester(Suggester):
@@ -183,7 +183,7 @@ class CommandSuggester(Suggester):
         if verb == "show":
             if len(words) == 2:
                 return ["rank"]
-            return [] if len(words) == 3 else list(SHOW_KINDS) + list(self.names_fn())
+            return [] if len(words) == 3 else list(APP_KINDS) + list(self.names_fn())
         return []
 
     def matches(self, value: str) -> list[str]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from planning.memory_kinds import KINDS
+
 MIB = 2 ** 20
 WIDTH = 40
-# kernels.memory.KINDS in order, a letter and a colour each (kept here: the app's first frame
-# loads no torch; a test holds the two lists equal)
+# a letter and a colour for each of planning.memory_kinds.KINDS (a test holds every kind styled)
 STYLE = {"params": ("P", "blue"), "grads": ("G", "yellow"), "optimizer": ("O", "green"),
          "workspace": ("w", "red"), "activations": ("A", "magenta"), "gathered": ("g", "cyan"),
          "comm": ("c", "white")}
-KINDS = tuple(STYLE)
 
 
 def bar(kinds: dict, scale: float) -> list[tuple[str, str]]:
