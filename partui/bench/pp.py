@@ -28,7 +28,7 @@ from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.layers import rope_tables
 from partui import launch
-from partui.bench.harness import table
+from partui.bench.harness import positive_int, table
 from partui.plans import build_plan
 
 # ours -> torch counterpart (class name in torch.distributed.pipelining), layout of the torch stages
@@ -44,7 +44,7 @@ def parse(argv):
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=8, help="microbatches of one sequence each")
     ap.add_argument("--schedules", default=",".join(p[0] for p in PAIRS), help="comma list of ours")
-    ap.add_argument("--rounds", type=int, default=6, help="measured steps per schedule")
+    ap.add_argument("--rounds", type=positive_int, default=6, help="measured steps per schedule")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one world")
     ap.add_argument("--fb-order", default="forward-first", choices=("forward-first", "alternate"),

@@ -9,7 +9,7 @@ import torch
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.model import build_model
-from partui.bench.harness import interleaved, print_rows
+from partui.bench.harness import interleaved, model_names, positive_int, print_rows
 from partui.plans import build_plan
 
 
@@ -38,13 +38,14 @@ def _autograd_peer(cfg, seed):
 
 def main(argv) -> int:
     ap = argparse.ArgumentParser(prog="partui bench step", description=__doc__)
-    ap.add_argument("--models", default="tiny,small,medium")
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--models", type=model_names, default="tiny,small,medium",
+                    help="model presets, comma-separated")
+    ap.add_argument("--rounds", type=positive_int, default=15, help="interleaved rounds, >= 1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
-    for name in args.models.split(","):
+    for name in args.models:
         plan, cfg = build_plan("single", name)
         eng = Engine(plan, cfg)
         t = interleaved({"hand": eng.step, "autograd": _autograd_peer(cfg, 0)}, args.rounds)

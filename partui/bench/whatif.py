@@ -28,7 +28,7 @@ import tempfile
 from planning.link import LinkModel, check_link
 from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
-from partui.bench.harness import table
+from partui.bench.harness import positive_int, table
 from partui.commands.whatif import measured_step_ms, predict
 from partui.world import World
 
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--link", default="alpha_us=2000,gbps=0.02")
     ap.add_argument("--plans", default=",".join(PLANS))
-    ap.add_argument("--rounds", type=int, default=3, help="plain / linked window pairs")
+    ap.add_argument("--rounds", type=positive_int, default=3, help="plain / linked window pairs")
     ap.add_argument("--steps", type=int, default=3, help="steps a window (the first: warm-up)")
     ap.add_argument("--floor", action="store_true", help="whatif --floor")
     ap.add_argument("--explain", action="store_true",
