@@ -15,6 +15,7 @@ from partui.analysis.op_table import read_op_table
 from partui.analysis.opgraph import bytedance_graphs
 from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.reader import read_doc
+from partui.commands.paths import check_output_file
 from partui.commands.report import FORMATS, render
 
 SECTIONS = ("summary", "by dp rank", "by stage", "by op type", "by worker", "critical path")
@@ -73,8 +74,11 @@ def run(args) -> int:
         if args.critical_path and args.trace.endswith((".parquet", ".csv")):
             raise TraceError(f"--critical-path marks a partui trace; {args.trace} is an op-level "
                              f"table with no slices to mark")
+        if args.critical_path:
+            check_output_file(args.critical_path, "--critical-path", (".json", ".json.gz"),
+                              "traces/marked.json")
         result = analyse(graphs_of(args.trace))
-    except TraceError as exc:
+    except (TraceError, ValueError) as exc:
         print(f"partui blame: {exc}", file=sys.stderr)
         return 2
     print(render_all(result, args.format))

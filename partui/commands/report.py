@@ -21,6 +21,7 @@ from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
 from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.commands.paths import check_output_file
 
 FORMATS = ("table", "csv", "json", "markdown")
 ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
@@ -38,7 +39,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="--by schedule: which traced step (default: the last)")
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
-    p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this PNG")
+    p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this file (.png, "
+                   ".svg or .pdf)")
     p.add_argument("--include-last-step", action="store_true",
                    help="torch.profiler GPU traces: HTA's include_last_profiler_step (HTA's default, "
                         "and ours, drops kernels launched in the last ProfilerStep)")
@@ -128,12 +130,16 @@ def _verdict(t: pd.DataFrame) -> str:
             f"{t.loc[1, 'overlap_pct']:.1f}%: on shared cores overlap in flight is not time saved")
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
 def run(args) -> int:
-    folder = os.path.dirname(os.path.abspath(args.plot)) if args.plot else ""
-    if args.plot and not os.path.isdir(folder):
-        print(f"partui report: --plot {args.plot}: folder {folder} does not exist; create it or "
-              f"pick another path", file=sys.stderr)
-        return 2
+    if args.plot:
+        try:       # matplotlib would add .png to a bare name and write beside it
+            check_output_file(args.plot, "--plot", PLOT_SUFFIXES, "timeline.png")
+        except ValueError as exc:
+            print(f"partui report: {exc}", file=sys.stderr)
+            return 2
     if args.memory:
         return memory_report(args)
     if args.routing:

@@ -8,10 +8,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify,
                                    microbatches_note, world_options)
+from partui.commands.paths import check_output_file, prove_writable
 from partui.machine import under_torchrun, usable_cpus
 from partui.results import line_text, public, summary_text
 from partui.world import World
@@ -143,15 +143,7 @@ def save_partial(world: World, path: str, command: str, why: str) -> None:
 
 def check_trace_path(path: str) -> None:
     """Refuse, before anything launches, a trace path the save at the end could not write."""
-    d = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"--trace {path} is a folder: name a file in it, e.g. "
-                         f"--trace {os.path.join(path, 'run.json')}")
-    if not os.path.isdir(d):
-        raise ValueError(f"--trace {path}: folder {d} does not exist; create it or pick another path")
-    if not path.endswith((".json", ".json.gz")):
-        raise ValueError(f"--trace {path}: name it .json or .json.gz")
-    prove_writable(d, f"--trace {path}", "--trace traces/run.json")
+    check_output_file(path, "--trace", (".json", ".json.gz"), "traces/run.json")
 
 
 def check_profile_dir(folder: str) -> str:
@@ -160,19 +152,6 @@ def check_profile_dir(folder: str) -> str:
     path = os.path.abspath(folder)
     prove_writable(path, f"--profile {folder}", "--profile prof/", create=True)
     return path
-
-
-def prove_writable(folder: str, flag: str, example: str, create: bool = False) -> None:
-    """A probe file written and removed in `folder` (made first when `create`): a real write, not
-    os.access, which root passes where a read-only mount refuses. ValueError naming flag and fix."""
-    try:
-        if create:
-            os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".partui-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{flag}: folder {folder} cannot be written ({e.strerror or e}); pick a "
-                         f"folder you can write, e.g. {example}")
 
 
 def run(args) -> int:
