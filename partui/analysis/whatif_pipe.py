@@ -108,13 +108,13 @@ def repipe(doc: dict, link: LinkModel, pp: int | None = None,
     for stage, spans in enumerate(res.spans):
         first, last = min(s[0] for s in spans), max(s[1] for s in spans)
         busy = sum(s[1] - s[0] for s in spans)
-        rows.append({"stage": stage, "pipe_ms": res.makespan / 1e3,
+        rows.append({"stage": stage, "sim_pipe_ms": res.makespan / 1e3,
                      "sim_bubble_pct": 100 * (1 - busy / (last - first)) if last > first else None,
                      "rest_ms": rest, "predicted_step_ms": res.makespan / 1e3 + rest})
     step = {"pp": new.pp, "microbatches": new.microbatches, "schedule": new.schedule,
             "world": new.world, "recorded_pp": old.pp, "recorded_microbatches": old.microbatches,
             "F_ms": f / 1e3, "B_ms": (b + w) / 1e3, "W_ms": w / 1e3, "p2p_ms": p2p / 1e3,
-            "pipe_ms": res.makespan / 1e3, "rest_ms": rest,
+            "sim_pipe_ms": res.makespan / 1e3, "rest_ms": rest,
             "predicted_step_ms": res.makespan / 1e3 + rest}
     return pd.DataFrame(rows), step
 

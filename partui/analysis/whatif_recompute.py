@@ -48,7 +48,7 @@ def recompute_table(doc: dict, predicted: list[dict], path: str = "",
     for rank, pred in enumerate(predicted):
         measured = int(peaks.get(rank, 0))
         after = pred["activations"]
-        rows.append({"rank": rank, "activations_mib": measured / MIB,
+        rows.append({"rank": rank, "peak_activations_mib": measured / MIB,
                      "recompute_activations_mib": None if after is None else after / MIB,
                      "saved_mib": None if after is None else (measured - after) / MIB,
                      "extra_compute_ms": extra.get(rank, 0.0),

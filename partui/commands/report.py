@@ -14,7 +14,8 @@ from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscri
                              step_times)
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
-from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING,
+                                         definitions, help_text, legend)
 from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
@@ -28,7 +29,8 @@ ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace",
-                              epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                              epilog=help_text(REPORT, BY_PAIR, BY_SCHEDULE, GPU, MEMORY, ROUTING),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a partui trace (.json or .json.gz), a torch.profiler trace, or a "
                    "directory of per-rank torch.profiler traces (HTA's input)")
     p.add_argument("--by", default="rank", choices=("rank", "step", "op", "pair", "schedule"),
