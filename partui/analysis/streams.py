@@ -1,6 +1,6 @@
 """GPU-side figures of a torch.profiler trace: per rank and per stream busy time, and per rank the
 compute kernels (any stream, merged) against the comm kernels (merged), over the rank's GPU window
-(its first kernel's start to its last kernel's end). Words: definitions.GPU_COLUMNS.
+(its first kernel's start to its last kernel's end). Words: partui.analysis.definitions (view GPU).
 
 A comm kernel overlapping a compute kernel is "overlapped", not "hidden": DeepEP and NCCL kernels hold
 SMs while they wait for remote data, so the compute beside them ran on fewer SMs. What no compute

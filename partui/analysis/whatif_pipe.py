@@ -30,6 +30,9 @@ from partui.analysis.events import TraceError
 from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
 
+# per new stage (defined in partui.analysis.definitions, view "whatif --pp")
+STAGE_COLUMNS = ("stage", "sim_pipe_ms", "sim_bubble_pct", "rest_ms", "predicted_step_ms")
+
 
 def new_plan(meta: dict, pp: int | None, microbatches: int | None) -> tuple[Plan, Plan]:
     """(recorded plan, the plan with pp / microbatches changed, validated); ValueError naming the
@@ -116,5 +119,5 @@ def repipe(doc: dict, link: LinkModel, pp: int | None = None,
             "F_ms": f / 1e3, "B_ms": (b + w) / 1e3, "W_ms": w / 1e3, "p2p_ms": p2p / 1e3,
             "sim_pipe_ms": res.makespan / 1e3, "rest_ms": rest,
             "predicted_step_ms": res.makespan / 1e3 + rest}
-    return pd.DataFrame(rows), step
+    return pd.DataFrame(rows, columns=list(STAGE_COLUMNS)), step
 

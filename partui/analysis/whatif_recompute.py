@@ -13,6 +13,10 @@ import pandas as pd
 
 from partui.analysis.memory import MIB, memory_samples
 
+# per rank (defined in partui.analysis.definitions, view "whatif --recompute")
+COLUMNS = ("rank", "peak_activations_mib", "recompute_activations_mib", "saved_mib", "extra_compute_ms",
+           "extra_compute_pct")
+
 
 def block_forward_ms(doc: dict) -> dict[int, float]:
     """Per rank, its block forward spans' time per recorded step (ms)."""
@@ -54,4 +58,4 @@ def recompute_table(doc: dict, predicted: list[dict], path: str = "",
                      "extra_compute_ms": extra.get(rank, 0.0),
                      "extra_compute_pct": 100 * extra.get(rank, 0.0) / steps[rank]
                      if steps.get(rank) else None})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
