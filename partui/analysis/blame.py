@@ -17,7 +17,7 @@ from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
 
 # what `partui blame` defines beneath its tables (the words: partui.analysis.definitions)
 FIGURES = ("recorded_s", "replayed_s", "ideal_s", "slowdown", "by dp rank", "by stage", "by op type",
-           "by worker", "steps", "M_S", "M_W", "critical path", "time_s", "share_pct")
+           "by worker", "worst worker", "steps", "M_S", "M_W", "critical path", "time_s", "share_pct")
 
 
 def typical_durations(graphs: list[StepGraph]) -> dict:

@@ -297,6 +297,11 @@ _RECORDS = (
            "steps (the same op of the same rank), replayed once: replaying each noisy step and taking "
            "a median reads a descheduled stretch anywhere on a step's paths as a straggler (measured: "
            "1.2-2.4 with nothing slowed)"),
+    figure("top dp rank", "", BLAME, "the dp rank of the highest 'by dp rank' slowdown"),
+    figure("top stage", "", BLAME, "the stage of the highest 'by stage' slowdown"),
+    figure("top op type", "", BLAME, "the op type of the highest 'by op type' slowdown"),
+    figure("worst worker", "", BLAME, "the rank of the highest 'by worker' slowdown"),
+    figure("M_W ranks", "", BLAME, "the ranks M_W scores as the worst workers"),
     figure("M_S", "ratio", BLAME, "stage imbalance: (replayed_s - replayed with the last stage's ops "
            "typical) / (replayed_s - ideal_s): the share of the slowdown the last stage's straggling "
            "makes"),
@@ -361,11 +366,12 @@ def view_figures(*views: str) -> list[str]:
 
 
 def help_text(*views: str) -> str:
-    """A `--help` epilog: the figures of the views (every view by default), terms first."""
-    names = [n for n in view_figures(*(views or {v for f in _RECORDS for v in f.views}))
-             if n not in TERMS]
+    """A `--help` epilog: the figures of the views (every view by default) with their units, the
+    report's terms first."""
+    views = views or tuple(dict.fromkeys(v for f in _RECORDS for v in f.views))
+    names = [n for n in view_figures(*views) if n not in TERMS]
     width = max(len(n) for n in names)
-    terms = [f"  {k}: {v}" for k, v in definitions_of(TERMS).items()] if REPORT in views or not views \
-        else []
-    return "\n".join(["definitions:"] + terms + ["columns:"]
-                     + [f"  {n:<{width}}  {v}" for n, v in definitions_of(names).items()])
+    terms = [f"  {k}: {v}" for k, v in definitions_of(TERMS).items()] if REPORT in views else []
+    return "\n".join(["definitions:"] + terms + (["columns (unit, what it counts):"] if terms else [])
+                     + [f"  {n:<{width}}  {FIGURES[n].unit or '-':<5}  {FIGURES[n].definition}"
+                        for n in names])

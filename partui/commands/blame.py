@@ -9,7 +9,7 @@ import json
 import sys
 
 from partui.analysis.blame import FIGURES, analyse
-from partui.analysis.definitions import definitions_of
+from partui.analysis.definitions import BLAME, definitions_of, help_text
 from partui.analysis.blame_marks import write_marked
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import bytedance_graphs, read_op_table
@@ -21,7 +21,7 @@ SECTIONS = ("summary", "by dp rank", "by stage", "by op type", "by worker", "cri
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    epilog = "definitions:\n" + "\n".join(f"  {k}: {v}" for k, v in definitions_of(FIGURES).items())
+    epilog = help_text(BLAME)
     p = subparsers.add_parser("blame", help="stragglers: the critical path across ranks and what "
                               "each rank, stage and op type cost the step",
                               epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)

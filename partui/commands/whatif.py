@@ -1,5 +1,5 @@
 """`partui whatif TRACE --link LINK`: replay a recorded trace's per-rank op graph under an emulated
-link (and a compute scale) and predict step time, exposed comm and overlap per rank
+link (and a compute scale) and predict step time, time blocked in waits and overlap per rank
 (partui/analysis/whatif.py). `--measured OTHER`: a trace of the same plan run under that link,
 set beside the prediction with its error."""
 from __future__ import annotations

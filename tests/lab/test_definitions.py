@@ -11,11 +11,13 @@ import pytest
 from planning.link import build_link
 from partui.analysis import load, overlap, overlap_views
 from partui.analysis.blame import FIGURES as BLAME_FIGURES
+from partui.analysis.blame import analyse
 from partui.analysis.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
                                          definitions_of, figure_of, help_text, legend)
 from partui.analysis.kineto_pairs import COLUMNS as KINETO_PAIR_COLUMNS
 from partui.analysis.memory import KINDS
 from partui.analysis.pairs import COLUMNS as PAIR_COLUMNS
+from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.routing import routing_table
 from partui.analysis.streams import GPU_COLUMNS, STREAM_COLUMNS
 from partui.analysis.whatif import SAVED_COLUMNS, replay, saved
@@ -85,8 +87,8 @@ def emitted_columns(tmp_path) -> dict[str, list]:
     shown = {what: list(show_rows([], what).to_pandas().columns) for what in ("params", "grad", "optim")}
     routing = {0: {"0": {"tokens_per_expert": [3, 1], "max_violation": 0.5, "dropped": 0,
                          "dead_experts": [], "balance_loss": 0.01, "bias": [0.0, 0.1]}}}
-    blame = ["rank", "dp_rank", "stage", "optype", "ops", "end_s", "time_s", "share_pct",
-             "slowdown", "figure", "value"]     # analyse's frames (partui.analysis.blame)
+    blamed = analyse(partui_graphs(all_reduce_doc()))
+    blame = [c for frame in blamed.values() for c in frame.columns] + list(blamed["summary"]["figure"])
     return {**{f"report --by {k}": list(v.columns) for k, v in views.items()},
             "report --vs": list(compare(load(str(ar)), load(str(ar))).columns),
             "report --memory": ["rank", "peak_mib", "peak_at"] + [f"{k}_mib" for k in KINDS],
