@@ -120,8 +120,9 @@ _RECORDS = (
     figure("bytes", "bytes", REPORT, "bytes moved by this rank, summed over ranks"),
     figure("run", "", REPORT, "--vs: this trace, the --vs one, and their difference"),
     figure("trace", "", REPORT, "--vs: trace file"),
-    figure("step_ms", "ms", (REPORT, STEPS), "a step's time across ranks: the slowest rank's step "
-           "(step lines); --vs: first rank's start to last rank's end, mean over the traced steps"),
+    figure("step_ms", "ms", STEPS, "the slowest rank's step, its own start to end"),
+    figure("world_step_ms", "ms", REPORT, "a traced step from the first rank's start to the last rank's "
+           "end (--vs: mean over the traced steps)"),
     figure("loss", "", STEPS, "the step's global loss"),
     figure("max_abs_grad_err", "", STEPS, "--check: largest gradient error against the reference"),
     # ---- --by schedule

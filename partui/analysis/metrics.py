@@ -166,13 +166,13 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
 
 
 def step_times(df: pd.DataFrame) -> pd.DataFrame:
-    """Per step: the wall time from the first rank's start to the last rank's end, in ms."""
+    """Per step: world_step_ms, the wall time from the first rank's start to the last rank's end."""
     steps = df[df["kind"] == "step"]
     if not len(steps):
         w = windows_of(df, by_step=False)
-        return pd.DataFrame({"step": [0], "step_ms": [(w["w1"].max() - w["w0"].min()) * 1e-3]})
+        return pd.DataFrame({"step": [0], "world_step_ms": [(w["w1"].max() - w["w0"].min()) * 1e-3]})
     g = steps.groupby("step").agg(t0=("ts", "min"), t1=("end", "max"))
-    return pd.DataFrame({"step": g.index.astype(int), "step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()})
+    return pd.DataFrame({"step": g.index.astype(int), "world_step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()})
 
 
 HTA_COMM = re.compile(r"^nccl.*Kernel")  # HTA's communication kernels (hta/utils/utils.py)

@@ -104,7 +104,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         st = step_times(df)
         rows[label] = {
             "trace": df.attrs.get("path", label),
-            "step_ms": st["step_ms"].mean(),
+            "world_step_ms": st["world_step_ms"].mean(),
             "comm_ms": ov["comm_ms"].mean(),
             "overlapped_ms": ov["overlapped_ms"].mean(),
             "exposed_comm_ms": ov["exposed_comm_ms"].mean(),
@@ -122,8 +122,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def _verdict(t: pd.DataFrame) -> str:
-    saved = t.loc[2, "step_ms"]
-    pct = 100 * saved / t.loc[1, "step_ms"] if t.loc[1, "step_ms"] else float("nan")
+    saved = t.loc[2, "world_step_ms"]
+    pct = 100 * saved / t.loc[1, "world_step_ms"] if t.loc[1, "world_step_ms"] else float("nan")
     more = "saves" if saved > 0 else "costs"
     return (f"this run {more} {abs(saved):.3f} ms a step ({abs(pct):.1f}% of the other's) "
             f"with {t.loc[0, 'overlap_pct']:.1f}% comm in flight during compute vs "
