@@ -356,6 +356,12 @@ def definitions(columns) -> dict[str, str]:
     return definitions_of(list(dict.fromkeys([*TERMS, *present])))
 
 
+def defined(frame):
+    """The frame, its attrs["definitions"] set to its columns' words (the terms first)."""
+    frame.attrs["definitions"] = definitions(frame.columns)
+    return frame
+
+
 def legend(columns) -> list[str]:
     """Lines defining the terms and every column present."""
     return ["definitions:"] + [f"  {k}: {v}" for k, v in definitions(columns).items()]

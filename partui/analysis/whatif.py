@@ -35,7 +35,7 @@ from planning.link import LinkModel, Ports, match_key
 from planning.intervals import intersect, length, merge
 from planning.mesh import GROUPS, Plan, partition
 from planning.replay import Dep, Op, Stuck, run
-from partui.analysis.definitions import definitions_of
+from partui.analysis.definitions import defined, definitions_of
 from partui.analysis.events import TraceError
 
 
@@ -199,8 +199,8 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
     progs = programs(doc, step)
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
-    return simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
-                    plan)[0]
+    return defined(simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
+                            plan)[0])
 
 
 SAVED_COLUMNS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms",

@@ -26,6 +26,7 @@ from planning.mesh import Plan, partition
 from planning.pipeline.schedules import plan_schedule
 from planning.pipeline.simulate import Cost, simulate
 from planning.validate import plan_for_model
+from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
 from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
@@ -119,5 +120,5 @@ def repipe(doc: dict, link: LinkModel, pp: int | None = None,
             "F_ms": f / 1e3, "B_ms": (b + w) / 1e3, "W_ms": w / 1e3, "p2p_ms": p2p / 1e3,
             "sim_pipe_ms": res.makespan / 1e3, "rest_ms": rest,
             "predicted_step_ms": res.makespan / 1e3 + rest}
-    return pd.DataFrame(rows, columns=list(STAGE_COLUMNS)), step
+    return defined(pd.DataFrame(rows, columns=list(STAGE_COLUMNS))), step
 

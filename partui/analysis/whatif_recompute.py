@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from partui.analysis.definitions import defined
 from partui.analysis.memory import MIB, memory_samples
 
 # per rank (defined in partui.analysis.definitions, view "whatif --recompute")
@@ -58,4 +59,4 @@ def recompute_table(doc: dict, predicted: list[dict], path: str = "",
                      "extra_compute_ms": extra.get(rank, 0.0),
                      "extra_compute_pct": 100 * extra.get(rank, 0.0) / steps[rank]
                      if steps.get(rank) else None})
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    return defined(pd.DataFrame(rows, columns=list(COLUMNS)))

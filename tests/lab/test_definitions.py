@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from planning.link import build_link
-from partui.analysis import load, overlap, overlap_views
+from partui.analysis import hta_overlap, load, overlap, overlap_views, step_times
 from partui.analysis.blame import FIGURES as BLAME_FIGURES
 from partui.analysis.blame import analyse
 from partui.analysis.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
@@ -19,7 +19,7 @@ from partui.analysis.memory import KINDS
 from partui.analysis.pairs import COLUMNS as PAIR_COLUMNS
 from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.routing import routing_table
-from partui.analysis.streams import GPU_COLUMNS, STREAM_COLUMNS
+from partui.analysis.streams import GPU_COLUMNS, STREAM_COLUMNS, gpu_overlap, stream_busy
 from partui.analysis.whatif import SAVED_COLUMNS, replay, saved
 from partui.analysis.whatif_pipe import STAGE_COLUMNS
 from partui.analysis.whatif_recompute import COLUMNS as RECOMPUTE_COLUMNS
@@ -104,6 +104,20 @@ def emitted_columns(tmp_path) -> dict[str, list]:
             "saved": list(saved(all_reduce_doc(), build_link("alpha_us=0,gbps=1")).columns),
             "blame": blame + list(BLAME_FIGURES),
             "Trace tab": list(REPORT_COLS + PIPE_COLS + PAIR_COLS + SAVED_COLS)}
+
+
+def test_the_analysis_frames_carry_their_definitions(tmp_path):
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps(all_reduce_doc()))
+    df = load(str(path))
+    link = build_link("alpha_us=0,gbps=1")
+    frames = [overlap(df, "rank"), step_times(df), hta_overlap(df), gpu_overlap(df), stream_busy(df),
+              replay(all_reduce_doc(), link), saved(all_reduce_doc(), link)]
+    for frame in frames:
+        words = frame.attrs["definitions"]
+        assert list(frame.columns) and all(words[c] == FIGURES[c].definition for c in frame.columns)
+    assert overlap(df, "rank").attrs["definitions"]["exposed_comm_ms"] != \
+        replay(all_reduce_doc(), link).attrs["definitions"]["blocked_ms"]
 
 
 def test_every_column_printed_has_one_record(tmp_path):
