@@ -82,7 +82,8 @@ class TraceMixin:
         except TraceError as e:
             return None, blame + f"in flight / saved: {e}"
         step = table[table["rank"] == "step"].iloc[0]
-        legend = "; ".join(f"{k.replace('_ms', '')}: {v}" for k, v in definitions_of(SAVED_COLUMNS[1:]).items())
+        legend = "; ".join(f"{k.replace('_ms', '')}: {v}"
+                           for k, v in definitions_of(SAVED_COLUMNS[1:]).items())
         return table, (blame + f"under {link.describe()}: overlap saves {step['saved_ms']:.1f} ms a step "
                        f"({step['no_overlap_step_ms']:.1f} ms without it, {step['predicted_step_ms']:.1f} "
                        f"ms as recorded; replayed, slowest rank).\n{legend}")
