@@ -2,7 +2,7 @@
 `partui run --json` and scripts read them as before), but it prints as a compact table in the REPL
 and converts to a pandas DataFrame. Light to import: pandas loads on `to_pandas()` only.
 
-    >>> w.show(1, "optim")          # name  piece  step  m norm  v norm, one line per tensor
+    >>> w.show(1, "optim")          # name  piece  optimizer_steps  m_norm  v_norm, one line per tensor
     >>> w.step(3).to_pandas()       # one row per step and rank: step, rank, loss, compute_ms, ...
 """
 from __future__ import annotations
@@ -34,11 +34,12 @@ def fmt(v) -> str:
 
 class Rows(list):
     """A list of dicts with named columns: each column a function of one dict. `expand` turns one
-    dict into the several a table shows for it (a step line: one per rank); `defined` names what
-    columns count beyond partui.analysis.definitions (the DataFrame's attrs["definitions"])."""
+    dict into the several a table shows for it (a step line: one per rank); `defined`: its columns
+    are figures of partui.analysis.definitions, whose words ride in the DataFrame's
+    attrs["definitions"]."""
 
     def __init__(self, rows, columns: dict[str, Callable[[dict], object]], title: str = "",
-                 expand: Callable[[dict], list[dict]] | None = None, defined: dict | None = None):
+                 expand: Callable[[dict], list[dict]] | None = None, defined: bool = False):
         super().__init__(rows)
         self.columns, self.title, self.expand, self.defined = columns, title, expand, defined
 
@@ -53,8 +54,8 @@ class Rows(list):
 
         from partui.analysis.definitions import definitions
         df = pd.DataFrame(self.records(), columns=list(self.columns))
-        if self.defined is not None:
-            df.attrs["definitions"] = {**definitions(df.columns), **self.defined}
+        if self.defined:
+            df.attrs["definitions"] = definitions(df.columns)
         return df
 
     def __repr__(self) -> str:
@@ -76,11 +77,6 @@ def _piece(r: dict) -> str:
     return piece_label(r["kind"], r["index"], r["global_shape"])
 
 
-STEP_DEFINED = {"loss": "the step's global loss", "step_ms": "the slowest rank's step time",
-                "window_ms": "this rank's step, start to end (the window of its figures)",
-                "max_abs_grad_err": "--check: largest gradient error against the reference"}
-
-
 def _rank_items(line: dict) -> list[dict]:
     """A step line as one dict per rank: the step's columns beside the rank's figures."""
     return [{**line, "rank": i, "window_ms": x["step_ms"], **{k: x[k] for k in FIGURE_KEYS}}
@@ -96,25 +92,14 @@ def step_rows(lines: list[dict], title: str = "steps") -> Rows:
     cols["overlap_pct"] = overlap_pct
     if any("max_abs_grad_err" in ln for ln in lines):
         cols["max_abs_grad_err"] = lambda r: r.get("max_abs_grad_err")
-    return Rows(lines, cols, title, expand=_rank_items, defined=STEP_DEFINED)
-
-
-SHOW_DEFINED = {"name": "the tensor's name in the model", "global_shape": "the full tensor's shape",
-                "local_shape": "this rank's piece's shape",
-                "piece": "where this rank's piece sits in the global tensor: whole, a slice per dim, "
-                         "or a flat range (ZeRO)",
-                "grad_piece": "where this rank's gradient piece sits ('not held here': another rank's)",
-                "norm": "L2 norm of this rank's piece", "absmax": "largest |value| of this rank's piece",
-                "step": "the optimizer's step count for this tensor",
-                "m_norm": "L2 norm of AdamW's first moment m (this rank's piece)",
-                "v_norm": "L2 norm of AdamW's second moment v (this rank's piece)"}
+    return Rows(lines, cols, title, expand=_rank_items, defined=True)
 
 
 def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
     """A rank's params, grads or optimizer state (partui.snapshot) as rows."""
     cols: dict[str, Callable[[dict], object]] = {"name": lambda r: r["name"]}
     if what == "optim":
-        cols.update({"piece": _piece, "step": lambda r: r["step"],
+        cols.update({"piece": _piece, "optimizer_steps": lambda r: r["step"],
                      "m_norm": lambda r: (r["state"].get("m") or {}).get("norm"),
                      "v_norm": lambda r: (r["state"].get("v") or {}).get("norm")})
     elif what == "grad":
@@ -128,4 +113,4 @@ def show_rows(rows: list[dict], what: str, title: str = "") -> Rows:
         cols.update({"global_shape": lambda r: r["global_shape"],
                      "local_shape": lambda r: r["local_shape"], "piece": _piece,
                      "norm": _norm("value")})
-    return Rows(rows, cols, title, defined=SHOW_DEFINED)
+    return Rows(rows, cols, title, defined=True)

@@ -1,5 +1,6 @@
 """Interval arithmetic on lists of (start, end) pairs (nanoseconds in practice), and the one
-definition of a window's compute / comm / overlapped / exposed figures (`figures`): the engine's
+computation of a window's compute / comm / overlapped / exposed figures (`figures`; what each
+counts is defined once, in partui/analysis/definitions.py's table of figures): the engine's
 per-step figures (step lines, rank cards, the run summary, World.step().to_pandas()) come from it,
 and the trace analysis (partui.analysis.sweep, vectorized over many windows) counts the same span
 categories the same way (CONTAINER_CATS, WAIT_CATS; tests pin the two equal on one traced step).

@@ -3,7 +3,7 @@ what-if attribution of its slowdown, by replaying the step graphs (partui.analys
 replay core, every what-if of a step in one batched pass (a duration column each).
 
 The method is the ByteDance straggler paper's ("Understanding Stragglers in Large Model Training
-Using What-if Analysis"), DEFINITIONS below says each figure.
+Using What-if Analysis"); partui.analysis.definitions says each figure (FIGURES below).
 """
 from __future__ import annotations
 
@@ -15,45 +15,9 @@ import pandas as pd
 
 from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
 
-DEFINITIONS = {
-    "recorded_s": "mean step time as recorded (first op's start to last op's end), seconds",
-    "replayed_s": "mean step time replaying the graph with every op at its recorded duration "
-                  "(a collective: its recorded transfer, its end less its last member's start; a "
-                  "partui comm op whose wait began after that start only bounds it: the lesser of "
-                  "the bound and the typical) and launch gaps removed: each op starts when its "
-                  "lane and dependencies allow",
-    "ideal_s": "mean step time replaying the graph with every op at the typical duration of its "
-               "type, launch gaps removed. Op-level traces: the mean over ranks and steps for "
-               "compute, the median for communication (as the paper does). partui traces (a type: "
-               "the k-th busy stretch of a stage's program, or a comm op on its group): compute at "
-               "the fastest rank's median over steps (with 2 dp ranks a median cannot leave the "
-               "straggler out; the fastest: the rank of the stage whose medians sum least), comm at "
-               "the median of its measured transfers (a wait that "
-               "began by the last member's issue; one begun later only bounds it)",
-    "slowdown": "straggler slowdown: replayed_s / ideal_s",
-    "by dp rank": "slowdown with only that dp rank's ops kept as recorded (the rest typical): "
-                  "mean replayed step / ideal_s",
-    "by stage": "slowdown with only that pipeline stage's ops kept as recorded",
-    "by op type": "slowdown with only that op type kept as recorded (a pipeline send and its "
-                  "recv count as one type: forward- or backward-pp-comm)",
-    "by worker": "slowdown with only that rank's ops kept as recorded; worst worker: the highest",
-    "steps": "steps replayed (a partui trace: its first step, the warm-up, left out). Op-level "
-             "traces: each step replayed, step times averaged (the paper's mean). partui traces "
-             "(a few steps on a shared machine): the median step, every op at its median over the "
-             "steps (the same op of the same rank), replayed once: replaying each noisy step and "
-             "taking a median reads a descheduled stretch anywhere on a step's paths as a "
-             "straggler (measured: 1.2-2.4 with nothing slowed)",
-    "M_S": "stage imbalance: (replayed_s - replayed with the last stage's ops typical) / "
-           "(replayed_s - ideal_s): the share of the slowdown the last stage's straggling makes",
-    "M_W": "worst workers: the same share for the top 3% of ranks (at least one) scored by "
-           "min(their dp rank's slowdown, their stage's slowdown)",
-    "critical path": "the chain of ops that sets the slowest replayed step's end, walked back "
-                     "through what each op's start waited for (its lane, a dependency, a "
-                     "collective's last member to arrive); a wait is counted to the op waited on. "
-                     "Consecutive ops of one rank and type are one row",
-    "time_s": "critical path: the op's end less the previous row's end (its part of the step)",
-    "share_pct": "critical path: time_s / the step's replayed time",
-}
+# what `partui blame` defines beneath its tables (the words: partui.analysis.definitions)
+FIGURES = ("recorded_s", "replayed_s", "ideal_s", "slowdown", "by dp rank", "by stage", "by op type",
+           "by worker", "worst worker", "steps", "M_S", "M_W", "critical path", "time_s", "share_pct")
 
 
 def typical_durations(graphs: list[StepGraph]) -> dict:
@@ -95,7 +59,7 @@ def as_recorded(n, typ: dict) -> float:
 
 
 def analyse(graphs: list[StepGraph]) -> dict:
-    """Every figure of DEFINITIONS: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
+    """Every figure of FIGURES: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
     "by worker": frames, "critical path": frame}."""
     typ = typical_durations(graphs)
     nodes0 = graphs[0].nodes
@@ -153,7 +117,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
 
 
 def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
-    """partui traces (DEFINITIONS "steps"): per step, a graph of its shape whose ops last their
+    """partui traces (definitions: "steps"): per step, a graph of its shape whose ops last their
     medians (as_recorded) over the steps of that shape; steps of one shape share it."""
     shapes: dict = {}
     for g in graphs:
@@ -172,7 +136,7 @@ def shape_of(g: StepGraph) -> tuple:
 
 
 def over_steps(graphs):
-    """How step times are averaged over steps (DEFINITIONS "steps")."""
+    """How step times are averaged over steps (definitions: "steps")."""
     return np.median if graphs[0].typical == "fastest" else np.mean
 
 
@@ -221,7 +185,7 @@ def slowest_path(graphs: list[StepGraph], replayed: np.ndarray) -> pd.DataFrame:
 
 def critical_path(graph: StepGraph, got, total: float) -> pd.DataFrame:
     """The chain of ops that ends the step last (column 0 of a batched replay), rows merged per
-    run of one rank and type (DEFINITIONS)."""
+    run of one rank and type (definitions: "critical path")."""
     def end(i):
         e = got.ops[i].end
         return float("-inf") if e is None else float(e[0]) if isinstance(e, np.ndarray) else float(e)

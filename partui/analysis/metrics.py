@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.cpu import core_sharing
-from partui.analysis.definitions import definitions
+from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
@@ -44,9 +44,7 @@ def overlap_views(df: pd.DataFrame, views=("rank", "step", "op")) -> dict:
     shared = _per_window(df) if set(views) & {"rank", "step"} else None
     out = {}
     for by in views:
-        table = _overlap_by_op(df) if by == "op" else _overlap(df, by, *shared)
-        table.attrs["definitions"] = definitions(table.columns)
-        out[by] = table
+        out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared))
     return out
 
 
@@ -166,13 +164,14 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
 
 
 def step_times(df: pd.DataFrame) -> pd.DataFrame:
-    """Per step: the wall time from the first rank's start to the last rank's end, in ms."""
+    """Per step: world_step_ms, the wall time from the first rank's start to the last rank's end."""
     steps = df[df["kind"] == "step"]
     if not len(steps):
         w = windows_of(df, by_step=False)
-        return pd.DataFrame({"step": [0], "step_ms": [(w["w1"].max() - w["w0"].min()) * 1e-3]})
+        return defined(pd.DataFrame({"step": [0], "world_step_ms": [(w["w1"].max() - w["w0"].min()) * 1e-3]}))
     g = steps.groupby("step").agg(t0=("ts", "min"), t1=("end", "max"))
-    return pd.DataFrame({"step": g.index.astype(int), "step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()})
+    return defined(pd.DataFrame({"step": g.index.astype(int),
+                                 "world_step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()}))
 
 
 HTA_COMM = re.compile(r"^nccl.*Kernel")  # HTA's communication kernels (hta/utils/utils.py)
@@ -206,7 +205,7 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
         out = out.set_index("rank")
         out.loc[keys, "comm_comp_overlap_pct"] = pct
         out = out.reset_index()
-    return out
+    return defined(out)
 
 
 def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """GPU-side figures of a torch.profiler trace: per rank and per stream busy time, and per rank the
 compute kernels (any stream, merged) against the comm kernels (merged), over the rank's GPU window
-(its first kernel's start to its last kernel's end). Words: definitions.GPU_COLUMNS.
+(its first kernel's start to its last kernel's end). Words: partui.analysis.definitions (view GPU).
 
 A comm kernel overlapping a compute kernel is "overlapped", not "hidden": DeepEP and NCCL kernels hold
 SMs while they wait for remote data, so the compute beside them ran on fewer SMs. What no compute
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.definitions import defined
 from partui.analysis.sweep import sweep
 
 US_MS = 1e-3
@@ -33,7 +34,7 @@ def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
     compute kernel ran beside (exposed on the GPU) and the window no compute kernel covered."""
     gpu = _gpu_kernels(df)
     if not len(gpu):
-        return pd.DataFrame(columns=GPU_COLUMNS)
+        return defined(pd.DataFrame(columns=GPU_COLUMNS))
     win = _windows(gpu)
     cls = (gpu["kind"] == "comm").to_numpy().astype(np.int64)
     keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy(), gpu["ts"].to_numpy(), gpu["end"].to_numpy(), cls, 2)
@@ -41,10 +42,10 @@ def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
     comp, comm, both = lengths[:, 0], lengths[:, 1], inter0[:, 1]
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = np.where(comm > 0, 100 * both / comm, np.nan)
-    return pd.DataFrame({"rank": keys, "gpu_window_ms": window * US_MS, "kernel_compute_ms": comp * US_MS,
+    return defined(pd.DataFrame({"rank": keys, "gpu_window_ms": window * US_MS, "kernel_compute_ms": comp * US_MS,
                          "kernel_comm_ms": comm * US_MS, "kernel_overlapped_ms": both * US_MS,
                          "gpu_exposed_comm_ms": (comm - both) * US_MS,
-                         "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct})
+                         "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct}))
 
 
 def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
@@ -52,7 +53,7 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     and busy as a % of the rank's GPU window."""
     gpu = _gpu_kernels(df)
     if not len(gpu):
-        return pd.DataFrame(columns=STREAM_COLUMNS)
+        return defined(pd.DataFrame(columns=STREAM_COLUMNS))
     track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
     tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")
     pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), track.cat.codes.to_numpy()])
@@ -70,4 +71,4 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     win = _windows(gpu)
     window = (win["w1"] - win["w0"]).reindex(out["rank"]).to_numpy()
     out["busy_pct"] = np.where(window > 0, 100 * out["busy_ms"] / (window * US_MS), np.nan)
-    return out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True)
+    return defined(out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True))

@@ -19,9 +19,9 @@ to get a core), so this predicts a `--link` run here; without it, the link model
 Each rank starts at its recorded offset from the first rank's step start (the controller does not
 start them together, and a collective waits for the last member), and its step is its own.
 
-Predicted per rank: step time, exposed comm (time blocked in waits), comm in flight and its
-overlap with busy time (HTA's definition, as in partui.analysis.metrics); per op (`simulate`'s
-second table): issue, end, time waited and when the wait returned.
+Predicted per rank (partui.analysis.definitions, view "whatif"): step time, blocked_ms (time
+blocked in waits: not the report's exposed_comm_ms), comm in flight and its overlap with busy time;
+per op (`simulate`'s second table): issue, end, time waited and when the wait returned.
 
 `without_overlap` rewrites the programs so no send or collective is in flight during busy time
 (each waited right after its issue): the replay of the same op graph with no overlap, which the
@@ -35,6 +35,7 @@ from planning.link import LinkModel, Ports, match_key
 from planning.intervals import intersect, length, merge
 from planning.mesh import GROUPS, Plan, partition
 from planning.replay import Dep, Op, Stuck, run
+from partui.analysis.definitions import defined, definitions_of
 from partui.analysis.events import TraceError
 
 
@@ -182,10 +183,10 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
         inflight = length(fl)
         rows.append({"rank": r, "recorded_step_ms": (progs[r]["end"] - progs[r]["start"]) / 1e3,
                      "predicted_step_ms": (clock[r] - start[r]) / 1e6,
-                     "exposed_comm_ms": waited[r] / 1e6,
+                     "blocked_ms": waited[r] / 1e6,
                      "comm_in_flight_ms": inflight / 1e6,
-                     "overlap_pct": 100 * intersect(fl, bz) / inflight if inflight else None,
-                     "busy_ms": length(bz) / 1e6})
+                     "busy_overlap_pct": 100 * intersect(fl, bz) / inflight if inflight else None,
+                     "replayed_busy_ms": length(bz) / 1e6})
     return pd.DataFrame(rows), pd.DataFrame(op_rows)
 
 
@@ -198,27 +199,17 @@ def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | N
     progs = programs(doc, step)
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
-    return simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
-                    plan)[0]
+    return defined(simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
+                            plan)[0])
 
 
-SAVED_DEFINITIONS = {
-    "in_flight_ms": "comm in flight, replayed as recorded under the link: from each op's issue to "
-                    "its modelled end, merged",
-    "exposed_comm_ms": "time the rank blocks in waits in that replay",
-    "step_ms": "the rank's step in that replay",
-    "no_overlap_step_ms": "the rank's step replayed with every send and collective waited right "
-                          "after its issue (no busy time while one is in flight; a recv keeps its "
-                          "place), same link, same busy stretches",
-    "saved_ms": "no_overlap_step_ms - step_ms: what this op graph's overlap saves on this link "
-                "(against the same graph serialized: under --overlap the runner's half "
-                "microbatches stay, with twice the all-to-alls of the plan without it)",
-}
+SAVED_COLUMNS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms",
+                 "saved_ms")   # defined in partui.analysis.definitions (view "Trace tab saved")
 
 
 def saved(doc: dict, link: LinkModel) -> pd.DataFrame:
     """Per rank and for the step ("step" row: the slowest rank), mean over the recorded steps
-    (the first left out when there are more): SAVED_DEFINITIONS's figures under `link`."""
+    (the first left out when there are more): SAVED_COLUMNS under `link`."""
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
     frames, steps = [], []
@@ -226,19 +217,21 @@ def saved(doc: dict, link: LinkModel) -> pd.DataFrame:
         progs = programs(doc, s)
         with_ov = simulate(progs, link, plan=plan)[0]
         without = simulate(without_overlap(progs), link, plan=plan)[0]
-        t = pd.DataFrame({"rank": with_ov["rank"], "in_flight_ms": with_ov["comm_in_flight_ms"],
-                          "exposed_comm_ms": with_ov["exposed_comm_ms"],
-                          "step_ms": with_ov["predicted_step_ms"],
+        t = pd.DataFrame({"rank": with_ov["rank"], "comm_in_flight_ms": with_ov["comm_in_flight_ms"],
+                          "blocked_ms": with_ov["blocked_ms"],
+                          "predicted_step_ms": with_ov["predicted_step_ms"],
                           "no_overlap_step_ms": without["predicted_step_ms"]})
         frames.append(t)
-        steps.append({"step_ms": t["step_ms"].max(),
+        steps.append({"predicted_step_ms": t["predicted_step_ms"].max(),
                       "no_overlap_step_ms": t["no_overlap_step_ms"].max()})
     out = pd.concat(frames).groupby("rank", as_index=False).mean()
-    out["saved_ms"] = out["no_overlap_step_ms"] - out["step_ms"]
+    out["saved_ms"] = out["no_overlap_step_ms"] - out["predicted_step_ms"]
     step = pd.DataFrame(steps).mean()
-    row = {"rank": "step", "in_flight_ms": None, "exposed_comm_ms": None,
-           "step_ms": step["step_ms"], "no_overlap_step_ms": step["no_overlap_step_ms"],
-           "saved_ms": step["no_overlap_step_ms"] - step["step_ms"]}
+    row = {"rank": "step", "comm_in_flight_ms": None, "blocked_ms": None,
+           "predicted_step_ms": step["predicted_step_ms"],
+           "no_overlap_step_ms": step["no_overlap_step_ms"],
+           "saved_ms": step["no_overlap_step_ms"] - step["predicted_step_ms"]}
     out = pd.concat([out.astype({"rank": object}), pd.DataFrame([row])], ignore_index=True)
-    out.attrs["definitions"] = SAVED_DEFINITIONS
+    out = out[list(SAVED_COLUMNS)]
+    out.attrs["definitions"] = definitions_of(out.columns)
     return out

@@ -26,9 +26,13 @@ from planning.mesh import Plan, partition
 from planning.pipeline.schedules import plan_schedule
 from planning.pipeline.simulate import Cost, simulate
 from planning.validate import plan_for_model
+from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
 from partui.analysis.timing import action_costs, actions
 from partui.analysis.reader import frame
+
+# per new stage (defined in partui.analysis.definitions, view "whatif --pp")
+STAGE_COLUMNS = ("stage", "sim_pipe_ms", "sim_bubble_pct", "rest_ms", "predicted_step_ms")
 
 
 def new_plan(meta: dict, pp: int | None, microbatches: int | None) -> tuple[Plan, Plan]:
@@ -108,13 +112,13 @@ def repipe(doc: dict, link: LinkModel, pp: int | None = None,
     for stage, spans in enumerate(res.spans):
         first, last = min(s[0] for s in spans), max(s[1] for s in spans)
         busy = sum(s[1] - s[0] for s in spans)
-        rows.append({"stage": stage, "pipe_ms": res.makespan / 1e3,
+        rows.append({"stage": stage, "sim_pipe_ms": res.makespan / 1e3,
                      "sim_bubble_pct": 100 * (1 - busy / (last - first)) if last > first else None,
                      "rest_ms": rest, "predicted_step_ms": res.makespan / 1e3 + rest})
     step = {"pp": new.pp, "microbatches": new.microbatches, "schedule": new.schedule,
             "world": new.world, "recorded_pp": old.pp, "recorded_microbatches": old.microbatches,
             "F_ms": f / 1e3, "B_ms": (b + w) / 1e3, "W_ms": w / 1e3, "p2p_ms": p2p / 1e3,
-            "pipe_ms": res.makespan / 1e3, "rest_ms": rest,
+            "sim_pipe_ms": res.makespan / 1e3, "rest_ms": rest,
             "predicted_step_ms": res.makespan / 1e3 + rest}
-    return pd.DataFrame(rows), step
+    return defined(pd.DataFrame(rows, columns=list(STAGE_COLUMNS))), step
 

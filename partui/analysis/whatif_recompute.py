@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from partui.analysis.definitions import defined
 from partui.analysis.memory import MIB, memory_samples
+
+# per rank (defined in partui.analysis.definitions, view "whatif --recompute")
+COLUMNS = ("rank", "peak_activations_mib", "recompute_activations_mib", "saved_mib", "extra_compute_ms",
+           "extra_compute_pct")
 
 
 def block_forward_ms(doc: dict) -> dict[int, float]:
@@ -48,10 +53,10 @@ def recompute_table(doc: dict, predicted: list[dict], path: str = "",
     for rank, pred in enumerate(predicted):
         measured = int(peaks.get(rank, 0))
         after = pred["activations"]
-        rows.append({"rank": rank, "activations_mib": measured / MIB,
+        rows.append({"rank": rank, "peak_activations_mib": measured / MIB,
                      "recompute_activations_mib": None if after is None else after / MIB,
                      "saved_mib": None if after is None else (measured - after) / MIB,
                      "extra_compute_ms": extra.get(rank, 0.0),
                      "extra_compute_pct": 100 * extra.get(rank, 0.0) / steps[rank]
                      if steps.get(rank) else None})
-    return pd.DataFrame(rows)
+    return defined(pd.DataFrame(rows, columns=list(COLUMNS)))

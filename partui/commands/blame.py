@@ -8,7 +8,8 @@ import argparse
 import json
 import sys
 
-from partui.analysis.blame import DEFINITIONS, analyse
+from partui.analysis.blame import FIGURES, analyse
+from partui.analysis.definitions import BLAME, definitions_of, help_text
 from partui.analysis.blame_marks import write_marked
 from partui.analysis.events import TraceError
 from partui.analysis.op_table import read_op_table
@@ -22,7 +23,7 @@ SECTIONS = ("summary", "by dp rank", "by stage", "by op type", "by worker", "cri
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    epilog = "definitions:\n" + "\n".join(f"  {k}: {v}" for k, v in DEFINITIONS.items())
+    epilog = help_text(BLAME)
     p = subparsers.add_parser("blame", help="stragglers: the critical path across ranks and what "
                               "each rank, stage and op type cost the step",
                               epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,7 +49,7 @@ def render_all(result: dict, fmt: str) -> str:
     if fmt == "json":
         doc = {name: json.loads(result[name].to_json(orient="records")) for name in SECTIONS}
         doc["critical path step"] = int(result["critical path"].attrs.get("step", 0))
-        doc["definitions"] = DEFINITIONS
+        doc["definitions"] = definitions_of(FIGURES)
         return json.dumps(doc)
     out = []
     for name in SECTIONS:
@@ -61,7 +62,7 @@ def render_all(result: dict, fmt: str) -> str:
         out.append(render(df, fmt))
         out.append("")
     if fmt in ("table", "markdown"):
-        out += ["definitions:"] + [f"  {k}: {v}" for k, v in DEFINITIONS.items()]
+        out += ["definitions:"] + [f"  {k}: {v}" for k, v in definitions_of(FIGURES).items()]
     return "\n".join(out).rstrip("\n")
 
 

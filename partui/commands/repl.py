@@ -12,7 +12,7 @@ Try, in order:
   w.plan("zero2", dp=2)     validate a plan (presets: {presets})
   w.launch()                start the ranks
   w.step(3)                 three steps: a table of step, loss, step_ms, compute, comm, overlap
-  w.show(1, "optim")        rank 1's AdamW state: name, piece, step, m / v norms
+  w.show(1, "optim")        rank 1's AdamW state: name, piece, optimizer_steps, m / v norms
   w.show(1, "grad", "wq")   rank 1's gradient pieces of the parameters matching "wq"
   w.step(3).to_pandas()     any table as a pandas DataFrame (w.show(...).to_pandas() too)
   w.trace_on(); w.step(); w.trace_save("demo"); w.report()      overlap table (pandas)

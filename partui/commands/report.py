@@ -14,7 +14,8 @@ from partui.analysis import (TraceError, hta_overlap, load, overlap, oversubscri
                              step_times)
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
-from partui.analysis.definitions import definitions, help_text, legend
+from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING,
+                                         definitions, help_text, legend)
 from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
@@ -29,7 +30,8 @@ ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="overlap / bubble report of a recorded trace",
-                              epilog=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                              epilog=help_text(REPORT, BY_PAIR, BY_SCHEDULE, GPU, MEMORY, ROUTING),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a partui trace (.json or .json.gz), a torch.profiler trace, or a "
                    "directory of per-rank torch.profiler traces (HTA's input)")
     p.add_argument("--by", default="rank", choices=("rank", "step", "op", "pair", "schedule"),
@@ -104,7 +106,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         st = step_times(df)
         rows[label] = {
             "trace": df.attrs.get("path", label),
-            "step_ms": st["step_ms"].mean(),
+            "world_step_ms": st["world_step_ms"].mean(),
             "comm_ms": ov["comm_ms"].mean(),
             "overlapped_ms": ov["overlapped_ms"].mean(),
             "exposed_comm_ms": ov["exposed_comm_ms"].mean(),
@@ -122,8 +124,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def _verdict(t: pd.DataFrame) -> str:
-    saved = t.loc[2, "step_ms"]
-    pct = 100 * saved / t.loc[1, "step_ms"] if t.loc[1, "step_ms"] else float("nan")
+    saved = t.loc[2, "world_step_ms"]
+    pct = 100 * saved / t.loc[1, "world_step_ms"] if t.loc[1, "world_step_ms"] else float("nan")
     more = "saves" if saved > 0 else "costs"
     return (f"this run {more} {abs(saved):.3f} ms a step ({abs(pct):.1f}% of the other's) "
             f"with {t.loc[0, 'overlap_pct']:.1f}% comm in flight during compute vs "

@@ -1,5 +1,5 @@
 """`partui whatif TRACE --link LINK`: replay a recorded trace's per-rank op graph under an emulated
-link (and a compute scale) and predict step time, exposed comm and overlap per rank
+link (and a compute scale) and predict step time, time blocked in waits and overlap per rank
 (partui/analysis/whatif.py). `--measured OTHER`: a trace of the same plan run under that link,
 set beside the prediction with its error."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from kernels.calibrate import matmul_flops
 from planning.link import LinkModel, build_link, check_link, parse_link
 from planning.config import ModelConfig
 from partui.analysis import TraceError, read_doc
+from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
@@ -26,7 +27,9 @@ from partui.commands.report import FORMATS, render
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("whatif", help="predict a recorded plan's step under another link")
+    p = subparsers.add_parser("whatif", help="predict a recorded plan's step under another link",
+                              epilog=help_text(WHATIF, WHATIF_PP, RECOMPUTE),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="a partui trace (.json or .json.gz) recorded with partui run --trace")
     p.add_argument("--compute-scale", type=float, default=1.0,
                    help="multiply every busy stretch (compute and host work) by this")
@@ -105,15 +108,16 @@ def run(args) -> int:
         step["error_pct"] = 100 * (step["predicted_step_ms"] - measured) / measured
     if args.format == "json":
         print(json.dumps({"link": link.describe(), "ranks": table.round(3).to_dict("records"),
-                          "step": {k: round(v, 3) for k, v in step.items()}}))
+                          "step": {k: round(v, 3) for k, v in step.items()},
+                          "definitions": definitions([*table.columns, *step])}))
         return 0
     print(render(table, args.format))
     print(render(pd.DataFrame([dict(rank="step", **step)]), args.format))
     if args.format == "table":
         print(f"\nlink: {link.describe()}\nrecorded: the trace's own step (slowest rank for the "
               f"step row); predicted: replayed under the link, busy stretches x"
-              f"{args.compute_scale:g}; exposed: time blocked in waits; overlap: comm in flight "
-              f"during busy time.")
+              f"{args.compute_scale:g}; blocked: time blocked in waits (not the report's exposed "
+              f"comm); busy overlap: comm in flight during busy time (partui whatif --help).")
     return 0
 
 
@@ -163,7 +167,8 @@ def _repipe(args, doc: dict, link: LinkModel) -> int:
     if args.format == "json":
         print(json.dumps({"link": link.describe(), "stages": table.round(3).to_dict("records"),
                           "step": {k: round(v, 3) if isinstance(v, float) else v
-                                   for k, v in step.items()}}))
+                                   for k, v in step.items()},
+                          "definitions": definitions(table.columns)}))
         return 0
     print(render(table, args.format))
     if args.format == "table":
@@ -174,7 +179,7 @@ def _repipe(args, doc: dict, link: LinkModel) -> int:
               f"{step['W_ms']:.3f}), p2p {step['p2p_ms']:.3f} ms: the trace's mean F/B/W action x "
               f"its stages, split over the new stages, x recorded / new microbatches; p2p: the "
               f"link's send of the recorded activation bytes so scaled.\n"
-              f"pipe: the simulator's makespan; sim bubble: the stage's idle share of its own "
+              f"sim pipe: the simulator's makespan; sim bubble: the stage's idle share of its own "
               f"first-to-last window; rest: the recorded step outside the pipeline window (loss, "
               f"grad sync, optimizer), slowest rank, without the link; predicted step = pipe + "
               f"rest.")

@@ -93,7 +93,7 @@ def test_exposed_comm_by_op_and_group(tmp_path):
 def test_step_times_span_all_ranks(tmp_path):
     ev = two_ranks() + [X(1, "step", "step", 120, 30, step=1), X(0, "step", "step", 110, 50, step=1)]
     st = step_times(load(write(tmp_path, ev)))
-    assert st["step_ms"].tolist() == pytest.approx([0.100, 0.050])
+    assert st["world_step_ms"].tolist() == pytest.approx([0.100, 0.050])
 
 
 def pp2_report(tmp_path, schedule: str, spans: dict, name: str = "pp.json"):

@@ -238,7 +238,7 @@ def test_a_torchrun_port_in_use_is_one_line(tmp_path):
 
 
 def test_the_negative_formula_bubble_is_explained():
-    from partui.analysis.definitions import COLUMNS
-    text = COLUMNS["formula_bubble_pct"]
+    from partui.analysis.definitions import FIGURES
+    text = FIGURES["formula_bubble_pct"].counts
     assert "negative" in text and "W" in text
 

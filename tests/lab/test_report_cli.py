@@ -49,7 +49,7 @@ def test_vs_shows_step_time_saved_and_overlap(tmp_path, trace, capsys):
     assert main(["report", trace, "--vs", other, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["run"] for r in rows] == ["this", "other", "other - this"]
-    assert rows[2]["step_ms"] == pytest.approx(0.1)
+    assert rows[2]["world_step_ms"] == pytest.approx(0.1)
 
 
 def test_help_documents_every_column(capsys):
@@ -90,4 +90,4 @@ def test_bad_vs_trace_is_named(tmp_path, trace, capsys):
 def test_compare_is_a_python_api(trace):
     from partui.analysis import load
     t = cmd_report.compare(load(trace), load(trace))
-    assert t.loc[2, "step_ms"] == 0
+    assert t.loc[2, "world_step_ms"] == 0

@@ -45,7 +45,7 @@ def test_lateness_and_why_against_the_ideal_schedule(trace):
 def test_cli_and_bad_input(trace, tmp_path, capsys):
     assert main(["report", trace, "--by", "schedule"]) == 0
     out = capsys.readouterr().out
-    assert "late_ms" in out and "  why: a peer's send, a core" in out
+    assert "late_ms" in out and "  why: --by schedule: a peer's send, a core" in out
     assert main(["report", trace, "--by", "schedule", "--step", "7"]) == 2
     assert "step 7 is not in this trace; pick one of its steps (3)" in capsys.readouterr().err
     with pytest.raises(TraceError, match="no pipeline schedule"):

@@ -42,10 +42,10 @@ def test_show_rows_name_each_piece():
               "step": 2, "state": {"m": {"norm": 0.125},
                                                               "v": {"norm": 1e-6}}}]
     df = show_rows(optim, "optim").to_pandas()
-    assert df.to_dict("records") == [{"name": "wq", "piece": "[0:4, :]", "step": 2, "m_norm": 0.125,
+    assert df.to_dict("records") == [{"name": "wq", "piece": "[0:4, :]", "optimizer_steps": 2, "m_norm": 0.125,
                                       "v_norm": 1e-6}]
     assert set(df.attrs["definitions"]) >= set(df.columns)
-    assert "optimizer's step" in df.attrs["definitions"]["step"]
+    assert df.attrs["definitions"]["optimizer_steps"].startswith("the steps AdamW has taken")
     assert repr(Rows([], {"a": len})) == "a"
 
 

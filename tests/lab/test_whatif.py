@@ -30,11 +30,11 @@ def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
     # rank 0: busy 0-5, the op ended at 5: no wait, then 0.9 ms busy; rank 1: waits 4-5, 0.9 busy
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(5.9)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)
-    assert t.loc[0, "exposed_comm_ms"] == pytest.approx(0.0)
-    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.0)
+    assert t.loc[0, "blocked_ms"] == pytest.approx(0.0)
+    assert t.loc[1, "blocked_ms"] == pytest.approx(1.0)
     assert t.loc[0, "comm_in_flight_ms"] == pytest.approx(3.0)     # 2 ms to 5 ms
-    assert t.loc[0, "overlap_pct"] == pytest.approx(100.0)
-    assert t.loc[1, "overlap_pct"] == pytest.approx(0.0)
+    assert t.loc[0, "busy_overlap_pct"] == pytest.approx(100.0)
+    assert t.loc[1, "busy_overlap_pct"] == pytest.approx(0.0)
     assert t.loc[0, "recorded_step_ms"] == pytest.approx(6.0)
     # compute twice as slow: rank 0 is busy until 10 ms, the op (from 8 ms) ended at 9 ms
     t2 = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1"), compute_scale=2.0)
@@ -61,7 +61,7 @@ def test_a_recv_ends_with_its_send():
     # 2.1, then 3 - 1.5 = 1.5 busy: 3.6
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(3.6)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.6)
-    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
+    assert t.loc[1, "blocked_ms"] == pytest.approx(1.6)
 
 
 def test_a_recv_posted_before_its_send_keeps_its_wait():
@@ -71,7 +71,7 @@ def test_a_recv_posted_before_its_send_keeps_its_wait():
     t = replay(doc, build_link("alpha_us=100,gbps=1")).set_index("rank")
     # rank 1: 0.5 ms busy, waits until the send's end at 2.1 ms, then 0.9 ms busy
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3.0)
-    assert t.loc[1, "exposed_comm_ms"] == pytest.approx(1.6)
+    assert t.loc[1, "blocked_ms"] == pytest.approx(1.6)
 
 
 def test_whatif_bad_input_exits_2(cli_here, tmp_path):
@@ -101,16 +101,16 @@ def test_without_overlap_waits_each_op_right_after_its_issue():
     link = build_link("alpha_us=0,gbps=1")
     t = replay(all_reduce_doc(), link, overlap=False).set_index("rank")
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(5 + 3 + 0.9)
-    assert t.loc[0, "exposed_comm_ms"] == pytest.approx(3.0)
+    assert t.loc[0, "blocked_ms"] == pytest.approx(3.0)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)      # it already waited at once
     s = saved(all_reduce_doc(), link).set_index("rank")
     assert s.loc[0, "saved_ms"] == pytest.approx(3.0) and s.loc[1, "saved_ms"] == pytest.approx(0)
-    assert s.loc[0, "in_flight_ms"] == pytest.approx(3.0)           # 2 ms to 5 ms, as recorded
-    assert s.loc["step", "step_ms"] == pytest.approx(5.9)
+    assert s.loc[0, "comm_in_flight_ms"] == pytest.approx(3.0)           # 2 ms to 5 ms, as recorded
+    assert s.loc["step", "predicted_step_ms"] == pytest.approx(5.9)
     assert s.loc["step", "no_overlap_step_ms"] == pytest.approx(8.9)
     assert s.loc["step", "saved_ms"] == pytest.approx(3.0)
-    assert set(s.attrs["definitions"]) == {"in_flight_ms", "exposed_comm_ms", "step_ms",
-                                           "no_overlap_step_ms", "saved_ms"}
+    assert list(s.attrs["definitions"]) == ["rank", "comm_in_flight_ms", "blocked_ms",
+                                            "predicted_step_ms", "no_overlap_step_ms", "saved_ms"]
 
 
 def test_a_recv_keeps_its_place_without_overlap():

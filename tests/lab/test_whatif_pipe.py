@@ -47,9 +47,9 @@ def test_a_deeper_pipeline_with_more_microbatches_has_the_1f1b_makespan():
     assert step["F_ms"] == pytest.approx(0.25)
     assert step["B_ms"] == pytest.approx(0.5)
     # 1F1B with uniform stages and free p2p: (M + P - 1)(F + B) = 7 x 0.75
-    assert step["pipe_ms"] == pytest.approx(7 * 0.75, rel=1e-6)
+    assert step["sim_pipe_ms"] == pytest.approx(7 * 0.75, rel=1e-6)
     assert step["rest_ms"] == pytest.approx(1.0)                 # 10 ms step - 9 ms window
-    assert step["predicted_step_ms"] == pytest.approx(step["pipe_ms"] + 1.0)
+    assert step["predicted_step_ms"] == pytest.approx(step["sim_pipe_ms"] + 1.0)
     assert list(table["stage"]) == [0, 1, 2, 3] and step["world"] == 4
     # stage k's own window (its first F to its last B) is (M + P - 1 - k)(F + B) long and holds
     # M (F + B) of work: bubble (P - 1 - k) / (M + P - 1 - k) = 3/7, 2/6, 1/5, 0
@@ -61,7 +61,7 @@ def test_the_p2p_cost_is_the_links_send_of_the_scaled_activation():
     _t, step = repipe(pipeline_doc(), build_link("alpha_us=100,gbps=1"), pp=4, microbatches=4)
     # 100 us + 100 kB x 2/4 at 1 GB/s = 150 us; it lengthens the makespan past 5.25 ms
     assert step["p2p_ms"] == pytest.approx(0.15)
-    assert step["pipe_ms"] > 7 * 0.75 + 2 * 3 * 0.15
+    assert step["sim_pipe_ms"] > 7 * 0.75 + 2 * 3 * 0.15
 
 
 def test_the_recorded_plan_replays_its_own_costs():

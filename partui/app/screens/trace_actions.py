@@ -67,8 +67,8 @@ class TraceMixin:
     def _saved(self):
         """(table, line): the saved trace's op graph replayed under the current link with and
         without overlap (partui.analysis.whatif.saved); no table without a link."""
-        from partui.analysis import (SAVED_DEFINITIONS, TraceError, blame_text,  # lazy: pandas
-                                     partui_graphs, read_doc, saved)
+        from partui.analysis import (SAVED_COLUMNS, TraceError, blame_text,  # lazy: pandas
+                                     definitions_of, partui_graphs, read_doc, saved)
         try:                                       # the slowest worker, its cost, the top rows
             blame = blame_text(partui_graphs(read_doc(self.world.trace_path))) + "\n"
         except TraceError as e:
@@ -82,9 +82,10 @@ class TraceMixin:
         except TraceError as e:
             return None, blame + f"in flight / saved: {e}"
         step = table[table["rank"] == "step"].iloc[0]
-        legend = "; ".join(f"{k.replace('_ms', '')}: {v}" for k, v in SAVED_DEFINITIONS.items())
+        legend = "; ".join(f"{k.replace('_ms', '')}: {v}"
+                           for k, v in definitions_of(SAVED_COLUMNS[1:]).items())
         return table, (blame + f"under {link.describe()}: overlap saves {step['saved_ms']:.1f} ms a step "
-                       f"({step['no_overlap_step_ms']:.1f} ms without it, {step['step_ms']:.1f} "
+                       f"({step['no_overlap_step_ms']:.1f} ms without it, {step['predicted_step_ms']:.1f} "
                        f"ms as recorded; replayed, slowest rank).\n{legend}")
 
     def _show_saved(self, table, line: str) -> None:

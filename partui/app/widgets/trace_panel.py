@@ -1,7 +1,8 @@
 """The Trace tab: record on / off, save under a name, then the overlap report per rank and per
 step (partui.analysis.metrics), what overlap saves under the current link (in flight, saved:
 partui.analysis.whatif.saved), a text timeline of the last recorded step, and the file's path; with
-overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.pairs)."""
+overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.pairs).
+Every column is defined once, in partui.analysis.definitions."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -15,12 +16,14 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
 PIPE_COLS = ("rank", "pipe_bubble_pct", "sim_bubble_pct", "sim_ideal_bubble_pct", "formula_bubble_pct")
 DEFINED = "the same figures as the step lines, the rank cards and `partui report` (definitions: ?)"
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
-SAVED_COLS = ("rank", "in_flight_ms", "exposed_comm_ms", "step_ms", "no_overlap_step_ms", "saved_ms")
+# partui.analysis.whatif.SAVED_COLUMNS (not imported: the analysis loads pandas after the first frame)
+SAVED_COLS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms", "saved_ms")
 
 
 # short headers, so the per-rank table fits 80 columns (the help screen says what each is)
 HEADERS = {"overlapped_ms": "ovl", "exposed_comm_ms": "exposed", "overlap_pct": "ovl%",
-           "in_flight_ms": "in flight", "no_overlap_step_ms": "no-overlap step",
+           "in_flight_ms": "in flight", "comm_in_flight_ms": "in flight",
+           "predicted_step_ms": "step", "no_overlap_step_ms": "no-overlap step",
            "pipe_bubble_pct": "pipe%", "sim_bubble_pct": "sim%",
            "sim_ideal_bubble_pct": "ideal%", "formula_bubble_pct": "formula%"}
 
