@@ -2,7 +2,7 @@
 what World.step returns and the app draws, the same under torchrun. Plain data; light to import.
 
 A step line: step, loss (rank 0's: the global loss), step_ms (the slowest rank's), ranks (per rank
-step / compute / comm / overlapped / exposed comm / wait ms: planning.intervals, the terms of
+window (its own step) / compute / comm / overlapped / exposed comm / wait ms: planning.intervals, the terms of
 partui.analysis.definitions, what `partui report` counts on a trace of the step, p2p pairs
 matched across ranks here), grad_sync_overlap (mean), attn_* (per rank), moe_layers (the
 routing observatory: per MoE layer, gathered over dp inside the step, each layer taken once from
@@ -17,7 +17,7 @@ from planning.routing_figures import merge_layers, routing_totals
 from planning.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
 
 FIGURE_KEYS = tuple(MS_NAMES)   # compute, comm, overlapped, exposed comm, wait (ms)
-RANK_KEYS = ("step_ms",) + FIGURE_KEYS
+RANK_KEYS = ("window_ms",) + FIGURE_KEYS   # a rank's own step: window_ms (step_ms is the line's)
 MEAN_KEYS = ("grad_sync_overlap",)
 PER_RANK_KEYS = ("attn_ms", "attn_cpu_ms", "attn_flops", "attn_overlap_pct")  # cp load balance
 CHECK_KEYS = ("max_abs_grad_err", "max_abs_loss_err", "max_abs_param_err", "max_rel_grad_err",
@@ -40,7 +40,8 @@ def step_line(items: list[dict]) -> dict:
     pair_figures(items)
     r0 = items[0]
     out = {"step": r0["step"], "loss": r0["loss"], "step_ms": max(s["step_ms"] for s in items),
-           "ranks": [{k: round(s[k], 3) for k in RANK_KEYS} for s in items]}
+           "ranks": [{k: round(s["step_ms" if k == "window_ms" else k], 3) for k in RANK_KEYS}
+                     for s in items]}
     for key in MEAN_KEYS:
         vals = [s[key] for s in items if key in s]
         if vals:

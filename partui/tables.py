@@ -79,7 +79,7 @@ def _piece(r: dict) -> str:
 
 def _rank_items(line: dict) -> list[dict]:
     """A step line as one dict per rank: the step's columns beside the rank's figures."""
-    return [{**line, "rank": i, "window_ms": x["step_ms"], **{k: x[k] for k in FIGURE_KEYS}}
+    return [{**line, "rank": i, "window_ms": x["window_ms"], **{k: x[k] for k in FIGURE_KEYS}}
             for i, x in enumerate(line["ranks"])]
 
 

@@ -82,7 +82,7 @@ def emitted_columns(tmp_path) -> dict[str, list]:
     ar = tmp_path / "ar.json"
     ar.write_text(json.dumps(all_reduce_doc()))
     lines = [{"step": 0, "loss": 5.0, "step_ms": 2.0, "max_abs_grad_err": 0.0,
-              "ranks": [{"step_ms": 2.0, "compute_ms": 1.0, "comm_ms": 1.0, "overlapped_ms": 0.5,
+              "ranks": [{"window_ms": 2.0, "compute_ms": 1.0, "comm_ms": 1.0, "overlapped_ms": 0.5,
                          "exposed_comm_ms": 0.5, "wait_ms": 0.0}]}]
     shown = {what: list(show_rows([], what).to_pandas().columns) for what in ("params", "grad", "optim")}
     routing = {0: {"0": {"tokens_per_expert": [3, 1], "max_violation": 0.5, "dropped": 0,

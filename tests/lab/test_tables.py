@@ -2,8 +2,8 @@
 with known answers)."""
 from partui.tables import Rows, show_rows, step_rows
 
-def _rank(step_ms, compute, comm, overlapped, wait=0.0):
-    return {"step_ms": step_ms, "compute_ms": compute, "comm_ms": comm, "overlapped_ms": overlapped,
+def _rank(window_ms, compute, comm, overlapped, wait=0.0):
+    return {"window_ms": window_ms, "compute_ms": compute, "comm_ms": comm, "overlapped_ms": overlapped,
             "exposed_comm_ms": comm - overlapped, "wait_ms": wait}
 
 

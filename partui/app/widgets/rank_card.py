@@ -22,7 +22,7 @@ def card_figures(item: dict) -> str:
     pct = overlap_pct(item)
     return (f"comp {item['compute_ms']:.1f} comm {item['comm_ms']:.1f} ms\n"
             f"ovl {item['overlapped_ms']:.1f} {'—' if pct is None else f'{pct:.0f}%'}"
-            f" exp {item['exposed_comm_ms']:.1f} ms\nstep {item['step_ms']:.0f} ms")
+            f" exp {item['exposed_comm_ms']:.1f} ms\nstep {item['window_ms']:.0f} ms")
 
 
 class RankCard(Static):
