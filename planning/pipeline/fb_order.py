@@ -75,21 +75,13 @@ class OrderedPart:
 
     @property
     def issues(self) -> str | None:
-        return ISSUES.get((self.side, self.part))
+        """The all-to-all this part issues at its end (None unless an MoE layer's)."""
+        return ISSUES.get((self.side, self.part)) if self.kind == "moe" else None
 
     @property
     def waits(self) -> str | None:
-        return WAITS.get((self.side, self.part))
-
-    @property
-    def moves(self) -> str | None:
-        """The all-to-all this part issues at its end, None unless an MoE layer's (planning's view of issues)."""
-        return self.issues if self.kind == "moe" else None
-
-    @property
-    def lands(self) -> str | None:
-        """The all-to-all this part waits for, None unless an MoE layer's."""
-        return self.waits if self.kind == "moe" else None
+        """The all-to-all this part waits for before it starts (None unless an MoE layer's)."""
+        return WAITS.get((self.side, self.part)) if self.kind == "moe" else None
 
 
 def _side_parts(side: str, kinds: list[str]) -> list[tuple[int, str, str]]:
@@ -176,18 +168,18 @@ class TwoStreams:
 
     def start(self, p: OrderedPart) -> float:
         """When part p could start now."""
-        need = p.lands
+        need = p.waits
         return max(self.compute_free, self.landed.get((p.side, p.layer, need), 0.0)) if need else self.compute_free
 
     def run(self, p: OrderedPart) -> None:
         start = self.start(p)
         self.compute_free = end = start + self.cost.of(p.side, p.part, p.kind)
         self.timeline.compute.append((start, end, f"{p.side} {p.part} {p.name}", p.hides))
-        if p.moves:
+        if p.issues:
             begin = max(end, self.comm_free)
             self.comm_free = begin + self.cost.A2A
-            self.landed[(p.side, p.layer, p.moves)] = self.comm_free
-            self.timeline.comm.append((begin, self.comm_free, f"{p.moves}({p.side}) {p.name}", ""))
+            self.landed[(p.side, p.layer, p.issues)] = self.comm_free
+            self.timeline.comm.append((begin, self.comm_free, f"{p.issues}({p.side}) {p.name}", ""))
 
 
 def run_parts(order: list[OrderedPart], cost: PartCost) -> PartTimeline:
@@ -255,7 +247,7 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
                 continue
             nxt = as_part(side, todo[side][0])
             other = todo["B" if side == "F" else "F"] or (side == "F" and pool)
-            if strict and nxt.lands and not covered[(side, nxt.layer, nxt.lands)] and other:
+            if strict and nxt.waits and not covered[(side, nxt.layer, nxt.waits)] and other:
                 continue                            # nothing of the other microbatch under it yet
             start = streams.start(nxt)
             got.append(((start, *_next_issue(todo[side], side, start, cost), side != "F"), side, todo[side][0]))
@@ -270,8 +262,8 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
         else:
             todo[side].pop(0)
         p = as_part(side, item)
-        if p.lands:
-            in_flight.remove(f"{p.lands}({side}) {p.name}")
+        if p.waits:
+            in_flight.remove(f"{p.waits}({side}) {p.name}")
         p = as_part(side, item, ", ".join(in_flight))
         out.append(p)
         streams.run(p)
@@ -280,9 +272,9 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
                 covered[other] = True
         if side == "B" and (p.layer, p.part) in weights:
             pool.append(weights[(p.layer, p.part)])
-        if p.moves:
-            covered[(side, p.layer, p.moves)] = False
-            in_flight.append(f"{p.moves}({side}) {p.name}")
+        if p.issues:
+            covered[(side, p.layer, p.issues)] = False
+            in_flight.append(f"{p.issues}({side}) {p.name}")
     return out
 
 
