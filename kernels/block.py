@@ -90,10 +90,14 @@ class Block(Layer):
         """MLP's input grads, dense or a whole MoE: the block's output grad -> the grad at the MLP's input."""
         return self.mlp.backward_input(ctx.c_m, self.exit_mlp.backward(ctx.c_x2, dy))
 
+    def entry_of(self, ctx, branch: str):
+        """(the region entering `branch`, attn or mlp; its saved context)."""
+        return (self.enter_attn, ctx.c_e1) if branch == "attn" else (self.enter_mlp, ctx.c_e2)
+
     def backward_entry(self, ctx, branch: str, dx):
-        """The backward of the region entering `branch` (attn or mlp): identity, or tensor parallel's dX
-        collective (TPBlock.backward_entry_under_weights hides it under the branch's weight grads)."""
-        region, c_region = (self.enter_attn, ctx.c_e1) if branch == "attn" else (self.enter_mlp, ctx.c_e2)
+        """The backward of the region entering `branch`: identity, or tensor parallel's dX collective
+        (TPBlock.backward_entry_under_weights hides it under the branch's weight grads)."""
+        region, c_region = self.entry_of(ctx, branch)
         return region.backward(c_region, dx)
 
     def backward_attention(self, ctx, dy, dm, entry=None):

@@ -59,11 +59,10 @@ class TPBlock(Block):
 
     def backward_entry_under_weights(self, ctx, branch: str, dx):
         """The entry region's dX collective issued async, the branch's dW run under it, then waited."""
-        region, c_region = (self.enter_attn, ctx.c_e1) if branch == "attn" else (self.enter_mlp, ctx.c_e2)
-        sub, c_sub = (self.attn, ctx.c_a) if branch == "attn" else (self.mlp, ctx.c_m)
-        pending = start_region_backward(region, c_region, dx)
+        pending = start_region_backward(*self.entry_of(ctx, branch), dx)
+        layer, c_layer = (self.attn, ctx.c_a) if branch == "attn" else (self.mlp, ctx.c_m)
         with events.span(f"{branch} dW (under dX comm)", "W", layer=self.index):
-            sub.backward_weight(c_sub)
+            layer.backward_weight(c_layer)
         ctx.weights_done = (*getattr(ctx, "weights_done", ()), branch)   # backward_weight skips them
         return pending.wait()
 
