@@ -1,7 +1,8 @@
 """The tiny Llama built from hand-written layers, and the single-process reference step that every
 plan is held to (its config, parameter shapes and init: planning/config.py).
 
-The model is a flat list of stage layers: [Embed, Block 0 .. Block L-1, Head]. Each has
+The model is a flat list of stage layers: [Embed, Block 0 .. Block L-1, Head] (the Block and its
+backward parts: kernels/block.py). Each has
 forward(x) -> (y, ctx), backward_input(ctx, dy) -> dx, backward_weight(ctx); the Head takes the
 targets and returns the loss. Pipeline stages are slices of this list.
 """
@@ -14,9 +15,9 @@ import torch
 from kernels.comm import events
 from planning.config import ModelConfig, is_moe_layer
 
+from kernels.block import Block
 from kernels.weights import init_params
 from kernels.ep.build import build_moe
-from kernels.recompute import recomputed, slimmed
 from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
                             Param, RMSNorm, SwiGLU, rope_tables)
 
@@ -38,83 +39,6 @@ class Embed(Layer):
 
     def backward_weight(self, ctx):
         self.emb.backward_weight(ctx)
-
-
-class Identity:
-    """A region boundary that does nothing (tensor parallel replaces it with f / g)."""
-
-    def forward(self, x):
-        return x, None
-
-    def backward(self, ctx, dy):
-        return dy
-
-
-class Block(Layer):
-    """Pre-norm residual block: h = x + attn(norm(x)); y = h + mlp(norm(h)).
-
-    `enter_*` / `exit_*` wrap each branch (tensor parallel's f and g, sequence parallel's
-    all-gather and reduce-scatter); identity by default.
-    """
-
-    def __init__(self, index, attn_norm, attn, mlp_norm, mlp, regions: dict | None = None):
-        self.index = index
-        self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
-        regions = regions or {}
-        self.enter_attn = regions.get("enter_attn", Identity())
-        self.exit_attn = regions.get("exit_attn", Identity())
-        self.enter_mlp = regions.get("enter_mlp", Identity())
-        self.exit_mlp = regions.get("exit_mlp", Identity())
-
-    def sublayers(self):
-        mlp_name = "moe" if getattr(self.mlp, "is_moe", False) else "mlp"
-        return {"attn_norm": self.attn_norm, "attn": self.attn, "mlp_norm": self.mlp_norm,
-                mlp_name: self.mlp}
-
-    def forward_to_mlp(self, x):                            # x [B, S, dim]
-        """The block up to the MLP's input: (h, mlp input, ctx). The EP overlap runner splits here."""
-        n1, c_n1 = self.attn_norm.forward(x)
-        e1, c_e1 = self.enter_attn.forward(n1)
-        a, c_a = self.attn.forward(e1)
-        a, c_x1 = self.exit_attn.forward(a)
-        h = x + a
-        n2, c_n2 = self.mlp_norm.forward(h)
-        e2, c_e2 = self.enter_mlp.forward(n2)
-        return h, e2, Ctx(c_n1=c_n1, c_e1=c_e1, c_a=c_a, c_x1=c_x1, c_n2=c_n2, c_e2=c_e2,
-                          norm_fed=(e1 is n1, e2 is n2))   # linears saved the norm's own output
-
-    def finish_forward(self, h, m, c_m, ctx):
-        """Residual after the MLP's output m; completes the ctx backward_input expects."""
-        m, ctx.c_x2 = self.exit_mlp.forward(m)
-        ctx.c_m, ctx.aux_loss = c_m, getattr(c_m, "aux_loss", 0.0)
-        return h + m, ctx
-
-    recompute = "none"   # Plan.recompute: what the forward keeps (kernels/recompute.py)
-
-    def forward(self, x, save_all: bool = False):           # x [B, S, dim]
-        h, e2, ctx = self.forward_to_mlp(x)
-        y, ctx = self.finish_forward(h, *self.mlp.forward(e2), ctx)
-        keep = "none" if save_all else self.recompute
-        return y, (ctx if keep == "none" else Ctx(x=x, aux_loss=ctx.aux_loss) if keep == "full"
-                   else slimmed(self, ctx, x, h))
-
-    def backward_input(self, ctx, dy):
-        ctx = recomputed(self, ctx)
-        dm = self.exit_mlp.backward(ctx.c_x2, dy)
-        dm = self.mlp.backward_input(ctx.c_m, dm)
-        dm = self.enter_mlp.backward(ctx.c_e2, dm)
-        dh = dy + self.mlp_norm.backward_input(ctx.c_n2, dm)
-        da = self.exit_attn.backward(ctx.c_x1, dh)
-        da = self.attn.backward_input(ctx.c_a, da)
-        da = self.enter_attn.backward(ctx.c_e1, da)
-        return dh + self.attn_norm.backward_input(ctx.c_n1, da)
-
-    def backward_weight(self, ctx):
-        ctx = recomputed(self, ctx)
-        self.mlp.backward_weight(ctx.c_m)
-        self.mlp_norm.backward_weight(ctx.c_n2)
-        self.attn.backward_weight(ctx.c_a)
-        self.attn_norm.backward_weight(ctx.c_n1)
 
 
 class Head(Layer):
@@ -219,7 +143,7 @@ def build_model(cfg: ModelConfig, seed: int, dtype=torch.float32, tensors=None, 
 
 # ---------------------------------------------------------------- forward / backward over a layer list
 
-def layer_label(layer) -> str:
+def layer_span_name(layer) -> str:
     """A layer's name in trace spans: embed, block 3, head."""
     return {Embed: "embed", Head: "head"}.get(type(layer)) or f"block {getattr(layer, 'index', '?')}"
 
@@ -239,7 +163,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
     x = ids
     for layer in layers[:-1]:
         hooks and hooks.before_forward(layer)
-        with events.span(f"F {layer_label(layer)}", "layer"):  # leaf compute; the F+B around is not
+        with events.span(f"F {layer_span_name(layer)}", "layer"):  # leaf compute; the F+B around is not
             x, c = layer.forward(x)
         hooks and hooks.after_forward(layer)
         ctxs.append(c)
@@ -254,7 +178,7 @@ def forward_backward(layers: list, ids, targets, denom, backward: str = "hand", 
     hooks and hooks.after_backward(head)
     for layer, c in zip(reversed(layers[:-1]), reversed(ctxs)):
         hooks and hooks.before_backward(layer)
-        with events.span(f"B+W {layer_label(layer)}", "layer"):
+        with events.span(f"B+W {layer_span_name(layer)}", "layer"):
             dx = layer.backward_input(c, dx)
             layer.backward_weight(c)
         hooks and hooks.after_backward(layer)

@@ -3,8 +3,8 @@ closures the executor runs in an overlapped F&B pair's order.
 
 Each Part waits for the all-to-all it consumes with `wait()` (blocked time, kept out of compute spans) and then
 computes with `run()`; an MoE part's run ends by issuing its next all-to-all (kernels/ep/layer.py's phases).
-The math is the layers' own, regrouped: a Block's backward is `Block.backward_input` + `backward_weight` split
-at the MLP / attention seam, so a pair's grads equal the plain executor's.
+The math is the layers' own, regrouped: a Block's backward parts are kernels/block.py's (the ones
+`Block.backward_input` + `backward_weight` run back to back), so a pair's grads equal the plain executor's.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from typing import Callable
 
 from kernels.comm import events
 from kernels.layers.base import Ctx
-from kernels.model import Block, Embed, Head
+from kernels.block import Block
+from kernels.model import Embed, Head
 from planning.pipeline.fb_order import pair_order
 
 
@@ -24,12 +25,12 @@ def layer_kind(layer) -> str:
     if isinstance(layer, Head):
         return "head"
     if isinstance(layer, Block):
-        return "moe" if getattr(layer.mlp, "is_moe", False) else "dense"
+        return "moe" if layer.is_moe else "dense"
     raise TypeError(f"no parts for layer {type(layer).__name__}: expected Embed, Block or Head")
 
 
-def layer_label(layer) -> str:
-    """How a part's span names its layer: L3, EMBED or HEAD."""
+def pair_layer_name(layer) -> str:
+    """The name a layer goes by in an F&B pair's order and its part spans: L3, EMBED or HEAD."""
     return f"L{layer.index}" if isinstance(layer, Block) else layer_kind(layer).upper()
 
 
@@ -133,7 +134,7 @@ class BackwardParts:
         def combine():                                      # MoE: combine dX; issues COMBINE(B)
             hooks.before_backward(layer)
             st.dy = self.dx
-            layer.mlp.backward_combine(c.c_m, layer.exit_mlp.backward(c.c_x2, st.dy))
+            layer.backward_combine(c, st.dy)
 
         def mlp():
             if kind == "moe":
@@ -141,35 +142,20 @@ class BackwardParts:
             else:
                 hooks.before_backward(layer)
                 st.dy = self.dx
-                st.dm = layer.mlp.backward_input(c.c_m, layer.exit_mlp.backward(c.c_x2, st.dy))
-
-        def mlp_w():
-            if kind == "moe":
-                layer.mlp.backward_expert_weights(c.c_m)
-            else:
-                layer.mlp.backward_weight(c.c_m)
+                st.dm = layer.backward_mlp(c, st.dy)
 
         def attn():
             dm = layer.mlp.backward_dispatch(c.c_m) if kind == "moe" else st.dm   # at the MLP's input
-            dm = layer.enter_mlp.backward(c.c_e2, dm)
-            dh = st.dy + layer.mlp_norm.backward_input(c.c_n2, dm)
-            da = layer.exit_attn.backward(c.c_x1, dh)
-            da = layer.attn.backward_input(c.c_a, da)
-            da = layer.enter_attn.backward(c.c_e1, da)
-            self.dx = dh + layer.attn_norm.backward_input(c.c_n1, da)
+            self.dx = layer.backward_attention(c, st.dy, dm)
 
         def attn_w():
-            if kind == "moe":
-                layer.mlp.backward_router_weight(c.c_m)
-            layer.mlp_norm.backward_weight(c.c_n2)
-            layer.attn.backward_weight(c.c_a)
-            layer.attn_norm.backward_weight(c.c_n1)
+            layer.backward_attention_weight(c)
             hooks.after_backward(layer)
 
         if kind in ("embed", "head"):
             return [Part("ATTN", layer, whole_b), Part("ATTN_W", layer, whole_w)]
-        out = [Part("MLP", layer, mlp), Part("MLP_W", layer, mlp_w), Part("ATTN", layer, attn),
-               Part("ATTN_W", layer, attn_w)]
+        out = [Part("MLP", layer, mlp), Part("MLP_W", layer, lambda: layer.backward_mlp_weight(c)),
+               Part("ATTN", layer, attn), Part("ATTN_W", layer, attn_w)]
         if kind == "moe":
             out[0].wait = out[2].wait = lambda: layer.mlp.wait(c.c_m)
             out[0].ready = out[2].ready = lambda: landed(c.c_m)
@@ -180,8 +166,8 @@ class BackwardParts:
 def chunk_pair_order(fch, bch) -> list:
     """planning.pipeline.fb_order.pair_order for a forward chunk and a backward chunk of this rank."""
     f, b = fch.layers, bch.layers
-    return pair_order([layer_kind(x) for x in f], [layer_kind(x) for x in b], [layer_label(x) for x in f],
-                      [layer_label(x) for x in b])
+    return pair_order([layer_kind(x) for x in f], [layer_kind(x) for x in b], [pair_layer_name(x) for x in f],
+                      [pair_layer_name(x) for x in b])
 
 
 def run_part(step, part: Part, args: dict, hides: str) -> None:

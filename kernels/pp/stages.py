@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernels.comm import events
-from kernels.model import Block, Embed, Head, layer_label, named_params
+from kernels.block import Block
+from kernels.model import Embed, Head, layer_span_name, named_params
 
 
 @dataclass
@@ -66,7 +67,7 @@ def forward_steps(chunk: Chunk, x, targets, denom, hooks):
     ctxs, aux = [], 0.0
     for layer in chunk.layers:
         hooks.before_forward(layer)
-        with events.span(f"F {layer_label(layer)}", "layer"):  # leaf compute inside an F&B pair too
+        with events.span(f"F {layer_span_name(layer)}", "layer"):  # leaf compute inside an F&B pair too
             if isinstance(layer, Head):
                 x, c = layer.forward(x, targets, denom)   # x becomes the partial loss of this microbatch
             else:
@@ -83,7 +84,7 @@ def backward_steps(chunk: Chunk, ctxs: list, dy, weights: bool, hooks):
     On the last stage dy is None: the head starts from d(loss) = 1. On the first stage dx is None (ids)."""
     for layer, c in zip(reversed(chunk.layers), reversed(ctxs)):
         hooks.before_backward(layer)
-        with events.span(f"B {layer_label(layer)}", "layer"):
+        with events.span(f"B {layer_span_name(layer)}", "layer"):
             dy = layer.backward_input(c) if isinstance(layer, Head) else layer.backward_input(c, dy)
             if weights:
                 layer.backward_weight(c)

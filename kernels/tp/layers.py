@@ -38,7 +38,8 @@ from kernels.ep.build import build_moe
 from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
                             SwiGLU, rope_tables)
 from planning.mesh import partition
-from kernels.model import Block, Embed, Head
+from kernels.block import Block
+from kernels.model import Embed, Head
 from kernels.recompute import recomputed
 from kernels.tp.loss import VocabParallelCrossEntropy
 from kernels.tp.regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
@@ -56,33 +57,21 @@ class TPBlock(Block):
         super().__init__(*args, **kw)
         self.overlap_weight_grad = overlap_weight_grad
 
-    def _enter_backward(self, region, rctx, dx, branch, bctx, what):
-        if not self.overlap_weight_grad:
-            return region.backward(rctx, dx)
-        pending = start_region_backward(region, rctx, dx)
-        with events.span(f"{what} dW (under dX comm)", "W", layer=self.index):
-            branch.backward_weight(bctx)
+    def backward_entry_under_weights(self, ctx, branch: str, dx):
+        """The entry region's dX collective issued async, the branch's dW run under it, then waited."""
+        pending = start_region_backward(*self.entry_of(ctx, branch), dx)
+        layer, c_layer = (self.attn, ctx.c_a) if branch == "attn" else (self.mlp, ctx.c_m)
+        with events.span(f"{branch} dW (under dX comm)", "W", layer=self.index):
+            layer.backward_weight(c_layer)
+        ctx.weights_done = (*getattr(ctx, "weights_done", ()), branch)   # backward_weight skips them
         return pending.wait()
 
     def backward_input(self, ctx, dy):                       # dy [B, S or S/tp, D]
+        if not self.overlap_weight_grad:
+            return super().backward_input(ctx, dy)
         ctx = recomputed(self, ctx)                           # under Plan.recompute
-        dm = self.exit_mlp.backward(ctx.c_x2, dy)
-        dm = self.mlp.backward_input(ctx.c_m, dm)
-        dm = self._enter_backward(self.enter_mlp, ctx.c_e2, dm, self.mlp, ctx.c_m, "mlp")
-        dh = dy + self.mlp_norm.backward_input(ctx.c_n2, dm)
-        da = self.exit_attn.backward(ctx.c_x1, dh)
-        da = self.attn.backward_input(ctx.c_a, da)
-        da = self._enter_backward(self.enter_attn, ctx.c_e1, da, self.attn, ctx.c_a, "attn")
-        ctx.weights_done = self.overlap_weight_grad
-        return dh + self.attn_norm.backward_input(ctx.c_n1, da)
-
-    def backward_weight(self, ctx):
-        ctx = recomputed(self, ctx)
-        if not getattr(ctx, "weights_done", False):
-            self.mlp.backward_weight(ctx.c_m)
-            self.attn.backward_weight(ctx.c_a)
-        self.mlp_norm.backward_weight(ctx.c_n2)
-        self.attn_norm.backward_weight(ctx.c_n1)
+        return self.backward_attention(ctx, dy, self.backward_mlp(ctx, dy),
+                                       entry=self.backward_entry_under_weights)
 
 
 class TPEmbed(Embed):

@@ -36,11 +36,16 @@ order took 14 and left 25% exposed). At run time kernels/pp/parts.py's run_pair 
 weight-grad parts forward where a real transfer is later than planned.
 and every OrderedPart it returns says what it hides. Dense, embedding and head layers have no all-to-all
 and fill in where they stand.
+The pair model is written once here: `TwoStreams`, one compute stream and one comm stream, on which
+`pair_order` plans and `run_parts` replays an order (planning/pipeline/part_costs.py prices chunks with it).
 Torch-free: the executor (kernels/pp/executor.py) and the simulator (planning/pipeline/simulate.py) both read it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from planning.intervals import intersect, length, merge
 
 LAYER_KINDS = ("moe", "dense", "embed", "head")
 FORWARD_PARTS = {"moe": ("ATTN", "MLP", "COMBINE"), "dense": ("ATTN", "MLP"), "embed": ("ATTN",),
@@ -62,6 +67,7 @@ class OrderedPart:
     part: str     # one of FORWARD_PARTS / BACKWARD_PARTS of that layer's kind
     hides: str    # the all-to-alls in flight while it computes, e.g. "DISPATCH(F) L0, COMBINE(B) L1"
     name: str = ""  # the layer's name (L3, EMBED, HEAD; by default L + its position in model order)
+    kind: str = "moe"  # the layer's kind, one of LAYER_KINDS: what the part costs and whether it moves rows
 
     @property
     def weight(self) -> bool:
@@ -69,11 +75,13 @@ class OrderedPart:
 
     @property
     def issues(self) -> str | None:
-        return ISSUES.get((self.side, self.part))
+        """The all-to-all this part issues at its end (None unless an MoE layer's)."""
+        return ISSUES.get((self.side, self.part)) if self.kind == "moe" else None
 
     @property
     def waits(self) -> str | None:
-        return WAITS.get((self.side, self.part))
+        """The all-to-all this part waits for before it starts (None unless an MoE layer's)."""
+        return WAITS.get((self.side, self.part)) if self.kind == "moe" else None
 
 
 def _side_parts(side: str, kinds: list[str]) -> list[tuple[int, str, str]]:
@@ -87,42 +95,122 @@ def _moe_issue(side: str, item) -> bool:
     return item is not None and item[1] == "moe" and (side, item[2]) in ISSUES
 
 
-# The relative costs the order is planned with, per layer kind and part (backward parts: input grads as the
-# forward's, zero-bubble's W = F): one MoE layer's ATTN = its MLP = one all-to-all (A2A) = 1; COMBINE (a
-# weighted sum) and the embedding ~ 0; the head (norm, lm head, loss) as one part.
-UNIT_COSTS = {"ATTN": 1.0, "MLP": 1.0, "COMBINE": 0.0, "embed": 0.0, "head": 1.0}
-A2A = 1.0
+PART_KEYS = ("ATTN", "MLP", "COMBINE", "A2A", "ATTN_B", "MLP_B", "ATTN_W", "MLP_W", "layers")
 
 
-def unit_cost(kind: str, side: str, part: str) -> float:
-    """UNIT_COSTS of one part: kind moe / dense / embed / head, side F or B, part as the tables name it."""
-    if kind in ("embed", "head"):
-        return UNIT_COSTS[kind]
-    return UNIT_COSTS[part.removesuffix("_W")]
+@dataclass(frozen=True)
+class PartCost:
+    """Part costs of one MoE layer. Backward input grads (ATTN_B, MLP_B) and weight grads (ATTN_W, MLP_W)
+    default to the forward's (zero-bubble's B = 2F, W = F); COMBINE (a weighted sum, and its backward)
+    defaults to 0; A2A is one all-to-all. The defaults, ATTN = MLP = A2A = 1, are the unit costs pair_order
+    plans with."""
+    ATTN: float = 1.0
+    MLP: float = 1.0
+    COMBINE: float = 0.0
+    A2A: float = 1.0
+    ATTN_B: float | None = None     # None: ATTN
+    MLP_B: float | None = None      # None: MLP
+    ATTN_W: float | None = None     # None: ATTN
+    MLP_W: float | None = None      # None: MLP
+    layers: int = 1                 # MoE layers in one model chunk
+    # the embedding's parts ~ 0; the head's (norm, lm head, loss) one unit: fixed, as chunks are priced on MoE layers
+    EMBED: ClassVar[float] = 0.0
+    HEAD: ClassVar[float] = 1.0
+
+    def __post_init__(self):
+        for k in PART_KEYS:
+            v = getattr(self, k)
+            if v is not None and v < 0:
+                raise ValueError(f"part cost {k} must be >= 0, got {v}")
+        if self.layers < 1 or int(self.layers) != self.layers:
+            raise ValueError(f"part cost layers must be a whole number >= 1, got {self.layers}")
+
+    def of(self, side: str, part: str, kind: str = "moe") -> float:
+        """Compute time of one part: side F or B, part as the tables name it (ATTN, MLP_W ...), of a layer of
+        `kind` (an embedding's or a head's parts cost EMBED / HEAD)."""
+        if kind in ("embed", "head"):
+            return self.EMBED if kind == "embed" else self.HEAD
+        if side == "F":
+            return {"ATTN": self.ATTN, "MLP": self.MLP, "COMBINE": self.COMBINE}[part]
+        pick = {"ATTN": self.ATTN_B, "MLP": self.MLP_B, "ATTN_W": self.ATTN_W, "MLP_W": self.MLP_W}
+        if part == "COMBINE":
+            return self.COMBINE
+        base = self.ATTN if part.startswith("ATTN") else self.MLP
+        return base if pick[part] is None else pick[part]
 
 
-def _next_issue(parts: list, side: str, start: float, cost) -> tuple[int, float]:
+@dataclass
+class PartTimeline:
+    """Parts on the compute stream and all-to-alls on the comm stream: (start, end, label, hides)."""
+    compute: list = field(default_factory=list)
+    comm: list = field(default_factory=list)
+
+    @property
+    def makespan(self) -> float:
+        return max([e for _, e, *_ in self.compute + self.comm], default=0.0)
+
+    @property
+    def exposed_comm(self) -> float:
+        """All-to-all time with no part computing: the comm stream minus the compute stream."""
+        comm = merge([(b, e) for b, e, *_ in self.comm])
+        return length(comm) - intersect(merge([(b, e) for b, e, *_ in self.compute]), comm)
+
+
+class TwoStreams:
+    """The pair model, its one clock: a part starts when the compute stream is free and the all-to-all it
+    waits for has landed, and takes cost.of; an MoE part's all-to-all starts at the part's end once the comm
+    stream is free, and takes cost.A2A. `timeline` holds what ran."""
+
+    def __init__(self, cost: PartCost):
+        self.cost, self.timeline = cost, PartTimeline()
+        self.compute_free = self.comm_free = 0.0
+        self.landed: dict = {}                   # (side, layer, a2a) -> time its rows are in place
+
+    def start(self, p: OrderedPart) -> float:
+        """When part p could start now."""
+        need = p.waits
+        return max(self.compute_free, self.landed.get((p.side, p.layer, need), 0.0)) if need else self.compute_free
+
+    def run(self, p: OrderedPart) -> None:
+        start = self.start(p)
+        self.compute_free = end = start + self.cost.of(p.side, p.part, p.kind)
+        self.timeline.compute.append((start, end, f"{p.side} {p.part} {p.name}", p.hides))
+        if p.issues:
+            begin = max(end, self.comm_free)
+            self.comm_free = begin + self.cost.A2A
+            self.landed[(p.side, p.layer, p.issues)] = self.comm_free
+            self.timeline.comm.append((begin, self.comm_free, f"{p.issues}({p.side}) {p.name}", ""))
+
+
+def run_parts(order: list[OrderedPart], cost: PartCost) -> PartTimeline:
+    """Replay parts in order on the two streams (TwoStreams): compute serial, each all-to-all after its part."""
+    streams = TwoStreams(cost)
+    for p in order:
+        streams.run(p)
+    return streams.timeline
+
+
+def _next_issue(parts: list, side: str, start: float, cost: PartCost) -> tuple[int, float]:
     """(0, when this side's next all-to-all would be issued) if it comes before the side's next wait, from
     `start`; else (1, 0): no transfer to feed soon."""
     t = start
     for i, (k, kind, part) in enumerate(parts):
         if i and kind == "moe" and (side, part) in WAITS:
             break
-        t += cost(kind, side, part)
+        t += cost.of(side, part, kind)
         if _moe_issue(side, (k, kind, part)):
             return 0, t
     return 1, 0.0
 
 
 def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_names: list[str] | None = None,
-               backward_names: list[str] | None = None, cost=unit_cost, a2a: float = A2A) -> list[OrderedPart]:
+               backward_names: list[str] | None = None, cost: PartCost = PartCost()) -> list[OrderedPart]:
     """Every part of one overlapped pair in the order it runs. forward_kinds: the forward chunk's layer kinds
     in model order; backward_kinds: the backward chunk's, in model order too (its parts run reversed);
     the names (model order, default L0, L1 ... by position) label the layers in `hides`.
 
-    The order is planned on a model of one compute stream and one comm stream (planning/pipeline/part_costs.py
-    replays it the same way): `cost(kind, side, part)` per part, `a2a` per all-to-all, which starts when its
-    part ends and the comm stream is free. Each side keeps its own order of input parts; a weight-grad part
+    The order is planned on the pair model (TwoStreams, which run_parts replays it on) priced by `cost`
+    (default the unit costs). Each side keeps its own order of input parts; a weight-grad part
     (MLP_W, ATTN_W) may run any time after its input-grad part. At each step the part that can start first
     runs; on a tie:
       1. a part that issues an all-to-all, the one whose transfer starts first (the forward on a tie): comm
@@ -144,57 +232,54 @@ def pair_order(forward_kinds: list[str], backward_kinds: list[str], forward_name
     names = {"F": list(forward_names or [f"L{k}" for k in range(len(forward_kinds))]),
              "B": list(reversed(backward_names or [f"L{k}" for k in range(len(backward_kinds))]))}
     in_flight: list[str] = []                   # "DISPATCH(F) L0": issued, not yet waited
-    landed: dict = {}                           # (side, layer, a2a) -> modelled time its rows are in place
     covered: dict = {}                          # (side, layer, a2a) -> a part of the other side ran since issue
-    clock = comm_free = 0.0
+    streams = TwoStreams(cost)
     out: list[OrderedPart] = []
 
-    def need(side, item):
+    def as_part(side, item, hides=""):
         k, kind, part = item
-        return (side, k, WAITS[(side, part)]) if kind == "moe" and (side, part) in WAITS else None
+        return OrderedPart(side, k, part, hides, names[side][k], kind)
 
     def candidates(strict: bool):
         got = []
         for side in "FB":
             if not todo[side]:
                 continue
-            item, key = todo[side][0], need(side, todo[side][0])
+            nxt = as_part(side, todo[side][0])
             other = todo["B" if side == "F" else "F"] or (side == "F" and pool)
-            if strict and key is not None and not covered[key] and other:
+            if strict and nxt.waits and not covered[(side, nxt.layer, nxt.waits)] and other:
                 continue                            # nothing of the other microbatch under it yet
-            start = max(clock, landed[key]) if key is not None else clock
-            got.append(((start, *_next_issue(todo[side], side, start, cost), side != "F"), side, item))
+            start = streams.start(nxt)
+            got.append(((start, *_next_issue(todo[side], side, start, cost), side != "F"), side, todo[side][0]))
         if pool:
-            got.append(((clock, 2, 0, True), "B", pool[0]))
+            got.append(((streams.compute_free, 2, 0, True), "B", pool[0]))
         return got
 
     while todo["F"] or todo["B"] or pool:
-        (start, *_), side, item = min(candidates(True) or candidates(False), key=lambda c: c[0])
-        k, kind, part = item
+        _, side, item = min(candidates(True) or candidates(False), key=lambda c: c[0])
         if item in pool:
             pool.remove(item)
         else:
             todo[side].pop(0)
-        key = need(side, item)
-        if key is not None:
-            in_flight.remove(f"{key[2]}({side}) {names[side][k]}")
-        out.append(OrderedPart(side, k, part, ", ".join(in_flight), names[side][k]))
-        clock = start + cost(kind, side, part)
+        p = as_part(side, item)
+        if p.waits:
+            in_flight.remove(f"{p.waits}({side}) {p.name}")
+        p = as_part(side, item, ", ".join(in_flight))
+        out.append(p)
+        streams.run(p)
         for other in covered:
             if other[0] != side:
                 covered[other] = True
-        if side == "B" and (k, part) in weights:
-            pool.append(weights[(k, part)])
-        if _moe_issue(side, item):
-            a2a_name = ISSUES[(side, part)]
-            comm_free = max(clock, comm_free) + a2a
-            landed[(side, k, a2a_name)], covered[(side, k, a2a_name)] = comm_free, False
-            in_flight.append(f"{a2a_name}({side}) {names[side][k]}")
+        if side == "B" and (p.layer, p.part) in weights:
+            pool.append(weights[(p.layer, p.part)])
+        if p.issues:
+            covered[(side, p.layer, p.issues)] = False
+            in_flight.append(f"{p.issues}({side}) {p.name}")
     return out
 
 
 def serial_order(side: str, kinds: list[str]) -> list[OrderedPart]:
     """One side alone, part after part (a plain F or BW action): what the pair is compared against."""
     n = len(kinds)
-    return [OrderedPart(side, k, part, "", f"L{k if side == 'F' else n - 1 - k}")
-            for k, _, part in _side_parts(side, kinds)]
+    return [OrderedPart(side, k, part, "", f"L{k if side == 'F' else n - 1 - k}", kind)
+            for k, kind, part in _side_parts(side, kinds)]
