@@ -3,6 +3,7 @@ and label in the dataclass field's metadata; FieldSpec reads it back and says wh
 value; PlanError is the one error a plan raises (planning.mesh builds the Plan from these)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 
@@ -23,9 +24,10 @@ def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: 
                ge=None, gt=None, le=None, label: str = "", form: int = 0, grid: int | None = None):
     """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
     gt: >, le: <=, so any number answers at once), help, the dimension it belongs to, the label its messages use, its place in the app's
-    setup form (0: not shown), and for the four grid dimensions their place in the rank number."""
+    setup form (0: not shown), and for the four grid dimensions their place in the rank number.
+    A Sequence of choices is kept as it is: a live one (the schedule catalogue's) sees later entries."""
     return field(default=default, metadata={
-        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt, "le": le,
+        "kind": kind, "help": help, "dim": dim, "choices": choices if isinstance(choices, Sequence) else tuple(choices), "ge": ge, "gt": gt, "le": le,
         "label": label, "form": form, "grid": grid})
 
 

@@ -18,15 +18,11 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from planning.moe_families import BALANCE_MODES, MOE_FAMILIES
 from planning.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
+from planning.pipeline.catalog import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 
-# the pipeline schedules a Plan names (planning.pipeline.schedules builds each)
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
-FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
-DUALPIPES = ("dualpipe", "dualpipev")  # DeepSeek's: two chunks a rank, even microbatches
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
-DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given (partui.plans)
 MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
@@ -71,14 +67,16 @@ class Plan:
     # ---- pipeline parallel
     pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, le=MAX_DIM,
                          form=3, grid=3)
-    schedule: str = plan_field("1f1b", "pipeline schedule", kind=str, dim="pp", choices=SCHEDULES,
-                               form=9)
-    microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
-                                   dim="pp", ge=1, le=MAX_COUNT, form=7)
-    virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
-                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1,
+    # choices: the live catalogue (planning/pipeline/catalog.py), so a registered schedule is one
+    schedule: str = plan_field(DEFAULT_SCHEDULE, "pipeline schedule (planning/pipeline/catalog.py)",
+                               kind=str, dim="pp", choices=SCHEDULES, form=9)
+    microbatches: int = plan_field(0, "microbatches per step; divides the per-rank batch (default "
+                                      "0: the least the schedule takes that divides it)",
+                                   dim="pp", ge=0, le=MAX_COUNT, form=7)
+    virtual_stages: int = plan_field(1, "chunks per rank of a virtual-stage schedule (interleaved), "
+                                        ">= 2 (default: the schedule's own, 2)", dim="pp", ge=1,
                                      le=MAX_COUNT)
-    fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
+    fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of a schedule that has them "
                                          "interleaves the forward's and the backward's attention / "
                                          "expert parts so every all-to-all flies under the other "
                                          "microbatch", kind=bool, dim="pp")
@@ -146,17 +144,13 @@ class Plan:
                 problem, candidates = found
                 raise PlanError(f"{problem}: {fix_text(candidates)}" if candidates else problem,
                                 field=spec.name, problem=problem, candidates=candidates)
+        if not self.microbatches and self.pp == 1:   # no pipeline: the least is 1 whatever the batch
+            object.__setattr__(self, "microbatches", 1)
 
     # ---- derived sizes
     @property
     def stages(self) -> int:
-        if self.pp == 1:
-            return 1
-        if self.schedule == "dualpipev":
-            return 2 * self.pp
-        if self.schedule == "interleaved":
-            return self.pp * self.virtual_stages
-        return self.pp
+        return 1 if self.pp == 1 else schedule_spec(self.schedule).stages(self.pp, self.virtual_stages)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,7 +210,7 @@ GROUPS = DIMS + ("ep", "ep_dp", "cp_dp", "pp_mirror")
 def groups_of(plan: Plan) -> tuple[str, ...]:
     """The groups of GROUPS a plan's ranks hold (pp_mirror: only DualPipe's, whose two directions
     put the same stages on ranks r and P-1-r)."""
-    mirrored = plan.pp > 1 and plan.schedule == "dualpipe"
+    mirrored = plan.pp > 1 and schedule_spec(plan.schedule).mirrored
     return tuple(g for g in GROUPS if g != "pp_mirror" or mirrored)
 
 
@@ -258,7 +252,7 @@ def partition(plan: Plan, dim: str) -> list[list[int]]:
         elif dim == "cp_dp":   # every rank with the same tp and pp: replicas of one param shard
             key = (c["tp"], c["pp"])
         elif dim == "pp_mirror":  # DualPipe: pp ranks r and P-1-r hold the same stages
-            mirrored = plan.schedule == "dualpipe"
+            mirrored = schedule_spec(plan.schedule).mirrored
             key = (c["tp"], c["cp"], c["dp"], min(c["pp"], plan.pp - 1 - c["pp"]) if mirrored
                    else c["pp"])
         else:

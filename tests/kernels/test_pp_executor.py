@@ -8,7 +8,7 @@ import pytest
 from conftest import check_plan, run_cli
 from planning.config import ModelConfig
 from kernels.model import build_model
-from planning.pipeline.schedules import build_schedule
+from planning.pipeline.catalog import build_schedule
 from kernels.pp.stages import build_chunks, split_stages
 
 pytestmark = pytest.mark.timeout(300)
