@@ -46,6 +46,7 @@ class FieldSpec:
     label: str = ""
     form: int = 0             # place in the app's setup form (0: not shown)
     grid: int | None = None
+    section: str = ""         # the concern it belongs to: the SECTION of the class declaring it
 
     @property
     def optional(self) -> bool:
@@ -82,8 +83,15 @@ def specs_of(cls) -> tuple[FieldSpec, ...]:
     """The description of every field of a dataclass made of plan_field()s, in field order."""
     return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],
                            **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "le", "label",
-                                                          "form", "grid")})
+                                                          "form", "grid")},
+                           section=_section(cls, f.name))
                  for f in fields(cls))
+
+
+def _section(cls, name: str) -> str:
+    """The SECTION of the class in cls's bases that declares field `name` (a dataclass keeps each
+    field's default on the class that declares it): Plan's fields by concern (planning.mesh)."""
+    return next((vars(c).get("SECTION", "") for c in cls.__mro__ if name in vars(c)), "")
 
 
 def fix_text(fixes: list[dict]) -> str:

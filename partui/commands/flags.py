@@ -55,8 +55,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """The plan flags, generated from the Plan's field metadata (planning.mesh.field_specs), and the
     model flags (`partui run`, `partui plan`)."""
-    g = p.add_argument_group("plan (unset flags take the Plan's defaults)")
+    groups: dict = {}                    # section -> its argparse group
     for spec in mesh.field_specs():
+        if spec.section not in groups:   # one group per concern (planning.mesh's field sections)
+            groups[spec.section] = p.add_argument_group(
+                f"plan: {spec.section} (unset flags take the Plan's defaults)")
+        g = groups[spec.section]
         # choices are listed in the help, not enforced by argparse: the Plan's own message (one
         # line, naming a fix) stays the one answer to a bad value
         flag, text = "--" + spec.name.replace("_", "-"), spec.help
