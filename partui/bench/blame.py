@@ -44,7 +44,7 @@ COLS = ["plan", "unslowed_ms", "slowed_ms", "step_ratio", "blame_slowdown", "dif
 
 
 def plan_fields(text: str) -> dict:
-    """"pp2xdp2" -> {"pp": 2, "dp": 2, "schedule": "1f1b", "microbatches": 4}: dimensions joined
+    """"pp2xdp2" -> {"pp": 2, "dp": 2, "schedule": DEFAULT_SCHEDULE, "microbatches": 4}: dimensions joined
     by x; a pipeline runs 1F1B with 2 x pp microbatches."""
     parts = text.split("x")
     got = [DIM_RE.fullmatch(p) for p in parts]
