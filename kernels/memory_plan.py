@@ -2,7 +2,8 @@
 ZeRO paper's split, and activations as the schedule's in-flight microbatches times what one
 microbatch of a chunk saves for backward.
 
-In-flight microbatches (of one chunk: a stage of the schedule) per pp rank r of P, M microbatches:
+In-flight microbatches (of one chunk: a stage of the schedule) per pp rank r of P, M microbatches
+(each schedule's record in planning/pipeline/catalog.py holds its own):
 GPipe M; 1F1B min(P - r, M); interleaved (Megatron, v chunks) (P - r - 1) x 2 + (v - 1) x P + 1,
 at most v x M; ZB1P P (1F1B's warm-up, the deferred W holding the rest); DualPipe P + 1 and
 DualPipeV 2P + 1 (DualPipe's table, whose PP counts stages: 2 x ranks for DualPipeV); no pipeline 1.
@@ -20,19 +21,10 @@ twice, h1 and h3. Dense layers without tp / cp / sp only: elsewhere
 from __future__ import annotations
 
 from kernels.model import Block, Embed, Head
+from planning.pipeline.catalog import in_flight
 
 INT64, BOOL = 8, 1
 LAYER_KIND = {Embed: "embed", Block: "block", Head: "head"}
-
-
-def in_flight(schedule: str, pp: int, rank: int, microbatches: int, virtual: int = 1) -> int:
-    """The most microbatch-chunk contexts a pp rank holds at once, by the schedule's table."""
-    p, m = pp, microbatches
-    if p == 1:
-        return 1
-    return {"gpipe": m, "1f1b": min(p - rank, m),
-            "interleaved": min((p - rank - 1) * 2 + (virtual - 1) * p + 1, virtual * m),
-            "zb1p": p, "dualpipe": p + 1, "dualpipev": 2 * p + 1}[schedule]
 
 
 def block_bytes(cfg, b: int, s: int, elem: int) -> int:

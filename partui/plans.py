@@ -9,7 +9,8 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from planning.config import make_config
-from planning.mesh import DEFAULT_VIRTUAL_STAGES, NAMED_DIMS, Plan, PlanError
+from planning.mesh import NAMED_DIMS, Plan, PlanError
+from planning.pipeline.catalog import CATALOG, schedule_spec
 from planning.slow_spec import check_slow
 from planning.validate import plan_for_model
 
@@ -23,12 +24,9 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "zero3": ("ZeRO-3", {"dp": 2, "zero": 3}),
     "tp": ("TP", {"tp": 2}),
     "tp-sp": ("TP + SP", {"tp": 2, "sp": True}),
-    "gpipe": ("PP GPipe", {"pp": 2, "schedule": "gpipe", "microbatches": 4}),
-    "1f1b": ("PP 1F1B", {"pp": 2, "schedule": "1f1b", "microbatches": 4}),
-    "interleaved": ("PP interleaved", {"pp": 2, "schedule": "interleaved", "microbatches": 4}),
-    "zb1p": ("PP zero-bubble", {"pp": 2, "schedule": "zb1p", "microbatches": 4}),
-    "dualpipe": ("PP DualPipe", {"pp": 2, "schedule": "dualpipe", "microbatches": 4}),
-    "dualpipev": ("PP DualPipeV", {"pp": 2, "schedule": "dualpipev", "microbatches": 4}),
+    # a preset per schedule of the catalogue (planning/pipeline/catalog.py): pp 2, 4 microbatches
+    **{s.name: (s.preset_label, {"pp": 2, "schedule": s.name, "microbatches": 4})
+       for s in CATALOG.values()},
     "ring": ("CP ring", {"cp": 2, "cp_mode": "ring"}),
     "zigzag": ("CP zigzag", {"cp": 2, "cp_mode": "zigzag"}),
     "ulysses": ("CP Ulysses", {"cp": 2, "cp_mode": "ulysses"}),
@@ -53,8 +51,9 @@ def preset_fields(preset: str = "custom", **fields) -> dict:
     if unknown:
         raise PlanError(f"unknown plan field {unknown[0]}: plan fields are "
                         f"{', '.join(Plan.__dataclass_fields__)}")
-    if kw.get("schedule") == "interleaved" and "virtual_stages" not in kw:
-        kw["virtual_stages"] = DEFAULT_VIRTUAL_STAGES   # an explicit 1 goes on to validate, which refuses it
+    spec = schedule_spec(kw["schedule"]) if kw.get("schedule") in CATALOG else None
+    if spec and spec.virtual and "virtual_stages" not in kw:
+        kw["virtual_stages"] = spec.default_virtual   # an explicit 1 goes on to validate, which refuses it
     return kw
 
 

@@ -4,6 +4,7 @@ value; PlanError is the one error a plan raises (planning.mesh builds the Plan f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
 
@@ -24,9 +25,10 @@ def plan_field(default, help: str, *, kind: type = int, dim: str = "", choices: 
                ge=None, gt=None, le=None, label: str = "", form: int = 0, grid: int | None = None):
     """A Plan field with its description: kind (int, float, bool, str), choices or a range (ge: >=,
     gt: >, le: <=, so any number answers at once), help, the dimension it belongs to, the label its messages use, its place in the app's
-    setup form (0: not shown), and for the four grid dimensions their place in the rank number."""
+    setup form (0: not shown), and for the four grid dimensions their place in the rank number.
+    A Sequence of choices is kept as it is: a live one (the schedule catalogue's) sees later entries."""
     return field(default=default, metadata={
-        "kind": kind, "help": help, "dim": dim, "choices": tuple(choices), "ge": ge, "gt": gt, "le": le,
+        "kind": kind, "help": help, "dim": dim, "choices": choices if isinstance(choices, Sequence) else tuple(choices), "ge": ge, "gt": gt, "le": le,
         "label": label, "form": form, "grid": grid})
 
 
@@ -45,6 +47,7 @@ class FieldSpec:
     label: str = ""
     form: int = 0             # place in the app's setup form (0: not shown)
     grid: int | None = None
+    section: str = ""         # the concern it belongs to: the SECTION of the class declaring it
 
     @property
     def optional(self) -> bool:
@@ -93,8 +96,15 @@ def specs_of(cls) -> tuple[FieldSpec, ...]:
     """The description of every field of a dataclass made of plan_field()s, in field order."""
     return tuple(FieldSpec(f.name, f.metadata["kind"], f.default, f.metadata["help"],
                            **{k: f.metadata[k] for k in ("dim", "choices", "ge", "gt", "le", "label",
-                                                          "form", "grid")})
+                                                          "form", "grid")},
+                           section=_section(cls, f.name))
                  for f in fields(cls))
+
+
+def _section(cls, name: str) -> str:
+    """The SECTION of the class in cls's bases that declares field `name` (a dataclass keeps each
+    field's default on the class that declares it): Plan's fields by concern (planning.mesh)."""
+    return next((vars(c).get("SECTION", "") for c in cls.__mro__ if name in vars(c)), "")
 
 
 def fix_text(fixes: list[dict]) -> str:

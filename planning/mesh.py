@@ -8,6 +8,11 @@ field is added here and nowhere else. A Plan is checked field by field when it i
 that need the model (and suggest verified fixes) are planning.validate's, run once where the plan meets
 its model (planning.validate.plan_for_model).
 
+The fields are grouped by concern, as torchtitan separates its config: ParallelFields,
+ModelFields, TrainingFields and ObservationFields, each a frozen dataclass naming its SECTION,
+combined into Plan by inheritance (`plan.pp` reads as ever; each FieldSpec carries its section, and
+`partui run --help` prints a flag group per section).
+
 Grid order, innermost first: tp, cp, dp, pp (each grid field's metadata "grid"). Expert parallelism
 is carved out of dp: the ep group is `ep` consecutive dp ranks; the ranks holding the same experts
 form `ep_dp`.
@@ -18,15 +23,11 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from planning.moe_families import BALANCE_MODES, MOE_FAMILIES
 from planning.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
+from planning.pipeline.catalog import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 
-# the pipeline schedules a Plan names (planning.pipeline.schedules builds each)
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb1p", "dualpipe", "dualpipev")
-FB_OVERLAP_SCHEDULES = ("1f1b", "dualpipe", "dualpipev")   # the schedules with F&B pairs (kernels.pp)
-DUALPIPES = ("dualpipe", "dualpipev")  # DeepSeek's: two chunks a rank, even microbatches
 CP_MODES = ("ring", "zigzag", "ulysses")
 DTYPES = ("fp32", "bf16")
 COLLECTIVES = ("native", "hand")
-DEFAULT_VIRTUAL_STAGES = 2   # interleaved 1F1B when virtual_stages is not given (partui.plans)
 MODELS_OWN = "the model's"   # the default of the MoE family fields: None, the model preset's own
 
 
@@ -44,7 +45,9 @@ def field_specs(cls=None) -> tuple[FieldSpec, ...]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ParallelFields:
+    """The parallel dimensions and how each runs: DP and ZeRO, TP, CP, PP (the schedule), EP."""
+    SECTION = "parallelism"   # the flags' group in `partui run --help` (FieldSpec.section)
     world: int = plan_field(0, "ranks, >= 1 (default: the product of the dims)", ge=0,
                             le=MAX_RANKS, label="world")
     # ---- data parallel
@@ -71,31 +74,38 @@ class Plan:
     # ---- pipeline parallel
     pp: int = plan_field(1, "pipeline ranks; stages divide the layers", dim="pp", ge=1, le=MAX_DIM,
                          form=3, grid=3)
-    schedule: str = plan_field("1f1b", "pipeline schedule", kind=str, dim="pp", choices=SCHEDULES,
-                               form=9)
-    microbatches: int = plan_field(1, "microbatches per step, >= 1; divides the per-rank batch",
-                                   dim="pp", ge=1, le=MAX_COUNT, form=7)
-    virtual_stages: int = plan_field(1, "chunks per rank for interleaved 1F1B, interleaved only, "
-                                        f">= 2 (default {DEFAULT_VIRTUAL_STAGES})", dim="pp", ge=1,
+    schedule: str = plan_field(DEFAULT_SCHEDULE, "pipeline schedule (planning/pipeline/catalog.py)",
+                               kind=str, dim="pp", choices=SCHEDULES, form=9)
+    microbatches: int = plan_field(0, "microbatches per step; divides the per-rank batch (default "
+                                      "0: the least the schedule takes that divides it)",
+                                   dim="pp", ge=0, le=MAX_COUNT, form=7)
+    virtual_stages: int = plan_field(1, "chunks per rank of a virtual-stage schedule (interleaved), "
+                                        ">= 2 (default: the schedule's own, 2)", dim="pp", ge=1,
                                      le=MAX_COUNT)
-    fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of 1f1b, dualpipe or dualpipev "
+    fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of a schedule that has them "
                                          "interleaves the forward's and the backward's attention / "
                                          "expert parts so every all-to-all flies under the other "
                                          "microbatch", kind=bool, dim="pp")
     # ---- expert parallel (carved out of dp)
     ep: int = plan_field(1, "expert-parallel ranks (carved out of --dp); divides --experts",
                          dim="ep", ge=1, le=MAX_DIM, form=5)
+    overlap: bool = plan_field(False, "EP: overlap all-to-all with compute (two microbatches "
+                                      "interleaved)", kind=bool, dim="ep")
+    ep_dispatch: str = plan_field("uneven", "EP all-to-all: uneven splits (counts exchanged first) "
+                                            "or capacity-padded", kind=str, dim="ep",
+                                  choices=("uneven", "even"), label="EP dispatch")
+
+
+@dataclass(frozen=True)
+class ModelFields(ParallelFields):
+    """The model's MoE layers and routing (None: the model preset's own)."""
+    SECTION = "model / MoE"   # the flags' group in `partui run --help` (FieldSpec.section)
     experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, le=MAX_COUNT,
                               form=8)
     top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, le=MAX_COUNT,
                           label="top-k")
     capacity_factor: float | None = plan_field(None, "expert capacity, > 0 (default: no limit)",
                                                kind=float, dim="ep", gt=0, label="capacity factor")
-    overlap: bool = plan_field(False, "EP: overlap all-to-all with compute (two microbatches "
-                                      "interleaved)", kind=bool, dim="ep")
-    ep_dispatch: str = plan_field("uneven", "EP all-to-all: uneven splits (counts exchanged first) "
-                                            "or capacity-padded", kind=str, dim="ep",
-                                  choices=("uneven", "even"), label="EP dispatch")
     # the MoE family and DeepSeek-V3 routing (planning/moe_families.py); None: the model's own
     moe: str | None = plan_field(None, f"MoE family: gshard (softmax, capacity, aux loss) or "
                                        f"deepseek (sigmoid, bias, shared experts) (default "
@@ -123,20 +133,37 @@ class Plan:
     bias_gamma: float | None = plan_field(None, f"deepseek: bias update per step, +-gamma by load "
                                                 f"(default {MODELS_OWN})", kind=float, dim="ep",
                                           ge=0)
-    # ---- every rank
+
+
+@dataclass(frozen=True)
+class TrainingFields(ModelFields):
+    """How every rank computes: dtype, collectives, activation recompute."""
+    SECTION = "training"   # the flags' group in `partui run --help` (FieldSpec.section)
     dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES)
     collectives: str = plan_field("native", "native gloo collectives, or the hand-written ring / "
                                             "chain / pairwise ones", kind=str, choices=COLLECTIVES)
-    slow_rank: str = plan_field("", "a straggler on purpose: R=F runs rank R's compute F times as "
-                                    "long (real work after each compute, recorded as compute)",
-                                kind=str, label="slow rank")
-    slow_stage: str = plan_field("", "a straggler on purpose: S=F runs pipeline stage S's compute "
-                                     "F times as long", kind=str, dim="pp", label="slow stage")
     recompute: str = plan_field("none", "activation recompute: full keeps only each block's "
                                         "input and runs its forward again before its backward; "
                                         "selective keeps the matmul outputs and recomputes the "
                                         "norms, the softmax and SwiGLU's activation",
                                 kind=str, choices=("none", "selective", "full"))
+
+
+@dataclass(frozen=True)
+class ObservationFields(TrainingFields):
+    """Stragglers on purpose, to watch the blame and the timeline find them."""
+    SECTION = "observation"   # the flags' group in `partui run --help` (FieldSpec.section)
+    slow_rank: str = plan_field("", "a straggler on purpose: R=F runs rank R's compute F times as "
+                                    "long (real work after each compute, recorded as compute)",
+                                kind=str, label="slow rank")
+    slow_stage: str = plan_field("", "a straggler on purpose: S=F runs pipeline stage S's compute "
+                                     "F times as long", kind=str, dim="pp", label="slow stage")
+
+
+@dataclass(frozen=True)
+class Plan(ObservationFields):
+    """One plan: the fields of every section (ParallelFields, ModelFields, TrainingFields,
+    ObservationFields, in that order), read flat (`plan.pp`), refused field by field when built."""
 
     def __post_init__(self):
         """Refuse a value a field does not take (its kind, choices, range), naming a fix."""
@@ -146,17 +173,13 @@ class Plan:
                 problem, candidates = found
                 raise PlanError(f"{problem}: {fix_text(candidates)}" if candidates else problem,
                                 field=spec.name, problem=problem, candidates=candidates)
+        if not self.microbatches and self.pp == 1:   # no pipeline: the least is 1 whatever the batch
+            object.__setattr__(self, "microbatches", 1)
 
     # ---- derived sizes
     @property
     def stages(self) -> int:
-        if self.pp == 1:
-            return 1
-        if self.schedule == "dualpipev":
-            return 2 * self.pp
-        if self.schedule == "interleaved":
-            return self.pp * self.virtual_stages
-        return self.pp
+        return 1 if self.pp == 1 else schedule_spec(self.schedule).stages(self.pp, self.virtual_stages)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,7 +239,7 @@ GROUPS = DIMS + ("ep", "ep_dp", "cp_dp", "pp_mirror")
 def groups_of(plan: Plan) -> tuple[str, ...]:
     """The groups of GROUPS a plan's ranks hold (pp_mirror: only DualPipe's, whose two directions
     put the same stages on ranks r and P-1-r)."""
-    mirrored = plan.pp > 1 and plan.schedule == "dualpipe"
+    mirrored = plan.pp > 1 and schedule_spec(plan.schedule).mirrored
     return tuple(g for g in GROUPS if g != "pp_mirror" or mirrored)
 
 
@@ -258,7 +281,7 @@ def partition(plan: Plan, dim: str) -> list[list[int]]:
         elif dim == "cp_dp":   # every rank with the same tp and pp: replicas of one param shard
             key = (c["tp"], c["pp"])
         elif dim == "pp_mirror":  # DualPipe: pp ranks r and P-1-r hold the same stages
-            mirrored = plan.schedule == "dualpipe"
+            mirrored = schedule_spec(plan.schedule).mirrored
             key = (c["tp"], c["cp"], c["dp"], min(c["pp"], plan.pp - 1 - c["pp"]) if mirrored
                    else c["pp"])
         else:

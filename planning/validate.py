@@ -13,8 +13,9 @@ from dataclasses import replace
 
 from planning.config import ModelConfig, model_config_for
 from planning.moe_families import routing_problem
-from planning.mesh import (CP_MODES, DIMS, DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan,
-                          PlanError, fix_text)
+from planning.mesh import CP_MODES, DIMS, Plan, PlanError, fix_text
+from planning.pipeline.catalog import (DEFAULT_SCHEDULE, SCHEDULES, least_microbatches,
+                                       schedule_spec, specs)
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
 OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp
@@ -35,15 +36,6 @@ def divisors(n: int) -> list[int]:
     """n's divisors, ascending; sqrt(n) steps, so a huge number answers at once."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0] if n > 0 else []
     return small + [n // d for d in reversed(small) if d * d != n]
-
-
-def least_microbatches(schedule: str, pp: int, local_batch: int | None = None) -> int:
-    """The fewest microbatches `schedule` runs at pp pipeline ranks (what _pipeline_checks asks);
-    with the per-rank batch, the fewest that also divide it (the least alone where none does)."""
-    least = 1 if pp <= 1 or schedule == "gpipe" else 2 * pp if schedule in DUALPIPES else pp
-    step = 2 if schedule in DUALPIPES else pp if schedule == "interleaved" else 1
-    fits = [m for m in divisors(local_batch or 0) if m >= least and m % step == 0]
-    return fits[0] if fits else least
 
 
 def round_up(n: int, k: int) -> int:
@@ -181,6 +173,9 @@ def validate(plan: Plan, cfg, world: int | None = None, suggest: bool = True,
              [{"dp": plan.world // other}] if plan.world % other == 0 else []) + [
              {d: 1} for d in OTHER_DIMS if getattr(plan, d) > 1])
     need.resolved = resolved = replace(plan, dp=dp, world=total)
+    if not plan.microbatches:        # the Plan's default: the least the schedule takes here
+        local = cfg.batch // dp if cfg.batch % dp == 0 else None
+        resolved = replace(resolved, microbatches=least_microbatches(plan.schedule, plan.pp, local))
     _grid_checks(resolved, cfg, need, derived_dp=not plan.dp)
     return resolved
 
@@ -234,40 +229,33 @@ def _pipeline_checks(plan: Plan, cfg, need: _Checks, local: int) -> None:
     p, m, s, dp = plan.pp, plan.microbatches, plan.stages, plan.dp
     need(cfg.layers % s == 0,
          f"{cfg.layers} layers are not divisible by {s} pipeline stages ({plan.schedule}, pp {p}"
-         f"{', virtual ' + str(plan.virtual_stages) if plan.schedule == 'interleaved' else ''})",
+         f"{', virtual ' + str(plan.virtual_stages) if schedule_spec(plan.schedule).virtual else ''})",
          [{"layers": round_up(cfg.layers, s)}, *({"pp": d} for d in divisors(cfg.layers)
                                                   if 1 < d < p)])
-    fits = divisors(local)                          # microbatch counts the per-rank batch takes
-    if plan.schedule in DUALPIPES:
-        need(p % 2 == 0 or plan.schedule == "dualpipev",
-             f"DualPipe needs an even number of pipeline ranks, got pp {p}",
-             [{"schedule": "dualpipev"}, {"pp": p + 1}, {"pp": max(2, p - 1)}])
-        ok = [x for x in fits if x >= 2 * p and x % 2 == 0]
-        need(m >= 2 * p and m % 2 == 0,
-             f"{plan.schedule} needs an even number of microbatches >= 2 x pp = {2 * p}, got {m}",
-             [*({"microbatches": x} for x in ok), {"microbatches": 2 * p, "batch": dp * 2 * p},
-              {"microbatches": 2 * p, "batch": dp * round_up(local, 2 * p)}])
-    elif plan.schedule == "interleaved":
-        need(plan.virtual_stages >= 2, "interleaved 1F1B needs virtual_stages 2 or more",
-             [{"virtual_stages": 2}])
-        ok = [x for x in fits if x % p == 0]
-        need(m % p == 0 and m >= p,
-             f"interleaved 1F1B needs microbatches a multiple of pp {p}, got {m}",
-             [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
-    elif plan.schedule in ("1f1b", "zb1p"):
-        ok = [x for x in fits if x >= p]
-        need(m >= p, f"{plan.schedule} needs at least pp = {p} microbatches, got {m}",
-             [*({"microbatches": x} for x in ok), {"microbatches": p, "batch": dp * round_up(local, p)}])
-    need(plan.zero < 3 or plan.schedule not in ("zb1p", *DUALPIPES),
+    spec = schedule_spec(plan.schedule)
+    need(p % 2 == 0 or not spec.even_pp,
+         f"{plan.schedule} needs an even number of pipeline ranks, got pp {p}",
+         [*({"schedule": x.name} for x in specs(even_pp=False, chunks=spec.chunks)),
+          {"pp": p + 1}, {"pp": max(2, p - 1)}])
+    least = spec.least_count(p)                     # the rule's own words: catalog's microbatch_problem
+    ok = [x for x in divisors(local) if spec.takes(p, x)]
+    need(spec.takes(p, m), spec.microbatch_problem(p, m) or "",
+         [*({"microbatches": x} for x in ok),
+          {"microbatches": least, "batch": dp * round_up(local, least)}])
+    need(not spec.virtual or plan.virtual_stages >= 2,
+         f"{plan.schedule} needs virtual_stages 2 or more", [{"virtual_stages": 2}])
+    need(plan.zero < 3 or spec.zero3,
          f"ZeRO-3 frees a layer's gathered weights after its backward, but {plan.schedule} defers "
-         f"the weight grads (W) past it", [{"zero": 2}, {"schedule": "1f1b"}])
-    need(plan.schedule == "interleaved" or plan.virtual_stages == 1,
-         f"virtual_stages is for the interleaved schedule, not {plan.schedule}",
-         [{"virtual_stages": 1}, {"schedule": "interleaved"}])
+         f"the weight grads (W) past it", [{"zero": 2}, {"schedule": DEFAULT_SCHEDULE}])
+    virtual = [x.name for x in specs(chunks=0)]
+    need(spec.virtual or plan.virtual_stages == 1,
+         f"virtual_stages is for the {' and '.join(virtual)} schedule, not {plan.schedule}",
+         [{"virtual_stages": 1}, *({"schedule": x} for x in virtual)])
     if plan.fb_overlap:
-        need(plan.schedule in FB_OVERLAP_SCHEDULES,
-             f"fb_overlap interleaves the F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
-             f"{plan.schedule}", [*({"schedule": x} for x in FB_OVERLAP_SCHEDULES), {"fb_overlap": False}])
+        capable = [x.name for x in specs(fb_overlap=True)]
+        need(spec.fb_overlap,
+             f"fb_overlap interleaves the F&B pairs of {', '.join(capable)}, not "
+             f"{plan.schedule}", [*({"schedule": x} for x in capable), {"fb_overlap": False}])
         need(bool(plan.experts or cfg.experts),
              "fb_overlap hides the MoE all-to-all behind the other microbatch: it needs experts",
              [{"experts": 4}, {"experts": 4, "ep": 2}, {"fb_overlap": False}])
@@ -311,7 +299,7 @@ def _ep_checks(plan: Plan, cfg, need: _Checks, local: int, dp_is: str) -> None:
          [{"experts": 4}, {"overlap": False}])
     need(not plan.fb_overlap or plan.pp > 1,
          "fb_overlap pairs a forward with a backward inside a pipeline (without one, overlap=True "
-         "interleaves two microbatches)", [{"pp": 2, "schedule": "1f1b"}, {"fb_overlap": False}])
+         "interleaves two microbatches)", [{"pp": 2, "schedule": DEFAULT_SCHEDULE}, {"fb_overlap": False}])
     need(plan.recompute == "none" or not (experts or plan.fb_overlap),
          f"recompute={plan.recompute} runs (part of) a block's forward again, which MoE layers "
          f"(their routing figures) and fb_overlap's parts do not support yet",

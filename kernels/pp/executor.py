@@ -18,7 +18,7 @@ from kernels.ep.layer import overlap_all_to_alls
 from kernels.model import Block, LayerHooks
 from planning.pipeline.actions import COMPUTE_KINDS
 from kernels.pp.parts import chunk_pair_order
-from planning.pipeline.schedules import plan_schedule
+from planning.pipeline.catalog import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
 from planning.slow_spec import slow_factor

@@ -38,6 +38,7 @@ from kernels.ep.build import build_moe
 from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
                             SwiGLU, rope_tables)
 from planning.mesh import partition
+from planning.pipeline.catalog import schedule_spec
 from kernels.block import Block
 from kernels.model import Embed, Head
 from kernels.recompute import recomputed
@@ -45,7 +46,6 @@ from kernels.tp.loss import VocabParallelCrossEntropy
 from kernels.tp.regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
                                 start_region_backward)
 
-SPLIT_W_SCHEDULES = ("zb1p", "zero-bubble", "dualpipe", "dualpipev")  # run W apart from B
 
 
 # ---------------------------------------------------------------- stage layers
@@ -191,7 +191,7 @@ def build_tp_layers(cfg, tensors: dict, ctx) -> list:
     norm_groups = ["tp"] if plan.sp else []   # sp: each rank's norm grad covers its tokens only
     enter = (lambda: GatherSeqToTP(group)) if plan.sp else (lambda: CopyToTP(group))
     exit_ = (lambda: ScatterSeqFromTP(group)) if plan.sp else (lambda: ReduceFromTP(group))
-    overlap = not (plan.pp > 1 and plan.schedule in SPLIT_W_SCHEDULES)
+    overlap = not (plan.pp > 1 and schedule_spec(plan.schedule).split_w)
 
     positions = torch.arange(cfg.seq)
     cos, sin = rope_tables(positions, hd, cfg.rope_theta, dtype)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from planning.mesh import Plan
-from planning.pipeline.schedules import plan_schedule
-from planning.pipeline.simulate import Cost, formula_bubble, simulate
+from planning.pipeline.catalog import DEFAULT_SCHEDULE, formula_bubble, plan_schedule
+from planning.pipeline.simulate import Cost, simulate
 from partui.analysis.sweep import windows_of
 from partui.analysis.timing import action_compute, action_costs, step_timings
 
@@ -80,7 +80,7 @@ def simulated_steps(df: pd.DataFrame):
     sched, cost, plan = found
     try:
         ideal = simulate(sched, cost)
-        formula = formula_bubble(plan.get("schedule", "1f1b"), int(plan["pp"]), cost,
+        formula = formula_bubble(plan.get("schedule", DEFAULT_SCHEDULE), int(plan["pp"]), cost,
                                  int(plan.get("virtual_stages") or 1))[0]
         windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
         per_step = [stage_windows(simulate(sched, cost, t)).assign(step=s)

@@ -23,7 +23,7 @@ import pandas as pd
 from planning.config import ModelConfig
 from planning.link import LinkModel
 from planning.mesh import Plan, partition
-from planning.pipeline.schedules import plan_schedule
+from planning.pipeline.catalog import plan_schedule
 from planning.pipeline.simulate import Cost, simulate
 from planning.validate import plan_for_model
 from partui.analysis.definitions import defined

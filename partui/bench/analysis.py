@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from planning.pipeline.catalog import DEFAULT_SCHEDULE
 from partui.analysis import hta_overlap, load, overlap_views
 from partui.analysis.comm_kernels import family_table
 from partui.analysis.streams import gpu_overlap, stream_busy
@@ -58,7 +59,7 @@ def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
                             "ts": float(t0) - 1, "dur": float(t1 - t0) + 2, "args": {"step": s}})
     return {"traceEvents": evs, "displayTimeUnit": "ms",
             "metadata": {"format": FORMAT, "synthetic": True,
-                         "plan": {"pp": ranks, "schedule": "1f1b", "microbatches": 2 * ranks},
+                         "plan": {"pp": ranks, "schedule": DEFAULT_SCHEDULE, "microbatches": 2 * ranks},
                          "coords": {str(r): f"pp{r}" for r in range(ranks)}}}
 
 

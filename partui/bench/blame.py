@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from planning.mesh import coords
+from planning.pipeline.catalog import DEFAULT_SCHEDULE
 from partui.analysis import partui_graphs, read_doc
 from partui.analysis.blame import analyse
 from partui.bench.harness import print_rows
@@ -43,7 +44,7 @@ COLS = ["plan", "unslowed_ms", "slowed_ms", "step_ratio", "blame_slowdown", "dif
 
 
 def plan_fields(text: str) -> dict:
-    """"pp2xdp2" -> {"pp": 2, "dp": 2, "schedule": "1f1b", "microbatches": 4}: dimensions joined
+    """"pp2xdp2" -> {"pp": 2, "dp": 2, "schedule": DEFAULT_SCHEDULE, "microbatches": 4}: dimensions joined
     by x; a pipeline runs 1F1B with 2 x pp microbatches."""
     parts = text.split("x")
     got = [DIM_RE.fullmatch(p) for p in parts]
@@ -54,7 +55,7 @@ def plan_fields(text: str) -> dict:
     if len(fields) < len(parts):
         raise ValueError(f"plan {text!r} names a dimension twice: name each once, e.g. pp2xdp2")
     if fields.get("pp", 1) > 1:
-        fields.update(schedule="1f1b", microbatches=2 * fields["pp"])
+        fields.update(schedule=DEFAULT_SCHEDULE, microbatches=2 * fields["pp"])
     return fields
 
 

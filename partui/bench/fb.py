@@ -33,9 +33,11 @@ from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
 from partui.commands.flags import flagify
 from partui.plans import build_plan
+from planning.pipeline.catalog import schedule_spec, specs
 from partui.tracefile import build_doc
 
-SCHEDULES = {"1f1b": 2, "dualpipev": 2, "dualpipe": 4}          # schedule -> pp
+# schedule -> pp: every schedule with F&B pairs; a mirrored one at pp 4 (two ranks each way)
+SCHEDULES = {s.name: 4 if s.mirrored else 2 for s in specs(fb_overlap=True)}
 COLUMNS = ["schedule", "fb_overlap", "world", "step_ms", "vs_off", "pair_a2a_ms", "exposed_ms", "hidden_pct",
            "expert_ms", "loss"]
 
@@ -43,8 +45,8 @@ COLUMNS = ["schedule", "fb_overlap", "world", "step_ms", "vs_off", "pair_a2a_ms"
 def parse(argv):
     ap = argparse.ArgumentParser(prog="partui bench fb", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--schedules", default="1f1b,dualpipev,dualpipe", help="comma list of 1f1b, dualpipev, "
-                    "dualpipe")
+    ap.add_argument("--schedules", default=",".join(SCHEDULES), help=f"comma list of "
+                    f"{', '.join(SCHEDULES)}")
     ap.add_argument("--model", default="small")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
@@ -79,7 +81,7 @@ def _variants(opts: dict, world: int) -> list[tuple[str, bool, dict, dict]]:
         pp = SCHEDULES[s]
         if pp * 2 != world:                                # dp 2 (ep 2 inside it) x pp
             continue
-        dual = s == "dualpipe"
+        dual = schedule_spec(s).mirrored
         model = {"layers": opts["layers"], "seq": opts["seq"],
                  "batch": opts["dualpipe_batch"] if dual else opts["batch"]}
         fields = dict(pp=pp, dp=2, ep=2, experts=opts["experts"], schedule=s, ep_dispatch=opts["ep_dispatch"],

@@ -30,11 +30,10 @@ from kernels.layers import rope_tables
 from partui import launch
 from partui.bench.harness import positive_int, table
 from partui.plans import build_plan
+from planning.pipeline.catalog import CATALOG
 
 # ours -> torch counterpart (class name in torch.distributed.pipelining), layout of the torch stages
-PAIRS = [("gpipe", "ScheduleGPipe", "one"), ("1f1b", "Schedule1F1B", "one"),
-         ("interleaved", "ScheduleInterleaved1F1B", "loop"), ("zb1p", "ScheduleZBVZeroBubble", "v"),
-         ("dualpipev", "ScheduleDualPipeV", "v")]
+PAIRS = [(s.name, *s.torch_peer) for s in CATALOG.values() if s.torch_peer]   # each record's peer
 
 
 def parse(argv):

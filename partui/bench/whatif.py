@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from planning.link import LinkModel, check_link
+from planning.pipeline.catalog import specs
 from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
 from partui.bench.harness import positive_int, table
@@ -34,8 +35,9 @@ from partui.world import World
 
 PLANS = {  # name: World.plan fields
     "dp2-zero2": {"dp": 2, "zero": 2},
-    "pp2-1f1b": {"pp": 2, "schedule": "1f1b", "microbatches": 4},
-    "pp2-dualpipev": {"pp": 2, "schedule": "dualpipev", "microbatches": 4},
+    # the one-direction schedules with F&B pairs (1f1b, dualpipev), pp 2
+    **{f"pp2-{s.name}": {"pp": 2, "schedule": s.name, "microbatches": 4}
+       for s in specs(fb_overlap=True, mirrored=False)},
     "ep2": {"ep": 2, "experts": 4},
     "ep2-overlap": {"ep": 2, "experts": 4, "overlap": True},
 }

@@ -12,7 +12,6 @@ import re
 
 from planning import mesh
 from planning.config import PRESETS as MODEL_PRESETS
-from planning.validate import least_microbatches
 from partui.plans import MODEL_FIELDS
 
 PLAN_FLAGS = tuple(spec.name for spec in mesh.field_specs())   # generated: the Plan's own fields
@@ -56,8 +55,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """The plan flags, generated from the Plan's field metadata (planning.mesh.field_specs), and the
     model flags (`partui run`, `partui plan`)."""
-    g = p.add_argument_group("plan (unset flags take the Plan's defaults)")
+    groups: dict = {}                    # section -> its argparse group
     for spec in mesh.field_specs():
+        if spec.section not in groups:   # one group per concern (planning.mesh's field sections)
+            groups[spec.section] = p.add_argument_group(
+                f"plan: {spec.section} (unset flags take the Plan's defaults)")
+        g = groups[spec.section]
         # choices are listed in the help, not enforced by argparse: the Plan's own message (one
         # line, naming a fix) stays the one answer to a bad value
         flag, text = "--" + spec.name.replace("_", "-"), spec.help
@@ -122,34 +125,12 @@ def add_link_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fields_from_args(args) -> dict:
-    """The plan fields and model overrides given on the command line (the rest: plans' defaults),
-    with --microbatches, when not given beside --pp 2+, the least the schedule takes."""
+    """The plan fields and model overrides given on the command line (the rest: the Plan's
+    defaults; microbatches 0: the least the schedule takes, resolved where the plan meets its model)."""
     check_flag_values(args)
     names = (*(spec.name for spec in mesh.field_specs()), *MODEL_FIELDS)
     fields = {f: getattr(args, f) for f in names if getattr(args, f, None) is not None}
-    default = default_microbatches({**fields, "model": getattr(args, "model", "tiny")})
-    if default:
-        fields["microbatches"] = default
     return fields
-
-
-def default_microbatches(fields: dict) -> int | None:
-    """The microbatches a pipeline plan takes when --microbatches is not given: the least its
-    schedule runs that divides the per-rank batch (1f1b at pp 2: 2; at pp 3 with 8 a rank: 4);
-    None where the flag was given or there is no pipeline."""
-    pp = fields.get("pp", 1)
-    if "microbatches" in fields or pp <= 1:
-        return None
-    if next(s for s in mesh.field_specs() if s.name == "pp").problem(pp):
-        return None          # pp itself is refused: its message, not one about a derived default
-    preset = MODEL_PRESETS.get(fields.get("model", "tiny"))     # an unknown one is refused later
-    batch = fields.get("batch") or (preset.batch if preset else None)
-    other = pp * fields.get("tp", 1) * fields.get("cp", 1)
-    world = fields.get("world", 0)
-    dp = fields.get("dp") or (world // other if world and world % other == 0 else
-                              fields.get("ep", 1))
-    local = batch // dp if batch and dp and batch % dp == 0 else None
-    return least_microbatches(fields.get("schedule", mesh.Plan.schedule), pp, local)
 
 
 def microbatches_note(args, plan: mesh.Plan) -> str:

@@ -8,8 +8,9 @@ import os
 import sys
 
 from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
-from planning.pipeline.schedules import SCHEDULE_NAMES, build_schedule, check_schedule
-from planning.pipeline.simulate import Cost, formula_bubble, simulate
+from planning.pipeline.catalog import SCHEDULE_NAMES, build_schedule, formula_bubble
+from planning.pipeline.schedules import check_schedule
+from planning.pipeline.simulate import Cost, simulate
 from planning.pipeline.timeline import text_timeline
 from partui.analysis.events import TraceError
 from partui.analysis.pair_plan import from_trace
@@ -96,8 +97,7 @@ def run(args) -> int:
     except ValueError as e:
         print(f"partui simulate: {e}", file=sys.stderr)
         return 2
-    virtual = schedule.chunks_per_rank if schedule.name == "interleaved" else 1
-    formula, formula_text = formula_bubble(schedule.name, schedule.pp, cost, virtual)
+    formula, formula_text = formula_bubble(schedule.name, schedule.pp, cost, schedule.chunks_per_rank)
     if args.json:
         out = {"schedule": schedule.name, "pp": schedule.pp, "microbatches": schedule.microbatches,
                "virtual": schedule.chunks_per_rank, "stages": schedule.stages,

@@ -2,9 +2,10 @@
 asked of a schedule before it runs.
 
     catalog     one ScheduleSpec per schedule: its builder, chunks, directions, microbatch rule,
-                activations in flight, bubble formula, what it combines with, accumulations
+                activations in flight, bubble formula, what it combines with, accumulations;
+                register_schedule, build_schedule, plan_schedule
     actions     the data model: Action, Schedule, the SEND / RECV transfers around computes
-    schedules   the builders of gpipe, 1f1b, zb1p, interleaved; plan_schedule; check_schedule
+    schedules   the builders of gpipe, 1f1b, zb1p, interleaved; check_schedule
     dualpipe    DualPipe and DualPipeV (DeepSeek-V3) in their eight phases
     simulate    a schedule replayed as a dataflow under a cost model (on planning.replay)
     timeline    the schedule grid as text

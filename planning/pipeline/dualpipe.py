@@ -7,6 +7,9 @@ Layouts (see planning.pipeline.schedules for stages and chunks, planning.pipelin
              rank 0 computes their loss).
   dualpipev  one V-shaped pipeline of 2P stages: stage_of(r, 0) = r, stage_of(r, 1) = 2P-1-r; every microbatch
              passes both chunks; rank P-1 hands chunk 0's output to chunk 1 locally; loss on rank 0.
+             Any M >= 2P, odd included: DeepSeek's DualPipeV.step asserts only that (DualPipe.step
+             also asks M even, each direction taking half); the rules are the records' in
+             planning/pipeline/catalog.py.
 
 A rank's program is written in *local phases*: phase 0 is the direction whose inputs arrive first. For dualpipe
 the first half of the ranks have phase p = direction p, the second half are phase-flipped (phase p = direction

@@ -14,8 +14,9 @@ input tokens, stage `stages-1` computes the loss.
                         stage_of(rank,0)+1 == stage_of(rank,1) as a local hand-off). Loss on rank 0.
 Any hand-off between two chunks of one rank is local and has no SEND/RECV action.
 
-The data model (Action kinds, Schedule, where SEND / RECV go) is planning/pipeline/actions.py; this module is the
-catalogue: gpipe, 1f1b, zb1p, interleaved here, dualpipe and dualpipev from planning/pipeline/dualpipe.py.
+The data model (Action kinds, Schedule, where SEND / RECV go) is planning/pipeline/actions.py; this module holds the
+generators of gpipe, 1f1b, zb1p and interleaved (dualpipe and dualpipev: planning/pipeline/dualpipe.py); each
+schedule's record, and build_schedule / plan_schedule, are planning/pipeline/catalog.py.
 
 Execution semantics `validate` checks (planning.pipeline.simulate runs them as a dataflow):
   1. A rank walks its list in order. SEND_*/RECV_* post an async p2p op and never block when posted.
@@ -31,14 +32,8 @@ Execution semantics `validate` checks (planning.pipeline.simulate runs them as a
 """
 from __future__ import annotations
 
-from planning.mesh import DUALPIPES, FB_OVERLAP_SCHEDULES, SCHEDULES, Plan
 from planning.pipeline.actions import Action, Schedule, add_transfers
-from planning.pipeline.dualpipe import dualpipe, dualpipev
 from planning.pipeline.simulate import Cost, check_structure, run_dataflow
-
-ALIASES = {"zero-bubble": "zb1p"}
-SCHEDULE_NAMES = (*SCHEDULES, *ALIASES)   # the Plan's schedule names (planning.mesh), and aliases
-
 
 def _plain(name: str, pp: int, microbatches: int, compute: list[list[Action]], split_w: bool) -> Schedule:
     table = tuple((r,) for r in range(pp))
@@ -143,40 +138,6 @@ def interleaved(pp: int, microbatches: int, virtual: int = 2) -> Schedule:
     s = Schedule("interleaved", pp, microbatches, pp * virtual, virtual, table, compute, split_w=False,
                  cost_scale=1 / virtual)
     return add_transfers(s)
-
-
-def build_schedule(name: str, pp: int, microbatches: int, virtual: int | None = None,
-                   fb_overlap: bool = False) -> Schedule:
-    """Dispatch by name: gpipe, 1f1b, interleaved, zb1p (alias zero-bubble), dualpipe, dualpipev.
-    fb_overlap: 1F1B's steady state as overlapped F&B pairs (dualpipe and dualpipev have them already)."""
-    key = ALIASES.get(str(name).lower(), str(name).lower())
-    if fb_overlap and key not in FB_OVERLAP_SCHEDULES:
-        raise ValueError(f"fb_overlap runs the overlapped F&B pairs of {', '.join(FB_OVERLAP_SCHEDULES)}, not "
-                         f"{name}: use schedule=1f1b (or dualpipe, dualpipev), or drop fb_overlap")
-    fixed_chunks = 2 if key in DUALPIPES else 1
-    if key != "interleaved" and virtual is not None and virtual != fixed_chunks:
-        raise ValueError(f"{name}: virtual_stages is for the interleaved schedule, got virtual_stages {virtual} "
-                         f"({name} has {fixed_chunks} chunk(s) per rank): drop virtual_stages")
-    if key == "gpipe":
-        return gpipe(pp, microbatches)
-    if key == "1f1b":
-        return one_f_one_b(pp, microbatches, fb_overlap)
-    if key == "interleaved":
-        return interleaved(pp, microbatches, 2 if virtual is None else virtual)
-    if key == "zb1p":
-        return zb1p(pp, microbatches)
-    if key == "dualpipe":
-        return dualpipe(pp, microbatches)
-    if key == "dualpipev":
-        return dualpipev(pp, microbatches)
-    raise ValueError(f"unknown schedule {name!r}: pick one of {', '.join(SCHEDULE_NAMES)}")
-
-
-def plan_schedule(plan: Plan) -> Schedule:
-    """The schedule a Plan runs: the one Plan-to-schedule step, for the executor, the simulator,
-    the report and whatif (virtual stages mean something to interleaved only; fb_overlap pairs)."""
-    virtual = plan.virtual_stages if plan.schedule == "interleaved" else None
-    return build_schedule(plan.schedule, plan.pp, plan.microbatches, virtual, plan.fb_overlap)
 
 
 def check_schedule(schedule: Schedule) -> None:

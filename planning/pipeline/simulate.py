@@ -258,20 +258,3 @@ def simulate(schedule: Schedule, cost: Cost | None = None, timing: Timing | None
     """Timeline of one step under `cost` and, where given, measured `timing` (lenient semantics: a send never
     waits for its receiver)."""
     return run_dataflow(schedule, cost or Cost(), strict=False, timing=timing)
-
-
-def formula_bubble(name: str, pp: int, cost: Cost, virtual: int = 1) -> tuple[float, str]:
-    """The published bubble for a schedule (largest over ranks for DualPipe/V), and its formula as text."""
-    F, B, W, FB = cost.F, cost.B, cost.W, cost.fb
-    key = name.lower()
-    if key in ("gpipe", "1f1b"):
-        return (pp - 1) * (F + B), "(P-1)(F+B)"
-    if key == "interleaved":
-        return (pp - 1) * (F + B) / virtual, "(P-1)(F+B)/v"
-    if key in ("zb1p", "zero-bubble"):
-        return (pp - 1) * (F + B - 2 * W), "(P-1)(F+B-2W)"
-    if key == "dualpipe":
-        return (pp / 2 - 1) * (FB + B - 3 * W), "(P/2-1)(F&B+B-3W)"
-    if key == "dualpipev":      # the README's PP counts stages: 2 per rank, so PP/2-1 = ranks-1
-        return (pp - 1) * (FB + B - 3 * W), "(S/2-1)(F&B+B-3W), S=2P stages"
-    raise ValueError(f"no bubble formula for schedule {name!r}")

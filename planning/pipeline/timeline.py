@@ -1,7 +1,8 @@
 """The schedule grid of a simulated step as text: a row per rank, a cell per time quantum (`partui simulate`)."""
 from __future__ import annotations
 
-from planning.pipeline.simulate import SimResult, formula_bubble
+from planning.pipeline.catalog import formula_bubble
+from planning.pipeline.simulate import SimResult
 
 _ANSI = {("F", 0): "38;5;117", ("F", 1): "38;5;222", ("B", 0): "1;38;5;27", ("B", 1): "1;38;5;166",
          ("W", 0): "38;5;245", ("W", 1): "38;5;245", ("FB", 0): "1;38;5;135", ("FB", 1): "1;38;5;135"}
@@ -41,8 +42,7 @@ def text_timeline(result: SimResult, width: int = 160, color: bool = False, kind
                 text = "·".rjust(cell)
             cells.append(text)
         rows.append(f"rank {str(r).rjust(label)} │" + "".join(cells))
-    virtual = s.chunks_per_rank if s.name == "interleaved" else 1
-    formula, text = formula_bubble(s.name, s.pp, result.cost, virtual)
+    formula, text = formula_bubble(s.name, s.pp, result.cost, s.chunks_per_rank)   # v: virtual ones only
     pct = 100 * result.bubble / result.makespan if result.makespan else 0.0
     rows.append(f"{' ' * (label + 6)} bubble {result.bubble:g} = {pct:.1f}% (rank {result.bubble_rank}) · formula "
                 f"{text} = {formula:g} · activations held ≤ {max(result.peak_activations)}"

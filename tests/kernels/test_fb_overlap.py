@@ -13,7 +13,8 @@ from kernels.model import LayerHooks, build_model, forward_backward
 from planning.pipeline.fb_order import BACKWARD_PARTS, FORWARD_PARTS, ISSUES, pair_order
 from planning.pipeline.part_costs import PartCost, cost_from_parts, pair_timeline, run_parts
 from kernels.pp.parts import BackwardParts, ForwardParts, chunk_pair_order, layer_kind, run_pair
-from planning.pipeline.schedules import build_schedule, check_schedule
+from planning.pipeline.catalog import build_schedule
+from planning.pipeline.schedules import check_schedule
 from planning.pipeline.simulate import simulate
 from kernels.pp.stages import Chunk, drive, forward_steps
 

@@ -24,7 +24,7 @@ BAD = [  # (plan kwargs, model overrides, world, words the message must contain)
     (dict(pp=3, schedule="dualpipe", microbatches=8), dict(layers=6), None,
      ["even number of pipeline ranks", "pp 3"]),
     (dict(pp=2, schedule="dualpipe", microbatches=2), {}, None, [">= 2 x pp = 4", "got 2"]),
-    (dict(pp=4, schedule="1f1b", microbatches=2), {}, None, ["at least pp = 4", "got 2", "microbatches=4"]),
+    (dict(pp=4, schedule="1f1b", microbatches=2), {}, None, [">= pp = 4", "got 2", "microbatches=4"]),
     (dict(pp=2, schedule="interleaved", microbatches=2, virtual_stages=1), {}, None,
      ["virtual_stages 2 or more"]),
     (dict(pp=2, schedule="interleaved", microbatches=8, virtual_stages=4), {}, None,

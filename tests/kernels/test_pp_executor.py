@@ -8,7 +8,7 @@ import pytest
 from conftest import check_plan, run_cli
 from planning.config import ModelConfig
 from kernels.model import build_model
-from planning.pipeline.schedules import build_schedule
+from planning.pipeline.catalog import build_schedule
 from kernels.pp.stages import build_chunks, split_stages
 
 pytestmark = pytest.mark.timeout(300)
@@ -87,7 +87,7 @@ def test_dualpipe_ranks_hold_mirrored_stages():
 @pytest.mark.parametrize("args,needle", [
     (["--pp", 4, "--schedule", "dualpipev", "--microbatches", 8], "not divisible by 8 pipeline stages"),
     (["--pp", 3, "--schedule", "dualpipe", "--microbatches", 6, "--batch", 12, "--layers", 3], "even number of pipeline ranks"),
-    (["--pp", 4, "--schedule", "1f1b", "--microbatches", 2], "at least pp = 4 microbatches"),
+    (["--pp", 4, "--schedule", "1f1b", "--microbatches", 2], "1f1b needs microbatches >= pp = 4"),
     (["--pp", 2, "--schedule", "dualpipe", "--microbatches", 2], "microbatches >= 2 x pp = 4"),
 ], ids=["layers-not-divisible", "odd-pp-dualpipe", "too-few-microbatches-1f1b", "too-few-microbatches-dualpipe"])
 def test_bad_pipeline_input_exits_2(args, needle):

@@ -3,7 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from planning.pipeline.schedules import Action, SCHEDULE_NAMES, build_schedule, check_schedule
+from planning.pipeline.catalog import SCHEDULE_NAMES, build_schedule
+from planning.pipeline.schedules import Action, check_schedule
 from planning.pipeline.simulate import Cost, run_dataflow
 
 CASES = ([(n, p, m) for n in ("gpipe", "1f1b", "zb1p") for p in (1, 2, 3, 4, 7) for m in (p, p + 1, 3 * p)]
@@ -155,8 +156,8 @@ def test_strict_wait_on_sends_deadlocks_dualpipe_not_1f1b():
 
 @pytest.mark.parametrize("name,pp,mbs,virtual,match", [
     ("dualpipe", 3, 12, None, "even pp"),
-    ("dualpipe", 4, 6, None, r"2\*pp = 8"),
-    ("dualpipe", 4, 9, None, "even microbatches"),
+    ("dualpipe", 4, 6, None, "2 x pp = 8"),
+    ("dualpipe", 4, 9, None, "an even number of microbatches"),
     ("dualpipev", 4, 7, None, "microbatches=8"),
     ("1f1b", 4, 3, None, "microbatches=4"),
     ("zb1p", 8, 7, None, "microbatches=8"),

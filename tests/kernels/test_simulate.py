@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from planning.pipeline.schedules import build_schedule
-from planning.pipeline.simulate import Cost, Timing, formula_bubble, simulate
+from planning.pipeline.catalog import build_schedule
+from planning.pipeline.catalog import formula_bubble
+from planning.pipeline.simulate import Cost, Timing, simulate
 from planning.pipeline.timeline import text_timeline
 from partui.commands import simulate as cmd_simulate
 

@@ -15,7 +15,8 @@ import pytest
 from conftest import ROOT, run_cli
 from planning.config import ModelConfig
 from planning.mesh import Plan, PlanError
-from planning.validate import divisors, least_microbatches, validate
+from planning.pipeline.catalog import least_microbatches
+from planning.validate import divisors, validate
 from partui.cli import main
 
 pytestmark = pytest.mark.timeout(600)

@@ -46,8 +46,9 @@ def test_unset_flags_leave_the_plan_defaults_to_the_builder():
     add_run_arguments(p)
     assert fields_from_args(p.parse_args([])) == {}
     fields = fields_from_args(p.parse_args(["--pp", "2", "--sp", "--virtual-stages", "1", "--layers", "2"]))
-    # the one field the CLI fills: --microbatches beside --pp 2+, the least the schedule takes
-    assert fields == {"pp": 2, "sp": True, "virtual_stages": 1, "layers": 2, "microbatches": 2}
+    # microbatches too stay the Plan's own default (0: the least the schedule takes, resolved
+    # where the plan meets its model)
+    assert fields == {"pp": 2, "sp": True, "virtual_stages": 1, "layers": 2}
 
 
 def test_every_run_flag_has_help_and_its_values():

@@ -4,7 +4,7 @@ import re
 
 from conftest import run_here
 from planning.pipeline.actions import COMPUTE_KINDS
-from planning.pipeline.schedules import build_schedule
+from planning.pipeline.catalog import build_schedule
 from partui.analysis import load
 from partui.analysis.pipeline import pp_coord, trace_schedule
 from partui.analysis.timing import actions

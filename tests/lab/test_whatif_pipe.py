@@ -72,7 +72,7 @@ def test_the_recorded_plan_replays_its_own_costs():
 
 @pytest.mark.parametrize("flags, says", [
     (["--pp", "3"], "4 layers are not divisible by 3 pipeline stages"),
-    (["--pp", "4", "--microbatches", "2"], "1f1b needs at least pp = 4 microbatches"),
+    (["--pp", "4", "--microbatches", "2"], "1f1b needs microbatches >= pp = 4"),
     (["--microbatches", "3"], "is not divisible by 3 microbatches"),
     (["--pp", "0"], "--pp 0 must be >= 1"),
 ])
