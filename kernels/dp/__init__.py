@@ -14,11 +14,13 @@ from kernels.dp.zero import make_zero
 __all__ = ["make_grad_sync"]
 
 
-def make_grad_sync(ctx, params: dict, optimizer) -> GradSync:
-    """The plan's gradient sync: ZeRO stage plan.zero, else bucketed or naive all-reduce."""
+def make_grad_sync(ctx, params: dict, optimizer, accumulations: dict[str, int]) -> GradSync:
+    """The plan's gradient sync: ZeRO stage plan.zero, else bucketed or naive all-reduce.
+    `accumulations`: param name -> grad accumulations a step, the runner's (runner.accumulations()):
+    when a bucket is final (naive DP syncs after backward and needs no count)."""
     plan = ctx.plan
     if plan.zero:
-        return make_zero(ctx, params, optimizer)
+        return make_zero(ctx, params, optimizer, accumulations)
     if plan.grad_sync == "bucketed":
-        return BucketedDP(ctx, params, optimizer)
+        return BucketedDP(ctx, params, optimizer, accumulations)
     return NaiveDP(ctx, params, optimizer)
