@@ -12,6 +12,8 @@ Accumulation counts: a bucket is final when each of its params has been accumula
 as the runner accumulates it per step. The runner says how often (`runner.accumulations()`,
 param name -> count: M microbatches, the EP overlap runner's pieces, a pipeline chunk's
 gradient-producing actions, M/2 for DualPipe's) and the engine hands that to the sync it builds.
+A bucket never spans two of the runner's `bucket_key`s (a pipeline rank's chunks, whose grads are
+final at different actions: DualPipe's head-side chunk two computes before the end).
 """
 from __future__ import annotations
 
@@ -171,12 +173,14 @@ class BucketedDP(GradSync):
     order, waiting for each one's all-reduce just before updating it, so updating the early
     buckets hides the last buckets' all-reduce (torch DDP waits for all, then steps)."""
 
-    def __init__(self, ctx, params: dict, optimizer, accumulations: dict[str, int]):
-        """accumulations: param name -> grad accumulations a step (runner.accumulations())."""
+    def __init__(self, ctx, params: dict, optimizer, accumulations: dict[str, int], bucket_key):
+        """accumulations: param name -> grad accumulations a step (runner.accumulations());
+        bucket_key: name -> key, params of different keys never share a bucket (runner.bucket_key)."""
         super().__init__(ctx, params, optimizer)
         # No DDP-style small first bucket: on CPU gloo each extra collective costs more latency
         # than the earlier start saves (measured: world 4, small model, 0.91 -> 1.01 of DDP).
-        self.units = build_units(ctx, params, ctx.plan.bucket_mb * 2 ** 20, pad_to_group=False)
+        self.units = build_units(ctx, params, ctx.plan.bucket_mb * 2 ** 20, pad_to_group=False,
+                                 split_key=bucket_key)
         self.flat_params = []
         for u in self.units:
             u.bind_grads()                      # grads live in the buckets from now on

@@ -48,6 +48,7 @@ class PipelineRunner:
             for prm in ch.params().values():
                 counts[id(prm)] = counts.get(id(prm), 0) + n
         self._accumulations = {name: counts[id(prm)] for name, prm in self._params.items()}
+        self._chunk_of = {name: ch.index for ch in self.chunks for name in ch.params()}
         if self.schedule.directions == 2:
             assert "pp_mirror" in ctx.groups, "the rank context builds DualPipe's mirror group"
             for prm in self._params.values():
@@ -73,6 +74,11 @@ class PipelineRunner:
     def accumulations(self) -> dict[str, int]:
         """Param name -> grad accumulations a step, from the schedule's action list."""
         return dict(self._accumulations)
+
+    def bucket_key(self, name: str) -> int:
+        """The param's local chunk: a chunk's grads are final at its last gradient-producing
+        action, so a bucket holding two chunks would wait for the later one."""
+        return self._chunk_of[name]
 
     def shard_sequence(self, t):
         """This rank's tokens of a [batch, seq] tensor: its cp piece, or all of them."""

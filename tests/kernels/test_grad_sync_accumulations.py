@@ -4,7 +4,8 @@ makes its last weight grad. Before, it counted plan.microbatches: DualPipe's chu
 half the microbatches each, never got there and every bucket waited for the flush after backward.
 
 The overlap figure is timing and noisy; what the fix decides is deterministic: the pipeline compute
-action (its index in the rank's list of computes) during which each bucket's all-reduce is issued."""
+action (its index in the rank's list of computes) during which each bucket's all-reduce is issued.
+A bucket holds one chunk's params (runner.bucket_key), so it need not wait for another chunk."""
 import pytest
 
 from kernels.comm import events
@@ -99,6 +100,7 @@ def test_each_bucket_is_issued_in_the_action_of_its_last_weight_grad(schedule, v
         n_computes = sum(a.kind in COMPUTE_KINDS for a in s.actions[pp_rank])
         assert computes_done == n_computes
         assert len(bucket_chunks) > 1                    # several buckets, so the order shows
+        assert all(len(chunks) == 1 for chunks in bucket_chunks)   # runner.bucket_key: one chunk a bucket
         want = expected_issue_indices(s, pp_rank, bucket_chunks)
         assert issued_at == want, (pp_rank, bucket_chunks)
         assert max(want) < n_computes                    # none waits for the flush after backward
