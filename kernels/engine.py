@@ -3,7 +3,9 @@ plan, from world 1 to 5-D.
 
     layers   = the model's stage layers with this rank's shards (tp / cp / ep substitutions)
     runner   = microbatch loop (kernels/runners/microbatch.py), the EP overlap runner or the pipeline executor
-    sync     = gradient sync and optimizer (naive / bucketed DP, ZeRO-1/2/3: kernels/dp)
+    sync     = gradient sync and optimizer (naive / bucketed DP, ZeRO-1/2/3: kernels/dp); a bucket is
+               final after the accumulations a step the runner gives (runner.accumulations()),
+               and holds params of one runner.bucket_key (a pipeline rank's chunk)
     stats    = the per-step figures the layers recorded in the rank's context (expert load,
                attention time), drained into each step's result
 """
@@ -72,7 +74,8 @@ class Engine:
             self.layers = [lay for ch in self.runner.chunks for lay in ch.layers]
         self.params = self.runner.params()              # name -> Param held by this rank
         self.optimizer = make_optimizer(optim, lr, weight_decay)
-        self.sync = make_grad_sync(self.ctx, self.params, self.optimizer)
+        self.sync = make_grad_sync(self.ctx, self.params, self.optimizer,
+                                   self.runner.accumulations(), self.runner.bucket_key)
         self.step_count = 0
 
     # ---------------------------------------------------------------- one step

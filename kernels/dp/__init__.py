@@ -14,11 +14,15 @@ from kernels.dp.zero import make_zero
 __all__ = ["make_grad_sync"]
 
 
-def make_grad_sync(ctx, params: dict, optimizer) -> GradSync:
-    """The plan's gradient sync: ZeRO stage plan.zero, else bucketed or naive all-reduce."""
+def make_grad_sync(ctx, params: dict, optimizer, accumulations: dict[str, int],
+                   bucket_key) -> GradSync:
+    """The plan's gradient sync: ZeRO stage plan.zero, else bucketed or naive all-reduce.
+    The runner's `accumulations` (param name -> grad accumulations a step) say when a bucket is
+    final, its `bucket_key` (name -> key) which params may share one; naive DP syncs after
+    backward and needs neither."""
     plan = ctx.plan
     if plan.zero:
-        return make_zero(ctx, params, optimizer)
+        return make_zero(ctx, params, optimizer, accumulations, bucket_key)
     if plan.grad_sync == "bucketed":
-        return BucketedDP(ctx, params, optimizer)
+        return BucketedDP(ctx, params, optimizer, accumulations, bucket_key)
     return NaiveDP(ctx, params, optimizer)

@@ -5,8 +5,9 @@ multiple of `pad_to` (the group size for ZeRO, so every rank owns an equal conti
 Units are built in reverse forward order, which is the order backward produces gradients.
 
 `ReadyOrder` issues each unit's collective the moment its last gradient lands (counted with
-`Param.grad_count` against the expected accumulations per step), but always in unit order, so
-every rank of a group issues the same collectives in the same order (gloo matches them by order).
+`Param.grad_count` against the accumulations per step the runner gives for each param:
+`runner.accumulations()`), but always in unit order, so every rank of a group issues the same
+collectives in the same order (gloo matches them by order).
 """
 from __future__ import annotations
 
@@ -104,26 +105,29 @@ def build_units(ctx, params: dict, unit_bytes: float | None, pad_to_group: bool,
 
 
 class ReadyOrder:
-    """Counts each param's accumulations; issues a unit once all its params are final, in order."""
+    """Counts each param's accumulations; issues a unit once all its params are final, in order.
 
-    def __init__(self, units: list[FlatUnit], expected: int, issue, reduce_partial):
+    `accumulations`: param name -> how many times the runner accumulates its grad in one step
+    (runner.accumulations()); a param is final at its last."""
+
+    def __init__(self, units: list[FlatUnit], accumulations: dict[str, int], issue,
+                 reduce_partial):
         self.units, self.issue, self.reduce_partial = units, issue, reduce_partial
-        self.expected_default = expected
-        self.expected: dict[int, int] = {}
+        names = [n for u in units for n in u.names]
+        missing = [n for n in names if n not in accumulations]
+        if missing:
+            raise ValueError(f"the runner gives no accumulation count for {missing}: its "
+                             f"accumulations() must name every param its params() returns")
+        bad = {n: accumulations[n] for n in names if accumulations[n] < 1}
+        if bad:
+            raise ValueError(f"accumulations per step {bad} must be >= 1: a param the runner "
+                             f"never accumulates has no business in the grad sync")
+        self.expected = {id(p): accumulations[n] for u in units for n, p in zip(u.names, u.params)}
         self.slot = {id(p): (u, i) for u in units for i, p in enumerate(u.params)}
         self.order: dict[str, list[FlatUnit]] = {}
         for u in units:
             self.order.setdefault(u.group.name, []).append(u)
         self.reset()
-
-    def expect(self, n: int, params=None) -> None:
-        if n < 1:
-            raise ValueError(f"expected accumulations {n} must be >= 1")
-        if params is None:
-            self.expected_default, self.expected = n, {}
-        else:
-            for p in params:
-                self.expected[id(p)] = n
 
     def reset(self) -> None:
         self.next = {g: 0 for g in self.order}
@@ -134,12 +138,12 @@ class ReadyOrder:
     def on_grad(self, prm) -> None:
         unit, i = self.slot[id(prm)]
         unit.adopt_grad(i)
-        want = self.expected.get(id(prm), self.expected_default)
+        want = self.expected[id(prm)]
         if prm.grad_count > want or id(unit) in self.issued:
             raise RuntimeError(
-                f"{unit.names[i]} got gradient accumulation {prm.grad_count} but the grad sync "
-                f"expects {want} per step and already synced it: call "
-                f"sync.expect_accumulations(n) with the number of accumulations the runner makes")
+                f"{unit.names[i]} got gradient accumulation {prm.grad_count} but the runner's "
+                f"accumulations() said {want} per step and its bucket is already synced: make "
+                f"the runner count every accumulation of its params in a step")
         if prm.grad_count == want:
             self.reduce_partial(prm)
             unit.ready += 1
@@ -161,7 +165,7 @@ class ReadyOrder:
         for gname, units in self.order.items():
             for u in units[self.next[gname]:]:
                 for i, p in enumerate(u.params):
-                    if p.grad_count < self.expected.get(id(p), self.expected_default):
+                    if p.grad_count < self.expected[id(p)]:
                         if p.grad is not None:
                             u.adopt_grad(i)
                         self.reduce_partial(p)

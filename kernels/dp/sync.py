@@ -9,9 +9,11 @@ expert ones over the ranks holding the same experts (ep_dp). Model-parallel part
 asynchronously the moment its last grad of the step lands, while backward goes on.
 
 Accumulation counts: a bucket is final when each of its params has been accumulated as often
-as the runner accumulates it per step: `plan.microbatches` by default. A runner that
-accumulates a param a different number of times (e.g. DualPipe, whose ranks run each chunk on
-half the microbatches) calls `sync.expect_accumulations(n, params)` once after building.
+as the runner accumulates it per step. The runner says how often (`runner.accumulations()`,
+param name -> count: M microbatches, the EP overlap runner's pieces, a pipeline chunk's
+gradient-producing actions, M/2 for DualPipe's) and the engine hands that to the sync it builds.
+A bucket never spans two of the runner's `bucket_key`s (a pipeline rank's chunks, whose grads are
+final at different actions: DualPipe's head-side chunk two computes before the end).
 """
 from __future__ import annotations
 
@@ -85,9 +87,6 @@ class GradSync:
 
     def optimizer_step(self) -> None:
         self.optimizer.step(self.plist)
-
-    def expect_accumulations(self, n: int, params=None) -> None:
-        """How many times the runner accumulates each param's grad per step (default: all)."""
 
     def step_stats(self) -> dict:
         share = overlap_share(self.sync_records, self.t_start, self.t_backward_end)
@@ -174,11 +173,14 @@ class BucketedDP(GradSync):
     order, waiting for each one's all-reduce just before updating it, so updating the early
     buckets hides the last buckets' all-reduce (torch DDP waits for all, then steps)."""
 
-    def __init__(self, ctx, params: dict, optimizer):
+    def __init__(self, ctx, params: dict, optimizer, accumulations: dict[str, int], bucket_key):
+        """accumulations: param name -> grad accumulations a step (runner.accumulations());
+        bucket_key: name -> key, params of different keys never share a bucket (runner.bucket_key)."""
         super().__init__(ctx, params, optimizer)
         # No DDP-style small first bucket: on CPU gloo each extra collective costs more latency
         # than the earlier start saves (measured: world 4, small model, 0.91 -> 1.01 of DDP).
-        self.units = build_units(ctx, params, ctx.plan.bucket_mb * 2 ** 20, pad_to_group=False)
+        self.units = build_units(ctx, params, ctx.plan.bucket_mb * 2 ** 20, pad_to_group=False,
+                                 split_key=bucket_key)
         self.flat_params = []
         for u in self.units:
             u.bind_grads()                      # grads live in the buckets from now on
@@ -191,17 +193,13 @@ class BucketedDP(GradSync):
             self.flat_params.append(u.flat)
         if hasattr(optimizer, "init_state"):
             optimizer.init_state(self.flat_params)
-        self.order = ReadyOrder(self.units, ctx.plan.microbatches, self._issue,
-                                self.reduce_partial)
+        self.order = ReadyOrder(self.units, accumulations, self._issue, self.reduce_partial)
         for p in self.plist:
             p.grad_hooks.append(self.order.on_grad)
         self.handles: list = []
 
     def _init_optimizer_state(self) -> None:
         pass  # the optimizer runs on the flat buckets, set up in __init__
-
-    def expect_accumulations(self, n: int, params=None) -> None:
-        self.order.expect(n, params)
 
     def optimizer_step(self) -> None:
         self.optimizer.begin_step()            # one step count, then one update per bucket

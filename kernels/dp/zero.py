@@ -68,12 +68,16 @@ class ZeroHooks(LayerHooks):
 class ZeroSync(GradSync):
     """ZeRO-1/2/3 on the units of each sync group: the optimizer updates this rank's shards."""
 
-    def __init__(self, ctx, params: dict, optimizer, stage: int):
+    def __init__(self, ctx, params: dict, optimizer, accumulations: dict[str, int], bucket_key,
+                 stage: int):
+        """accumulations: param name -> grad accumulations a step (runner.accumulations()): when
+        a ZeRO-1/2 bucket is final, and bucket_key: params of different keys never share one
+        (runner.bucket_key); ZeRO-3's units are layers, reduce-scattered after every backward."""
         self.stage = stage
         super().__init__(ctx, params, optimizer)
         unit_bytes = None if stage == 3 else ctx.plan.bucket_mb * 2 ** 20
         self.units = build_units(ctx, params, unit_bytes, pad_to_group=True,
-                                 split_key=layer_key if stage == 3 else None)
+                                 split_key=layer_key if stage == 3 else bucket_key)
         self.slot = {id(p): (u, i) for u in self.units for i, p in enumerate(u.params)}
         for u in self.units:
             self._shard_unit(u)
@@ -83,8 +87,7 @@ class ZeroSync(GradSync):
         self.rs_done: set = set()
         self._layer_slots: dict[int, list] = {}
         if stage in (1, 2):
-            self.order = ReadyOrder(self.units, ctx.plan.microbatches, self._issue,
-                                    self.reduce_partial)
+            self.order = ReadyOrder(self.units, accumulations, self._issue, self.reduce_partial)
             hook = self.order.on_grad
         else:
             hook = self._adopt
@@ -115,10 +118,6 @@ class ZeroSync(GradSync):
             u.shard.grad = u.grad[lo:lo + u.chunk]
         else:
             u.shard.grad = torch.zeros(u.chunk, dtype=u.dtype)     # [chunk]
-
-    def expect_accumulations(self, n: int, params=None) -> None:
-        if self.stage in (1, 2):
-            self.order.expect(n, params)
 
     # ---------------------------------------------------------------- step
     def start_step(self) -> None:
@@ -285,11 +284,11 @@ class ZeroSync(GradSync):
                                         for u in self.units])
 
 
-def make_zero(ctx, params: dict, optimizer) -> ZeroSync:
+def make_zero(ctx, params: dict, optimizer, accumulations: dict[str, int], bucket_key) -> ZeroSync:
     stage = ctx.plan.zero
     if stage not in (1, 2, 3):
         raise ValueError(f"unknown ZeRO stage {stage}: pick 1, 2 or 3 (0 is plain DP)")
-    return ZeroSync(ctx, params, optimizer, stage)
+    return ZeroSync(ctx, params, optimizer, accumulations, bucket_key, stage)
 
 
 __all__ = ["ZeroSync", "ZeroHooks", "make_zero", "layer_key"]

@@ -8,8 +8,8 @@ Semantics are the schedules' (see that module). DualPipe keeps two copies of the
 runs stage r of direction 0 and stage P-1-r of direction 1, so stage s's weights live on ranks s
 and P-1-s. Their grads are partial: each Param lists the "pp_mirror" group in `replicated_over` so
 the grad sync sums the two copies before dp sync, and both copies then take the same step.
-`meta["accumulations"]`: a Param's `accumulate` calls a step (M, or M/2 for dualpipe), for a dp
-sync firing on the last.
+`accumulations()`: each Param's `accumulate` calls a step, its chunk's gradient-producing actions
+(Schedule.accumulations: M, or M/2 for dualpipe), so the dp sync fires on the last.
 """
 from __future__ import annotations
 
@@ -42,9 +42,13 @@ class PipelineRunner:
         self._params = {}
         for ch in sorted(self.chunks, key=lambda c: c.stage):   # model order, as on mirrored ranks
             self._params.update(ch.params())
-        per_chunk = plan.microbatches // self.schedule.directions
-        for prm in self._params.values():
-            prm.meta["accumulations"] = per_chunk
+        counts: dict[int, int] = {}   # id(Param) -> accumulations a step, over every chunk holding it
+        for ch in self.chunks:
+            n = self.schedule.accumulations(self.rank, ch.index)
+            for prm in ch.params().values():
+                counts[id(prm)] = counts.get(id(prm), 0) + n
+        self._accumulations = {name: counts[id(prm)] for name, prm in self._params.items()}
+        self._chunk_of = {name: ch.index for ch in self.chunks for name in ch.params()}
         if self.schedule.directions == 2:
             assert "pp_mirror" in ctx.groups, "the rank context builds DualPipe's mirror group"
             for prm in self._params.values():
@@ -66,6 +70,15 @@ class PipelineRunner:
     # ---------------------------------------------------------------- runner interface
     def params(self) -> dict:
         return dict(self._params)
+
+    def accumulations(self) -> dict[str, int]:
+        """Param name -> grad accumulations a step, from the schedule's action list."""
+        return dict(self._accumulations)
+
+    def bucket_key(self, name: str) -> int:
+        """The param's local chunk: a chunk's grads are final at its last gradient-producing
+        action, so a bucket holding two chunks would wait for the later one."""
+        return self._chunk_of[name]
 
     def shard_sequence(self, t):
         """This rank's tokens of a [batch, seq] tensor: its cp piece, or all of them."""

@@ -37,7 +37,6 @@ less what the two halves cost over one whole batch (compute_ms of `partui bench 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import replace
 
 from kernels.comm import events
 from kernels.ep.layer import overlap_all_to_alls
@@ -66,10 +65,10 @@ class OverlapRunner(MicrobatchRunner):
                              f"does not work; pick microbatches even and dividing {n}, or a "
                              f"per-rank batch of 2 or more")
         overlap_all_to_alls(layers)   # posted by the comm thread; counts fly while rows are built
-        for prm in self.params().values():
-            prm.meta["accumulations"] = self.pieces   # the grad sync counts them per step
-        # the grad sync (built after the runner) reads its default count from the plan
-        ctx.plan = replace(ctx.plan, microbatches=self.pieces)
+
+    def accumulations(self) -> dict[str, int]:
+        """Param name -> grad accumulations a step: one per piece (2 where the plan says 1)."""
+        return dict.fromkeys(self.params(), self.pieces)
 
     def role(self) -> str:
         return f"all {self.ctx.cfg.layers} layers, two microbatches interleaved (EP overlap)"

@@ -1,6 +1,8 @@
 """The engine's runner without a pipeline: every microbatch runs forward then backward through all
 of this rank's layers. The EP overlap runner (kernels/runners/ep_overlap.py) and the pipeline executor
-(kernels/pp/executor.py) keep its interface: params, shard_sequence, role, owns_loss and
+(kernels/pp/executor.py) keep its interface: params, accumulations (param name -> how many times a
+step accumulates its grad: the grad sync's count of when a bucket is final), bucket_key (name ->
+a key; params of different keys never share a grad bucket), shard_sequence, role, owns_loss and
 forward_backward(ids, targets, denom, hooks) -> loss (the step's figures come from the span log).
 """
 from __future__ import annotations
@@ -23,6 +25,14 @@ class MicrobatchRunner:
 
     def params(self) -> dict:
         return named_params(self.layers)
+
+    def accumulations(self) -> dict[str, int]:
+        """Param name -> grad accumulations a step: one per microbatch."""
+        return dict.fromkeys(self.params(), self.ctx.plan.microbatches)
+
+    def bucket_key(self, name: str) -> None:
+        """One key: every grad is final in the last microbatch, any two may share a bucket."""
+        return None
 
     def shard_sequence(self, t):
         """This rank's tokens of a [batch, seq] tensor: its cp piece, or all of them."""

@@ -58,6 +58,14 @@ class Schedule:
     def chunk_direction(self, chunk: int) -> int:
         return 0 if self.directions == 1 else chunk
 
+    def accumulations(self, rank: int, chunk: int) -> int:
+        """How many times a step accumulates the weight grads of `chunk` on `rank`: once per W
+        (a B only queues it), per BW, and per FB whose backward half (mb2, chunk2) is this chunk.
+        Every schedule gives M, but DualPipe's M/2: a chunk carries one direction's half."""
+        return sum(1 for a in self.actions[rank]
+                   if (a.kind in ("W", "BW") and a.chunk == chunk)
+                   or (a.kind == "FB" and a.chunk2 == chunk))
+
     def holder(self, stage: int, mb: int) -> tuple[int, int]:
         """(rank, chunk) that runs `stage` for microbatch `mb`."""
         if not self._holders:

@@ -44,20 +44,20 @@ class _Group:
     name, size, ranks = "dp", 2, [0, 1]
 
 
-def _order(expected):
+def _order(accumulations):
     p = [Param(f"p{i}", torch.zeros(4)) for i in range(3)]
     units = [FlatUnit(0, _Group(), [("p2", p[2]), ("p1", p[1])]), FlatUnit(1, _Group(), [("p0", p[0])])]
     for u in units:
         u.bind_grads()
     issued = []
-    order = ReadyOrder(units, expected, lambda u: issued.append(u.index), lambda prm: None)
+    order = ReadyOrder(units, accumulations, lambda u: issued.append(u.index), lambda prm: None)
     for q in p:
         q.grad_hooks.append(order.on_grad)
     return p, order, issued
 
 
 def test_bucket_issues_when_its_last_grad_of_the_last_microbatch_lands():
-    p, order, issued = _order(expected=2)
+    p, order, issued = _order({"p0": 2, "p1": 2, "p2": 2})
     p[2].accumulate(torch.ones(4))
     p[1].accumulate(torch.ones(4))
     assert issued == []                       # first microbatch: no sync
@@ -71,22 +71,32 @@ def test_bucket_issues_when_its_last_grad_of_the_last_microbatch_lands():
     assert order.units[0].grad[:4].tolist() == [2.0] * 4
 
 
-def test_more_accumulations_than_expected_names_the_fix():
-    p, order, issued = _order(expected=1)
+def test_more_accumulations_than_the_runner_said_names_the_fix():
+    p, order, issued = _order({"p0": 1, "p1": 1, "p2": 1})
     p[0].accumulate(torch.ones(4))
-    with pytest.raises(RuntimeError, match="expect_accumulations"):
+    with pytest.raises(RuntimeError, match=r"p0 got gradient accumulation 2 but the runner's "
+                                           r"accumulations\(\) said 1 per step"):
         p[0].accumulate(torch.ones(4))
 
 
-def test_expect_accumulations_per_param_and_flush():
-    p, order, issued = _order(expected=1)
-    order.expect(3, [p[0]])
+def test_accumulations_per_param_and_flush():
+    p, order, issued = _order({"p0": 3, "p1": 1, "p2": 1})
     p[2].accumulate(torch.ones(4))
     p[1].accumulate(torch.ones(4))
     p[0].accumulate(torch.ones(4))
     assert issued == [0]
     order.flush()                             # p0 got 1 of 3: issued after backward anyway
     assert issued == [0, 1]
+
+
+@pytest.mark.parametrize("accumulations,words", [
+    ({"p0": 1, "p2": 1}, "no accumulation count for ['p1']"),
+    ({"p0": 1, "p1": 0, "p2": 1}, "{'p1': 0} must be >= 1"),
+])
+def test_bad_accumulations_name_the_param(accumulations, words):
+    with pytest.raises(ValueError) as err:
+        _order(accumulations)
+    assert words in str(err.value)
 
 
 def test_overlap_share_from_timestamps():
