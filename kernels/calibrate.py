@@ -12,8 +12,8 @@ import torch
 
 from kernels import comm
 from kernels.comm import emulate
-from planning.link import LinkModel, build_link, parse_link
 from planning.config import ModelConfig
+from planning.link import LinkModel, build_link, parse_link
 
 
 def matmul_flops(cfg: ModelConfig, tokens: int, seconds: float = 0.2) -> float:

@@ -17,12 +17,12 @@ import math
 
 import torch
 
-from planning.config import model_config_for
-from kernels.ep.deepseek_layer import balance_biases
 from kernels.data import global_batch
+from kernels.ep.deepseek_layer import balance_biases
 from kernels.model import build_model, reference_step
 from kernels.optim import make_optimizer
 from kernels.stats import StepStats
+from planning.config import model_config_for
 
 
 class Reference:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kernels import comm
+from kernels.stats import StepStats
 from planning.config import ModelConfig
 from planning.mesh import Plan, coord_label, groups_of, partition
-from kernels.stats import StepStats
 
 
 @dataclass

@@ -16,23 +16,24 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels import comm
+from kernels.block import Block
 from kernels.comm import events
-from planning.config import ModelConfig, model_config_for
-from kernels.weights import init_params
 from kernels.context import RankContext, build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.data import dp_slice, global_batch
 from kernels.dp import make_grad_sync
 from kernels.ep.deepseek_layer import balance_biases
-from kernels.runners.ep_overlap import OverlapRunner
-from planning.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
 from kernels.memory import account_of
-from planning.mesh import Plan, coords
-from kernels.model import Block, build_model
+from kernels.model import build_model
 from kernels.optim import make_optimizer
 from kernels.pp.executor import PipelineRunner
+from kernels.runners.ep_overlap import OverlapRunner
 from kernels.runners.microbatch import MicrobatchRunner
 from kernels.tp.layers import build_tp_layers
+from kernels.weights import init_params
+from planning.config import ModelConfig, model_config_for
+from planning.intervals import CONTAINER_CATS, WAIT_CATS, in_ms, parts_figures, window_parts
+from planning.mesh import Plan, coords
 
 P2P_OPS = ("send", "recv")  # paired across ranks for their in flight (planning.intervals.pair_p2p)
 

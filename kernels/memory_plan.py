@@ -20,7 +20,8 @@ twice, h1 and h3. Dense layers without tp / cp / sp only: elsewhere
 """
 from __future__ import annotations
 
-from kernels.model import Block, Embed, Head
+from kernels.block import Block
+from kernels.model import Embed, Head
 from planning.pipeline.catalog import in_flight
 
 INT64, BOOL = 8, 1

@@ -12,15 +12,24 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.comm import events
-from planning.config import ModelConfig, is_moe_layer
-
 from kernels.block import Block
-from kernels.weights import init_params
+from kernels.comm import events
 from kernels.ep.build import build_moe
-from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention,
-                            Param, RMSNorm, SwiGLU, rope_tables)
-
+from kernels.layers import (
+    Attention,
+    CrossEntropy,
+    Ctx,
+    Embedding,
+    Layer,
+    Linear,
+    LocalAttention,
+    Param,
+    RMSNorm,
+    SwiGLU,
+    rope_tables,
+)
+from kernels.weights import init_params
+from planning.config import ModelConfig, is_moe_layer
 
 # ---------------------------------------------------------------- stage layers
 

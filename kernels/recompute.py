@@ -1,6 +1,6 @@
 """Activation recompute (Plan.recompute), memory traded for compute before each block's backward.
 
-full: a block saves only its input in the forward (kernels.model.Block.forward) and, at its
+full: a block saves only its input in the forward (kernels.block.Block.forward) and, at its
 backward, runs its whole forward again to rebuild what the backward needs (span "R block i").
 
 selective: a block keeps every matmul's output and frees what the norms and activations made,

@@ -12,7 +12,6 @@ import torch
 
 from kernels.comm import events
 
-
 _A = None
 
 

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from planning.config import is_moe_layer, model_config_for
 from kernels.data import global_batch
 from kernels.torch_moe import MoEBlock, SwiGLU
 from kernels.weights import init_params
+from planning.config import is_moe_layer, model_config_for
 
 
 def rotate(x, cos, sin):

@@ -11,9 +11,9 @@ from kernels import comm
 from kernels.dp.sync import piece_index
 from kernels.engine import Engine
 from kernels.memory_plan import predict_rank
-from planning.mesh import NAMED_DIMS, Plan
 from partui.snapshot import rank_info
 from partui.tables import piece_label
+from planning.mesh import NAMED_DIMS, Plan
 
 LEDGER = ("params", "grads", "optimizer", "total")
 

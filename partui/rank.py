@@ -14,13 +14,13 @@ import torch
 
 from kernels import comm
 from kernels.calibrate import install_link
-from planning.config import ModelConfig
 from kernels.engine import Engine
-from planning.mesh import Plan
-from planning.slow_spec import factor_of
 from partui import snapshot
 from partui.profile import RankProfile
 from partui.trace import RankTracer
+from planning.config import ModelConfig
+from planning.mesh import Plan
+from planning.slow_spec import factor_of
 
 
 class InjectedFault(RuntimeError):

@@ -13,8 +13,8 @@ kernels/memory.py). `ledgers` (one memory ledger per rank) rides along for the s
 """
 from __future__ import annotations
 
-from planning.routing_figures import merge_layers, routing_totals
 from planning.intervals import MS_NAMES, in_ms, pair_p2p, parts_figures
+from planning.routing_figures import merge_layers, routing_totals
 
 FIGURE_KEYS = tuple(MS_NAMES)   # compute, comm, overlapped, exposed comm, wait (ms)
 RANK_KEYS = ("window_ms",) + FIGURE_KEYS   # a rank's own step: window_ms (step_ms is the line's)

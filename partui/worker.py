@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 
-
 HEARTBEAT_S = 0.5      # how often a rank stamps its slot of the controller's heartbeat array
 
 
@@ -34,5 +33,5 @@ def one_shot_main(rank: int, size: int, conn, rendezvous: bool, fn, args: tuple,
                   timeout_s: float) -> None:
     """A one-shot rank (forked by partui.launch.run_world): partui.rank.run_once sends fn's result,
     or its failure, to the launcher."""
-    from partui.rank import run_once    # lazy, as above
+    from partui.rank import run_once  # lazy, as above
     run_once(rank, size, conn, rendezvous, fn, args, timeout_s)

@@ -26,17 +26,17 @@ import os
 import threading
 import time
 
-from planning.link import LinkModel, check_link
-from planning.mesh import Plan
-from planning.slow_spec import WHO, check_straggler
+from partui.controller import Controller
+from partui.launch import RankError, WorldTimeout
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
 from partui.results import step_line, summarize
 from partui.show_kinds import TABLES, show_kind
 from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
-from partui.controller import Controller
-from partui.launch import RankError, WorldTimeout
+from planning.link import LinkModel, check_link
+from planning.mesh import Plan
+from planning.slow_spec import WHO, check_straggler
 
 TRACE_DIR = "traces"
 

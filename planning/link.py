@@ -15,7 +15,6 @@ A group whose ranks sit on one node uses the intra-node link, else the inter-nod
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass
 
 # public dense bf16 FLOP/s and per-GPU, per-direction link bandwidths (../shared/REFERENCES.md);

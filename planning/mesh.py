@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from planning.moe_families import BALANCE_MODES, MOE_FAMILIES
 from planning.field_spec import FieldSpec, PlanError, fix_text, plan_field, specs_of
+from planning.moe_families import BALANCE_MODES, MOE_FAMILIES
 from planning.pipeline.catalog import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 
 CP_MODES = ("ring", "zigzag", "ulysses")

@@ -12,10 +12,9 @@ import math
 from dataclasses import replace
 
 from planning.config import ModelConfig, model_config_for
-from planning.moe_families import routing_problem
 from planning.mesh import CP_MODES, DIMS, Plan, PlanError, fix_text
-from planning.pipeline.catalog import (DEFAULT_SCHEDULE, SCHEDULES, least_microbatches,
-                                       schedule_spec, specs)
+from planning.moe_families import routing_problem
+from planning.pipeline.catalog import DEFAULT_SCHEDULE, SCHEDULES, least_microbatches, schedule_spec, specs
 
 PLAN_FIELDS = set(Plan.__dataclass_fields__)
 OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp

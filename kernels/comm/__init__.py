@@ -11,17 +11,45 @@
 This package gathers the API (`from kernels import comm; comm.all_reduce(...)`); the modules
 inside import each other directly, never through here.
 """
-from kernels.comm.core import (COLLECTIVES, Group, RendezvousError, all_gather, all_reduce,
-                               all_to_all_single, barrier, broadcast, default_backend, destroy, init, is_initialized,
-                               new_groups, reduce_scatter, set_collectives, single_group,
-                               store_client, store_server, wait_all, world_group, world_rank,
-                               world_size)
+from kernels.comm import collectives  # registers the hand collectives with core
+from kernels.comm.core import (
+                               COLLECTIVES,
+                               Group,
+                               RendezvousError,
+                               all_gather,
+                               all_reduce,
+                               all_to_all_single,
+                               barrier,
+                               broadcast,
+                               default_backend,
+                               destroy,
+                               init,
+                               is_initialized,
+                               new_groups,
+                               reduce_scatter,
+                               set_collectives,
+                               single_group,
+                               store_client,
+                               store_server,
+                               wait_all,
+                               world_group,
+                               world_rank,
+                               world_size,
+)
 from kernels.comm.dry import dry_rank
 from kernels.comm.handles import Handle, OpLog, OpRecord, oplog
+from kernels.comm.p2p import (
+                               HAND_TAG_BASE,
+                               HAND_TAG_SPAN,
+                               P2P,
+                               batch_isend_irecv,
+                               irecv,
+                               isend,
+                               p2p_step,
+                               recv,
+                               send,
+)
 from kernels.comm.poster import post_from_thread
-from kernels.comm.p2p import (HAND_TAG_BASE, HAND_TAG_SPAN, P2P, batch_isend_irecv, irecv, isend,
-                              p2p_step, recv, send)
-from kernels.comm import collectives  # registers the hand collectives with core
 
 __all__ = ["COLLECTIVES", "Group", "RendezvousError", "all_gather", "all_reduce", "all_to_all_single",
            "barrier", "broadcast", "default_backend", "destroy", "dry_rank", "init", "is_initialized", "new_groups",

@@ -25,7 +25,8 @@ import torch.distributed as dist
 from kernels.comm import emulate, events
 from kernels.comm.dry import ON_PAPER
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
-from kernels.comm.poster import launch, stop as stop_posting
+from kernels.comm.poster import launch
+from kernels.comm.poster import stop as stop_posting
 
 _op_ids = itertools.count(1)
 LOOPBACK = "127.0.0.1"   # where partui's own worlds listen: the store and gloo (GLOO_SOCKET_IFNAME=lo)

@@ -3,12 +3,12 @@ switched over to it (RoPE tables at this rank's true positions)."""
 from __future__ import annotations
 
 from kernels import comm
-from kernels.cp.layout import layout_of, local_positions
+from kernels.block import Block
 from kernels.cp.attention_cost import AttentionLoad
+from kernels.cp.layout import layout_of, local_positions
 from kernels.cp.ring import AllGatherAttention, RingAttention
 from kernels.cp.ulysses import UlyssesAttention
 from kernels.layers import rope_tables
-from kernels.model import Block
 from kernels.stats import StepStats
 
 CORE_MODES = ("ring", "zigzag", "ulysses", "allgather")

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels import comm
-from kernels.cp.layout import layout_of, local_positions
 from kernels.cp.attention_cost import AttentionLoad, attention_flops, hand_backward_only
+from kernels.cp.layout import layout_of, local_positions
 from kernels.layers import Ctx
 from kernels.layers.attention import attention_block_backward, attention_block_forward
 

@@ -21,8 +21,7 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.dp.buckets import (ReadyOrder, build_units, global_pieces, overlap_share,
-                                sync_group_name)
+from kernels.dp.buckets import ReadyOrder, build_units, global_pieces, overlap_share, sync_group_name
 from kernels.layers import Param
 from kernels.model import LayerHooks
 

@@ -25,9 +25,9 @@ from kernels import comm
 from kernels.comm import events
 from kernels.dp.buckets import ReadyOrder, build_units, global_pieces, prod
 from kernels.dp.gather import LayerGather
-from kernels.memory import account_of
 from kernels.dp.sync import GradSync
 from kernels.layers import Param
+from kernels.memory import account_of
 from kernels.model import LayerHooks
 
 

@@ -1,6 +1,10 @@
 """Hand-written layers: forward, backward_input (dX) and backward_weight (dW), no autograd."""
-from kernels.layers.attention import (Attention, LocalAttention, attention_block_backward,
-                                      attention_block_forward)
+from kernels.layers.attention import (
+                                      Attention,
+                                      LocalAttention,
+                                      attention_block_backward,
+                                      attention_block_forward,
+)
 from kernels.layers.base import Ctx, Layer, Param
 from kernels.layers.linear import Embedding, Linear
 from kernels.layers.loss import CrossEntropy

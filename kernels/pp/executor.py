@@ -9,18 +9,20 @@ runs stage r of direction 0 and stage P-1-r of direction 1, so stage s's weights
 and P-1-s. Their grads are partial: each Param lists the "pp_mirror" group in `replicated_over` so
 the grad sync sums the two copies before dp sync, and both copies then take the same step.
 `accumulations()`: each Param's `accumulate` calls a step, its chunk's gradient-producing actions
-(Schedule.accumulations: M, or M/2 for dualpipe), so the dp sync fires on the last.
+(the schedule record's `accumulations`, by default Schedule.accumulations: M, or M/2 for dualpipe),
+so the dp sync fires on the last.
 """
 from __future__ import annotations
 
+from kernels.block import Block
 from kernels.cp.layout import sequence_shard
 from kernels.ep.layer import overlap_all_to_alls
-from kernels.model import Block, LayerHooks
-from planning.pipeline.actions import COMPUTE_KINDS
+from kernels.model import LayerHooks
 from kernels.pp.parts import chunk_pair_order
-from planning.pipeline.catalog import plan_schedule
 from kernels.pp.stages import build_chunks
 from kernels.pp.step import PipelineStep
+from planning.pipeline.actions import COMPUTE_KINDS
+from planning.pipeline.catalog import plan_schedule, schedule_spec
 from planning.slow_spec import slow_factor
 
 
@@ -42,9 +44,10 @@ class PipelineRunner:
         self._params = {}
         for ch in sorted(self.chunks, key=lambda c: c.stage):   # model order, as on mirrored ranks
             self._params.update(ch.params())
+        spec = schedule_spec(plan.schedule)
         counts: dict[int, int] = {}   # id(Param) -> accumulations a step, over every chunk holding it
         for ch in self.chunks:
-            n = self.schedule.accumulations(self.rank, ch.index)
+            n = spec.accumulations(self.schedule, self.rank, ch.index)   # the record's count
             for prm in ch.params().values():
                 counts[id(prm)] = counts.get(id(prm), 0) + n
         self._accumulations = {name: counts[id(prm)] for name, prm in self._params.items()}

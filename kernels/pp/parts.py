@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from kernels.block import Block
 from kernels.comm import events
 from kernels.layers.base import Ctx
-from kernels.block import Block
 from kernels.model import Embed, Head
 from planning.pipeline.fb_order import pair_order
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.comm import events
 from kernels.block import Block
+from kernels.comm import events
 from kernels.model import Embed, Head, layer_span_name, named_params
 
 

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from kernels.block import Block
 from kernels.comm import events
 from kernels.ep.layer import overlap_all_to_alls
-from kernels.block import Block
 from kernels.runners.microbatch import MicrobatchRunner
 from kernels.straggle import stretch
 

@@ -12,8 +12,8 @@ from kernels.context import RankContext
 from kernels.cp.layout import sequence_shard
 from kernels.memory import account_of
 from kernels.model import forward_backward, named_params
-from planning.slow_spec import slow_factor
 from kernels.straggle import stretch
+from planning.slow_spec import slow_factor
 
 
 class MicrobatchRunner:

@@ -32,21 +32,27 @@ from __future__ import annotations
 import torch
 
 from kernels import comm
-from kernels.comm import events
-from planning.config import is_moe_layer
-from kernels.ep.build import build_moe
-from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm,
-                            SwiGLU, rope_tables)
-from planning.mesh import partition
-from planning.pipeline.catalog import schedule_spec
 from kernels.block import Block
+from kernels.comm import events
+from kernels.ep.build import build_moe
+from kernels.layers import (
+    Attention,
+    Ctx,
+    Embedding,
+    Linear,
+    LocalAttention,
+    Param,
+    RMSNorm,
+    SwiGLU,
+    rope_tables,
+)
 from kernels.model import Embed, Head
 from kernels.recompute import recomputed
 from kernels.tp.loss import VocabParallelCrossEntropy
-from kernels.tp.regions import (CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP,
-                                start_region_backward)
-
-
+from kernels.tp.regions import CopyToTP, GatherSeqToTP, ReduceFromTP, ScatterSeqFromTP, start_region_backward
+from planning.config import is_moe_layer
+from planning.mesh import partition
+from planning.pipeline.catalog import schedule_spec
 
 # ---------------------------------------------------------------- stage layers
 

@@ -22,7 +22,6 @@ from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
 from partui.analysis.timing import pipeline_windows
 
-
 US_MS = 1e-3
 
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from planning.replay import Dep, Op, Stuck, later, run
 from partui.analysis.events import TraceError
 from partui.analysis.op_table import OP_COLUMNS
+from planning.replay import Dep, Op, Stuck, later, run
 
 P2P = {"forward-send": ("forward-recv", 1), "forward-recv": ("forward-send", -1),
        "backward-send": ("backward-recv", -1), "backward-recv": ("backward-send", 1)}

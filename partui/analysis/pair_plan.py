@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from planning.pipeline.part_costs import PartCost, pair_timeline
 from partui.analysis.kineto_pairs import annotated_parts, kineto_pairs, part_kernels
 from partui.analysis.reader import load
+from planning.pipeline.part_costs import PartCost, pair_timeline
 
 MEASURED = {"ATTN": ("ATTN", "F"), "MLP": ("MLP", "F"), "ATTN_B": ("ATTN", "B"), "MLP_B": ("MLP", "B"),
             "ATTN_W": ("ATTN", "W"), "MLP_W": ("MLP", "W")}

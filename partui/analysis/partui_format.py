@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planning.intervals import CONTAINER_CATS as SPAN_CONTAINERS, WAIT_CATS
 from partui.analysis.events import finish, slices, track_names
 from partui.tracefile import FORMAT
+from planning.intervals import CONTAINER_CATS as SPAN_CONTAINERS
+from planning.intervals import WAIT_CATS
 
 # the engine's step figures count the same categories (planning.intervals.figures)
 CONTAINER_CATS = tuple(c for c in SPAN_CONTAINERS if c != "step")  # FB, microbatch: never compute

@@ -16,11 +16,11 @@ process group. dp rank and stage come from the trace's plan.
 """
 from __future__ import annotations
 
-from planning.link import match_key
-from planning.mesh import Plan, coords
 from partui.analysis.events import TraceError
 from partui.analysis.opgraph import Node, StepGraph
 from partui.analysis.whatif import members, programs, steps_of
+from planning.link import match_key
+from planning.mesh import Plan, coords
 
 
 def _timeline(prog: dict) -> list:

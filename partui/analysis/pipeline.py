@@ -10,11 +10,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from partui.analysis.sweep import windows_of
+from partui.analysis.timing import action_compute, action_costs, step_timings
 from planning.mesh import Plan
 from planning.pipeline.catalog import DEFAULT_SCHEDULE, formula_bubble, plan_schedule
 from planning.pipeline.simulate import Cost, simulate
-from partui.analysis.sweep import windows_of
-from partui.analysis.timing import action_compute, action_costs, step_timings
 
 
 def trace_schedule(df: pd.DataFrame, acts: pd.DataFrame | None = None):

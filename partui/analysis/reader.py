@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import gc
 import gzip
-from dataclasses import dataclass
-from typing import Callable
 import json
 import os
 import zlib
+from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
@@ -19,7 +19,6 @@ from partui.analysis.comm_kernels import families
 from partui.analysis.events import TraceError
 from partui.analysis.kineto import is_kineto, kineto_frame
 from partui.analysis.partui_format import is_partui, partui_frame
-
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planning.pipeline.simulate import Timing
 from partui.analysis.sweep import clip, sweep, union_lengths
+from planning.pipeline.simulate import Timing
 
 CHUNK_ACTION_CATS = ("F", "B", "W", "FB")  # the executor's action spans carry a chunk; layer spans do not
 ACTION_COLUMNS = ["rank", "track", "name", "cat", "kind", "ts", "dur", "end", "mb", "chunk", "cpu_us"]

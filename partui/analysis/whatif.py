@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from planning.link import LinkModel, Ports, match_key
-from planning.intervals import intersect, length, merge
-from planning.mesh import GROUPS, Plan, partition
-from planning.replay import Dep, Op, Stuck, run
 from partui.analysis.definitions import defined, definitions_of
 from partui.analysis.events import TraceError
+from planning.intervals import intersect, length, merge
+from planning.link import LinkModel, Ports, match_key
+from planning.mesh import GROUPS, Plan, partition
+from planning.replay import Dep, Op, Stuck, run
 
 
 def steps_of(doc: dict) -> list[int]:

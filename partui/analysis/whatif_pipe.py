@@ -20,16 +20,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.definitions import defined
+from partui.analysis.events import TraceError
+from partui.analysis.reader import frame
+from partui.analysis.timing import action_costs, actions
 from planning.config import ModelConfig
 from planning.link import LinkModel
 from planning.mesh import Plan, partition
 from planning.pipeline.catalog import plan_schedule
 from planning.pipeline.simulate import Cost, simulate
 from planning.validate import plan_for_model
-from partui.analysis.definitions import defined
-from partui.analysis.events import TraceError
-from partui.analysis.timing import action_costs, actions
-from partui.analysis.reader import frame
 
 # per new stage (defined in partui.analysis.definitions, view "whatif --pp")
 STAGE_COLUMNS = ("stage", "sim_pipe_ms", "sim_bubble_pct", "rest_ms", "predicted_step_ms")

@@ -21,9 +21,9 @@ from partui.app.screens.setup import SetupScreen
 from partui.app.screens.style import CSS
 from partui.app.screens.trace_actions import TraceMixin
 from partui.app.widgets.command_line import CommandLine
+from partui.launch import RankError, WorldTimeout, warm_up
 from partui.plans import PRESETS, build_plan
 from partui.world import World
-from partui.launch import RankError, WorldTimeout, warm_up
 
 
 @contextlib.contextmanager

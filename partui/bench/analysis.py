@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 
-from planning.pipeline.catalog import DEFAULT_SCHEDULE
 from partui.analysis import hta_overlap, load, overlap_views
 from partui.analysis.comm_kernels import family_table
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.tracefile import FORMAT, write_atomic
+from planning.pipeline.catalog import DEFAULT_SCHEDULE
 
 
 def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:

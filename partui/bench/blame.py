@@ -28,13 +28,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from planning.mesh import coords
-from planning.pipeline.catalog import DEFAULT_SCHEDULE
 from partui.analysis import partui_graphs, read_doc
 from partui.analysis.blame import analyse
 from partui.bench.harness import print_rows
 from partui.plans import build_plan
 from partui.world import World
+from planning.mesh import coords
+from planning.pipeline.catalog import DEFAULT_SCHEDULE
 
 DIM_RE = re.compile(r"(dp|pp|tp|cp|ep)(\d+)")
 MODEL, ROUNDS, BLOCK = "small", 10, 2   # tiny's 20 ms steps: the trace toggles and host noise are

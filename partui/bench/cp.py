@@ -20,7 +20,6 @@ import sys
 from kernels.context import build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.engine import Engine
-
 from partui import launch
 from partui.plans import build_plan
 

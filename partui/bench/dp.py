@@ -22,8 +22,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from kernels.data import dp_slice, global_batch
 from kernels.engine import Engine
 from partui.bench.harness import table
-from partui.launch import run_world
 from partui.bench.torch_models import TorchLlama
+from partui.launch import run_world
 from partui.plans import build_plan
 
 VARIANTS = ("dp", "ddp", "zero3", "fsdp2")

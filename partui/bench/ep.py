@@ -21,15 +21,15 @@ import statistics
 import sys
 
 from kernels.calibrate import install_link
-from planning.link import LinkModel, check_link
 from kernels.engine import Engine
-from planning.intervals import length, merge
 from partui.analysis import frame, overlap
 from partui.bench.harness import table, traced_step
 from partui.commands.flags import add_link_arguments, flagify
 from partui.launch import run_world
 from partui.plans import build_plan
 from partui.tracefile import build_doc
+from planning.intervals import length, merge
+from planning.link import LinkModel, check_link
 
 VARIANTS = [  # name, ep (0: world), dispatch, overlap
     ("no EP: all experts on every rank", 1, "uneven", False),

@@ -25,16 +25,16 @@ import sys
 from kernels.calibrate import install_link
 from kernels.context import build_groups
 from kernels.engine import Engine
-from planning.intervals import length, merge
-from planning.link import LinkModel, check_link
 from partui import launch
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
 from partui.commands.flags import flagify
 from partui.plans import build_plan
-from planning.pipeline.catalog import schedule_spec, specs
 from partui.tracefile import build_doc
+from planning.intervals import length, merge
+from planning.link import LinkModel, check_link
+from planning.pipeline.catalog import schedule_spec, specs
 
 # schedule -> pp: every schedule with F&B pairs; a mirrored one at pp 4 (two ranks each way)
 SCHEDULES = {s.name: 4 if s.mirrored else 2 for s in specs(fb_overlap=True)}

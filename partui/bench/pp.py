@@ -22,11 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import comm
-from kernels.weights import init_params
 from kernels.context import build_groups
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.layers import rope_tables
+from kernels.weights import init_params
 from partui import launch
 from partui.bench.harness import positive_int, table
 from partui.plans import build_plan

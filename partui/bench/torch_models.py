@@ -8,10 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from planning.config import ModelConfig
-
-from kernels.weights import init_params
 from kernels.layers.rope import apply_rope, rope_tables
+from kernels.weights import init_params
+from planning.config import ModelConfig
 
 
 class RMSNorm(nn.Module):

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.weights import init_params
 from kernels.data import global_batch
 from kernels.engine import Engine
+from kernels.weights import init_params
 from partui import launch
 from partui.plans import MODEL_FIELDS, build_plan
 
@@ -132,8 +132,7 @@ def dtensor_parallelize(model, cfg, world):
     # lazy: torch's DTensor TP is a heavy extra, loaded only inside the bench's ranks
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     mesh = init_device_mesh("cpu", (world,))
     plan = {"embed": RowwiseParallel(input_layouts=Replicate()),
             "lm_head": ColwiseParallel(output_layouts=Replicate())}

@@ -16,7 +16,6 @@ from partui.bench.harness import positive_int, table
 from partui.trace import forget_viztracer, sparse_viztracer
 from partui.world import World
 
-
 MODES = ("off", "sparse", "full")
 TARGET_SPARSE_PCT = 3.0
 

@@ -25,13 +25,13 @@ import statistics
 import sys
 import tempfile
 
-from planning.link import LinkModel, check_link
-from planning.pipeline.catalog import specs
 from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
 from partui.bench.harness import positive_int, table
 from partui.commands.whatif import measured_step_ms, predict
 from partui.world import World
+from planning.link import LinkModel, check_link
+from planning.pipeline.catalog import specs
 
 PLANS = {  # name: World.plan fields
     "dp2-zero2": {"dp": 2, "zero": 2},

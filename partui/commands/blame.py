@@ -9,8 +9,8 @@ import json
 import sys
 
 from partui.analysis.blame import FIGURES, analyse
-from partui.analysis.definitions import BLAME, definitions_of, help_text
 from partui.analysis.blame_marks import write_marked
+from partui.analysis.definitions import BLAME, definitions_of, help_text
 from partui.analysis.events import TraceError
 from partui.analysis.op_table import read_op_table
 from partui.analysis.opgraph import bytedance_graphs

@@ -10,9 +10,9 @@ import argparse
 import math
 import re
 
+from partui.plans import MODEL_FIELDS
 from planning import mesh
 from planning.config import PRESETS as MODEL_PRESETS
-from partui.plans import MODEL_FIELDS
 
 PLAN_FLAGS = tuple(spec.name for spec in mesh.field_specs())   # generated: the Plan's own fields
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")

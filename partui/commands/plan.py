@@ -31,10 +31,10 @@ def run(args) -> int:
     except ValueError as e:                       # PlanError too: one line, in flags
         print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
         return 2
-    from partui.layout import layout_text, memory_text, plan_layout   # torch: only once the plan is valid
+    from partui.layout import layout_text, memory_text, plan_layout  # torch: only once the plan is valid
     measured = None
     if args.trace:
-        from partui.analysis.events import TraceError   # pandas: only when a trace is read
+        from partui.analysis.events import TraceError  # pandas: only when a trace is read
         from partui.analysis.memory import memory_table
         try:
             measured = memory_table(args.trace)[0].to_dict("records")

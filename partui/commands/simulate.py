@@ -7,13 +7,13 @@ import math
 import os
 import sys
 
-from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
+from partui.analysis.events import TraceError
+from partui.analysis.pair_plan import from_trace
 from planning.pipeline.catalog import SCHEDULE_NAMES, build_schedule, formula_bubble
+from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
 from planning.pipeline.schedules import check_schedule
 from planning.pipeline.simulate import Cost, simulate
 from planning.pipeline.timeline import text_timeline
-from partui.analysis.events import TraceError
-from partui.analysis.pair_plan import from_trace
 
 COST_KEYS = ("F", "B", "W", "FB", "p2p")
 DEFAULT_COST = "F=1,B=2,W=1"

@@ -12,18 +12,18 @@ import pandas as pd
 import torch
 
 from kernels.calibrate import matmul_flops
-from planning.link import LinkModel, build_link, check_link, parse_link
-from planning.config import ModelConfig
+from kernels.recompute import forward_share
 from partui.analysis import TraceError, read_doc
 from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
-from kernels.recompute import forward_share
-from partui.layout import plan_layout
-from planning.mesh import Plan
 from partui.commands.flags import add_link_arguments, flagify
 from partui.commands.report import FORMATS, render
+from partui.layout import plan_layout
+from planning.config import ModelConfig
+from planning.link import LinkModel, build_link, check_link, parse_link
+from planning.mesh import Plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -23,11 +23,9 @@ from planning.pipeline.schedules import gpipe, interleaved, one_f_one_b, zb1p
 
 
 def count_accumulations(schedule: Schedule, rank: int, chunk: int) -> int:
-    """How many times a chunk of a rank accumulates its weight gradient in one step, counted from
-    the built schedule: each full or input backward of the chunk (B, BW, an FB pair's backward half,
-    whose chunk is chunk2). DualPipe's chunks accumulate M/2 times, the others' M (x1 per chunk)."""
-    return sum(1 for a in schedule.actions[rank]
-               if (a.kind in ("B", "BW") and a.chunk == chunk) or (a.kind == "FB" and a.chunk2 == chunk))
+    """A record's default accumulation count: the built schedule's own (Schedule.accumulations: each
+    W, BW and FB backward half of the chunk; DualPipe's chunks M/2 times, the others' M)."""
+    return schedule.accumulations(rank, chunk)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 from planning.pipeline.actions import Action, Schedule, add_transfers
 from planning.pipeline.simulate import Cost, check_structure, run_dataflow
 
+
 def _plain(name: str, pp: int, microbatches: int, compute: list[list[Action]], split_w: bool) -> Schedule:
     table = tuple((r,) for r in range(pp))
     return add_transfers(Schedule(name, pp, microbatches, pp, 1, table, compute, split_w))

@@ -13,7 +13,7 @@ from kernels.engine import Engine
 from planning.config import make_config
 from planning.mesh import Plan
 from planning.pipeline.actions import COMPUTE_KINDS
-from planning.pipeline.schedules import build_schedule
+from planning.pipeline.catalog import build_schedule
 from planning.validate import validate
 from worlds import run_world
 

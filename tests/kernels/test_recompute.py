@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from planning.config import make_config, param_shapes
-from kernels.model import Block, build_model, forward_backward
+from kernels.block import Block
+from kernels.model import build_model, forward_backward
 from kernels.recompute import forward_share, recomputed
 
 

@@ -7,8 +7,8 @@ from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
-from partui.plans import PRESETS
 from partui.launch import RankError, WorldTimeout
+from partui.plans import PRESETS
 
 
 class CommandsProvider(Provider):

@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.inspector import TABS, Inspector
-from partui.app.widgets.rank_card import RankCard
 from partui.app.widgets.memory_map import MemoryMap
+from partui.app.widgets.rank_card import RankCard
 from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
 from partui.show_kinds import LIST_NAMES

@@ -11,12 +11,12 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from planning import mesh
-from planning.mesh import PlanError, coord_label
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.number_input import NumberInput
 from partui.plans import build_plan
+from planning import mesh
+from planning.mesh import PlanError, coord_label
 
 MODELS = ("tiny", "small", "medium", "large")
 FORM_DEFAULTS = {"dp": 1}   # the form shows dp's value where the Plan's default 0 means "derived"

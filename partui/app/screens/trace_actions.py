@@ -5,10 +5,10 @@ from __future__ import annotations
 from textual import on, work
 from textual.widgets import Button, Input
 
-from planning.link import LinkModel
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
 from partui.launch import RankError, WorldTimeout
+from planning.link import LinkModel
 
 
 class TraceMixin:
@@ -67,8 +67,15 @@ class TraceMixin:
     def _saved(self):
         """(table, line): the saved trace's op graph replayed under the current link with and
         without overlap (partui.analysis.whatif.saved); no table without a link."""
-        from partui.analysis import (SAVED_COLUMNS, TraceError, blame_text,  # lazy: pandas
-                                     definitions_of, partui_graphs, read_doc, saved)
+        from partui.analysis import (  # lazy: pandas
+            SAVED_COLUMNS,
+            TraceError,
+            blame_text,
+            definitions_of,
+            partui_graphs,
+            read_doc,
+            saved,
+        )
         try:                                       # the slowest worker, its cost, the top rows
             blame = blame_text(partui_graphs(read_doc(self.world.trace_path))) + "\n"
         except TraceError as e:

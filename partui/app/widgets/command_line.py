@@ -9,11 +9,11 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
+from partui.plans import MODEL_FIELDS
+from partui.show_kinds import APP_KINDS, show_kind
 from planning import mesh
 from planning.field_spec import PlanError
 from planning.slow_spec import WHO, parse_slow
-from partui.plans import MODEL_FIELDS
-from partui.show_kinds import APP_KINDS, show_kind
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
          "slow", "help", "quit")
