@@ -15,19 +15,8 @@ import torch
 from kernels.block import Block
 from kernels.comm import events
 from kernels.ep.build import build_moe
-from kernels.layers import (
-    Attention,
-    CrossEntropy,
-    Ctx,
-    Embedding,
-    Layer,
-    Linear,
-    LocalAttention,
-    Param,
-    RMSNorm,
-    SwiGLU,
-    rope_tables,
-)
+from kernels.layers import (Attention, CrossEntropy, Ctx, Embedding, Layer, Linear, LocalAttention, Param,
+                            RMSNorm, SwiGLU, rope_tables)
 from kernels.weights import init_params
 from planning.config import ModelConfig, is_moe_layer
 

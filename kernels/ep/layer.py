@@ -24,21 +24,9 @@ import torch
 
 from kernels import comm
 from kernels.comm import events
-from kernels.ep.routing import (
-    capacity,
-    combine,
-    combine_backward,
-    even_rows,
-    experts_backward_input,
-    experts_backward_weight,
-    experts_forward,
-    gate_backward,
-    gather_rows,
-    group_tokens,
-    route,
-    scatter_rows,
-    uneven_rows,
-)
+from kernels.ep.routing import (capacity, combine, combine_backward, even_rows, experts_backward_input,
+                                experts_backward_weight, experts_forward, gate_backward, gather_rows,
+                                group_tokens, route, scatter_rows, uneven_rows)
 from kernels.ep.routing_load import ExpertLoad
 from kernels.layers.base import Ctx, Layer, Param
 

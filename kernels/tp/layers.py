@@ -35,17 +35,8 @@ from kernels import comm
 from kernels.block import Block
 from kernels.comm import events
 from kernels.ep.build import build_moe
-from kernels.layers import (
-    Attention,
-    Ctx,
-    Embedding,
-    Linear,
-    LocalAttention,
-    Param,
-    RMSNorm,
-    SwiGLU,
-    rope_tables,
-)
+from kernels.layers import (Attention, Ctx, Embedding, Linear, LocalAttention, Param, RMSNorm, SwiGLU,
+                            rope_tables)
 from kernels.model import Embed, Head
 from kernels.recompute import recomputed
 from kernels.tp.loss import VocabParallelCrossEntropy

@@ -13,17 +13,8 @@ import pandas as pd
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
-from partui.analysis.definitions import (
-    BY_PAIR,
-    BY_SCHEDULE,
-    GPU,
-    MEMORY,
-    REPORT,
-    ROUTING,
-    definitions,
-    help_text,
-    legend,
-)
+from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, definitions,
+                                         help_text, legend)
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.pairs import fb_pair_a2a, pair_summary

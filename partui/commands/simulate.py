@@ -9,6 +9,7 @@ import sys
 
 from partui.analysis.events import TraceError
 from partui.analysis.pair_plan import from_trace
+from planning.mesh import field_specs
 from planning.pipeline.catalog import SCHEDULE_NAMES, build_schedule, formula_bubble
 from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair
 from planning.pipeline.schedules import check_schedule
@@ -76,8 +77,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+# the simulator steps every action of every rank: past this many the answer would take minutes
+MAX_SIMULATED_ACTIONS = 2_000_000
+SIZE_FLAGS = {"pp": "pp", "microbatches": "microbatches", "virtual": "virtual_stages"}
+
+
+def check_sizes(args) -> None:
+    """--pp, --microbatches and --virtual by the Plan fields' own ranges, then the simulation's size
+    (actions over all ranks) against what answers in seconds; ValueError naming the flag and a fix."""
+    specs = {s.name: s for s in field_specs()}
+    for flag, name in SIZE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        found = (value < 1 and (f"{name} {value} must be >= 1", [])) or specs[name].problem(value)
+        if found:   # the Plan's messages; a simulated schedule needs every count >= 1
+            raise ValueError(f"--{flag} {value}: {found[0]}; e.g. --{flag} {max(1, min(abs(value), 4))}")
+    actions = args.pp * args.microbatches * (args.virtual or 2) * 2
+    if actions > MAX_SIMULATED_ACTIONS:
+        raise ValueError(f"--pp {args.pp} x --microbatches {args.microbatches} is about {actions:,} actions "
+                         f"to simulate (at most {MAX_SIMULATED_ACTIONS:,} answer in seconds): lower --pp or "
+                         f"--microbatches, e.g. --pp 8 --microbatches 32")
+
+
 def run(args) -> int:
     try:
+        check_sizes(args)
         if args.parts is not None and args.cost is not None:
             raise ValueError("give --cost or --parts, not both: --parts derives F, B, W and the pair's cost")
         recorded = None

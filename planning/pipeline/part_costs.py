@@ -7,15 +7,8 @@ layer, as kernels/pp/stages.py does, so each all-to-all is waited right after it
 """
 from __future__ import annotations
 
-from planning.pipeline.fb_order import (
-    PART_KEYS,
-    OrderedPart,
-    PartCost,
-    PartTimeline,
-    pair_order,
-    run_parts,
-    serial_order,
-)
+from planning.pipeline.fb_order import (PART_KEYS, OrderedPart, PartCost, PartTimeline, pair_order, run_parts,
+                                        serial_order)
 from planning.pipeline.simulate import Cost
 
 # PART_KEYS, PartCost, PartTimeline and run_parts live with the pair model; the simulator's CLI takes them from here

@@ -60,7 +60,7 @@ def test_presets_are_scaled_by_the_calibration():
 
 @pytest.mark.parametrize("text,words", [
     ("h900", "not a preset"), ("alpha_us=5", "needs both"), ("alpha_us=x,gbps=1", "not a number"),
-    ("alpha_us=1,gbps=0", "gbps > 0"), ("alpha=1,gbps=1", "unknown key"),
+    ("alpha_us=1,gbps=0", "gbps a finite number > 0"), ("alpha=1,gbps=1", "unknown key"),
 ])
 def test_bad_link_specs_say_what_and_how(text, words):
     with pytest.raises(ValueError, match=words) as e:

@@ -210,11 +210,15 @@ def test_no_import_cycle():
                       "both import):\n" + "\n".join(" -> ".join(c) for c in loops)
 
 
-def test_kernels_import_only_stdlib_and_torch():
+def imports_outside(package: str, allowed: set[str]) -> list[str]:
+    """Every import of a module of `package` whose top-level name is not in `allowed`."""
     by_module, _ = build()
-    bad = [f"{i.path}:{i.line}: {i}" for m, imps in by_module.items()
-           if m.split(".")[0] == "kernels" for i in imps
-           if i.module.split(".")[0] not in KERNELS_MAY_IMPORT]
+    return [f"{i.path}:{i.line}: {i}" for m, imps in by_module.items()
+            if m.split(".")[0] == package for i in imps if i.module.split(".")[0] not in allowed]
+
+
+def test_kernels_import_only_stdlib_and_torch():
+    bad = imports_outside("kernels", KERNELS_MAY_IMPORT)
     assert not bad, "kernels/ is the algorithms: it imports nothing from partui, textual, " \
                     "pandas, viztracer, ...:\n" + "\n".join(bad)
 
@@ -222,10 +226,7 @@ def test_kernels_import_only_stdlib_and_torch():
 def test_planning_imports_only_stdlib_and_itself():
     """planning/ is the torch-free room: not torch, not kernels (whose packages load torch), not
     partui, pandas or textual; what it imports it can be asked about on paper."""
-    by_module, _ = build()
-    bad = [f"{i.path}:{i.line}: {i}" for m, imps in by_module.items()
-           if m.split(".")[0] == "planning" for i in imps
-           if i.module.split(".")[0] not in PLANNING_MAY_IMPORT]
+    bad = imports_outside("planning", PLANNING_MAY_IMPORT)
     assert not bad, "planning/ is torch-free planning maths: it imports only the standard " \
                     "library and itself:\n" + "\n".join(bad)
 
