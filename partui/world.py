@@ -8,7 +8,9 @@
     w.step(2); w.show(1, "optim")  # step lines, one rank's optimizer state: Rows (partui.tables),
                                    # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
-    w.summary(); w.close()
+    w.summary(); w.close()         # the summary covers every step; w.history holds the last
+                                   # HISTORY_LINES lines, w.losses() the last LOSSES_KEPT,
+                                   # w.steps_done counts them all
     World(link="h800", ranks_per_node=2)   # an emulated interconnect (planning.link); or
     w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
     w.slow(rank=1, factor=1.5)             # between steps: rank 1's compute 1.5x as long (or
@@ -25,6 +27,7 @@ import importlib.metadata
 import os
 import threading
 import time
+from collections import deque
 
 from partui.controller import Controller
 from partui.launch import RankError, WorldTimeout
@@ -39,9 +42,10 @@ from planning.mesh import Plan
 from planning.slow_spec import WHO, check_straggler
 
 TRACE_DIR = "traces"
-# step lines a World keeps in full (older ones live on only in its StepTotals): the app's loss
-# sparkline shows the last 200, its routing tab the last 40
-HISTORY_LINES = 256
+# step lines a World keeps (older ones live on only in its StepTotals): the app's routing tab
+# shows the last 40; few enough that a soak measured from step 100 starts with the history full
+HISTORY_LINES = 64
+LOSSES_KEPT = 200   # losses a World keeps, past its history lines: the app's loss sparkline
 
 
 def past(line: dict) -> dict:
@@ -70,6 +74,7 @@ class World:
         self.history_lines = history_lines
         self.history: list[dict] = []      # the last history_lines step lines (the newest in full)
         self.totals = StepTotals()         # every step since launch, folded: count, summary figures
+        self.recent_losses: deque[float] = deque(maxlen=LOSSES_KEPT)
         self._traced_routing: dict[int, dict] = {}   # recorded steps' moe_layers, for trace_save
         self.launch_s = 0.0
         self.recording = False
@@ -133,7 +138,7 @@ class World:
                 ctl.close()
                 raise
             self.controller, self.history, self.slowed = ctl, [], None   # fresh engines: the Plan's
-            self.totals = StepTotals()
+            self.totals, self.recent_losses = StepTotals(), deque(maxlen=LOSSES_KEPT)
             say(f"{self.current_plan.world} ranks ready")
             return self.infos
 
@@ -271,6 +276,7 @@ class World:
             del self.history[:-self.history_lines]   # bounded: older lines live on in totals
             for line in lines:
                 self.totals.add(line)
+                self.recent_losses.append(line["loss"])
             if self.recording:
                 self._traced_steps += range(first, first + n)
                 self._traced_routing.update((ln["step"], ln["moe_layers"]) for ln in lines
@@ -297,8 +303,8 @@ class World:
         return step_rows(out)
 
     def losses(self) -> list[float]:
-        """The losses of the kept step lines: the last history_lines steps."""
-        return [ln["loss"] for ln in self.history]
+        """The losses of the last LOSSES_KEPT steps (every step's when fewer)."""
+        return list(self.recent_losses)
 
     def summary(self) -> dict:
         """The run so far (partui.results.summarize): what `partui run` prints last."""

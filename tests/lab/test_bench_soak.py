@@ -31,7 +31,7 @@ def test_a_short_soak_reports_every_process_and_keeps_its_bounded_history():
     assert [t.split(" · ")[0] for t in said] == [f"soak: step {i}/12" for i in range(1, 13)]
 
 
-def soaked(controller, *ranks, kept=256, bound=256):
+def soaked(controller, *ranks, kept=64, bound=64):
     rows = [("controller", 1000, 1000, controller)] + [(f"rank {r}", 1000, 1000, g)
                                                        for r, g in enumerate(ranks)]
     return {"rows": rows, "steps": 1000, "start": 100, "history_kept": kept, "history_lines": bound}
@@ -40,16 +40,16 @@ def soaked(controller, *ranks, kept=256, bound=256):
 def test_the_verdict_names_its_target():
     assert verdict(soaked(0.4, 0.1, 0.3), 2.0) == (
         True, "verdict: ok — controller +0.4%, ranks +0.1% .. +0.3% over steps 100..1000 "
-              "(target <= 2%); 256 step lines kept (bound 256)")
+              "(target <= 2%); 64 step lines kept (bound 64)")
     assert verdict(soaked(41.0, 0.1, 0.4), 2.0) == (
         False, "verdict: FAILED — controller +41.0% > 2%, ranks +0.1% .. +0.4% over steps "
-               "100..1000 (target <= 2%); 256 step lines kept (bound 256)")
+               "100..1000 (target <= 2%); 64 step lines kept (bound 64)")
     assert verdict(soaked(0.4, 0.1, 3.5), 2.0) == (
         False, "verdict: FAILED — controller +0.4%, ranks +0.1% .. +3.5% (rank 1 > 2%) over steps "
-               "100..1000 (target <= 2%); 256 step lines kept (bound 256)")
+               "100..1000 (target <= 2%); 64 step lines kept (bound 64)")
     assert verdict(soaked(0.4, 0.1, 0.3, kept=1000), 2.0) == (
         False, "verdict: FAILED — controller +0.4%, ranks +0.1% .. +0.3% over steps 100..1000 "
-               "(target <= 2%); 1000 step lines kept > their bound 256")
+               "(target <= 2%); 1000 step lines kept > their bound 64")
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -58,7 +58,7 @@ def test_the_verdict_names_its_target():
     (["--dp", "two"], "argument --dp: 'two' is not a whole number: e.g. --dp 4"),
     (["--steps", "0"], "argument --steps: 0 must be >= 1: e.g. --steps 1000"),
     (["--from-step", "0"], "argument --from-step: 0 must be >= 1: e.g. --from-step 100"),
-    (["--history-lines", "0"], "argument --history-lines: 0 must be >= 1: e.g. --history-lines 256"),
+    (["--history-lines", "0"], "argument --history-lines: 0 must be >= 1: e.g. --history-lines 64"),
     (["--max-growth", "-1"], "argument --max-growth: -1 must be above 0 (a percent): e.g. --max-growth 2"),
     (["--steps", "50"], "--from-step 100 must be in 1..49: try --from-step 5 (or more --steps)"),
     (["--dp", "3"], "--dp 3: global batch 8 is not divisible by dp 3"),

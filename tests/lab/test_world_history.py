@@ -9,7 +9,7 @@ import pytest
 from partui.app.screens.run import LOSS_POINTS
 from partui.app.widgets.routing_map import SPARK_STEPS
 from partui.results import StepTotals, summarize
-from partui.world import HISTORY_LINES, World
+from partui.world import HISTORY_LINES, LOSSES_KEPT, World
 from planning.config import ModelConfig
 from planning.mesh import Plan
 
@@ -51,8 +51,8 @@ def test_a_world_keeps_at_least_one_line():
         World(history_lines=0)
 
 
-def test_the_default_bound_holds_what_the_app_draws():
-    assert HISTORY_LINES >= max(LOSS_POINTS, SPARK_STEPS)
+def test_the_default_bounds_hold_what_the_app_draws():
+    assert HISTORY_LINES >= SPARK_STEPS and LOSSES_KEPT >= LOSS_POINTS
 
 
 def test_a_world_run_past_its_bound_numbers_and_summarises_every_step():
@@ -63,7 +63,7 @@ def test_a_world_run_past_its_bound_numbers_and_summarises_every_step():
         assert w.steps_done == 5 and repr(w).endswith("step 5)")
         assert [ln["step"] for ln in w.history] == [2, 3, 4]
         assert ["ledgers" in ln for ln in w.history] == [False, False, True]
-        assert w.losses() == [ln["loss"] for ln in lines[2:]]
+        assert w.losses() == [ln["loss"] for ln in lines]       # past the lines: LOSSES_KEPT
         s = w.summary()
     times = [ln["step_ms"] for ln in lines[1:]]
     assert s["steps"] == 5 and s["mean_step_ms"] == sum(times) / len(times)

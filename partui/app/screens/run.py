@@ -18,7 +18,7 @@ from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
 from partui.show_kinds import LIST_NAMES
 
-LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.HISTORY_LINES keeps at least these)
+LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.LOSSES_KEPT keeps at least these)
 
 
 class RunScreen(Screen):
@@ -90,7 +90,7 @@ class RunScreen(Screen):
             t.append("world closed: x (reset) relaunches · ", style="bold red")
         if w.recording:
             t.append("● rec · ", style="bold red")
-        steps = w.steps_done       # every step since launch; losses are the kept lines' only
+        steps = w.steps_done       # every step since launch; losses are the last LOSSES_KEPT only
         t.append(f"showing rank {self.selected} · {steps} step{'' if steps == 1 else 's'}")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
