@@ -84,37 +84,100 @@ def public(line: dict) -> dict:
     return {k: v for k, v in line.items() if k not in PRIVATE_KEYS}
 
 
+class StepTotals:
+    """What the run summary needs from every step since launch, folded a line at a time: a World
+    keeps only its last step lines (partui.world) and these, so its memory stays flat however long
+    it runs. The first step, a warm-up, is held apart: the means leave it out when there are more."""
+
+    def __init__(self):
+        self.steps = 0
+        self.first_loss: float | None = None
+        self.first_ms: float | None = None
+        self.later_ms_sum, self.later_steps = 0.0, 0     # step_ms of every step after the first
+        self.failed = False                               # a checked step failed
+        self.check_max: dict[str, float] = {}             # CHECK_KEYS: the worst of every step
+        self.overlap_sum, self.overlap_steps = 0.0, 0     # grad_sync_overlap over every step
+        self.first_per_rank: dict[str, list] = {}         # PER_RANK_KEYS of the first step
+        self.later_per_rank: dict[str, tuple[list, int]] = {}   # per key: per-rank sums, steps
+        self.memory_peak: list | None = None              # per rank, its highest step peak
+
+    @classmethod
+    def of(cls, lines: list[dict]) -> "StepTotals":
+        totals = cls()
+        for line in lines:
+            totals.add(line)
+        return totals
+
+    def add(self, line: dict) -> None:
+        first = self.steps == 0
+        self.steps += 1
+        if first:
+            self.first_loss, self.first_ms = line["loss"], line["step_ms"]
+        else:
+            self.later_ms_sum += line["step_ms"]
+            self.later_steps += 1
+        self.failed = self.failed or "check" in line
+        for key in CHECK_KEYS:
+            if key in line:
+                self.check_max[key] = max(self.check_max.get(key, line[key]), line[key])
+        if "grad_sync_overlap" in line:
+            self.overlap_sum += line["grad_sync_overlap"]
+            self.overlap_steps += 1
+        for key in PER_RANK_KEYS:
+            if key not in line:
+                continue
+            if first:
+                self.first_per_rank[key] = list(line[key])
+            else:
+                sums, n = self.later_per_rank.get(key, ([0.0] * len(line[key]), 0))
+                self.later_per_rank[key] = ([a + b for a, b in zip(sums, line[key])], n + 1)
+        if line.get("memory"):
+            mem = line["memory"]
+            self.memory_peak = list(mem) if self.memory_peak is None else [
+                max(kept, new, key=lambda m: m["peak"]) for kept, new in zip(self.memory_peak, mem)]
+
+    def mean_step_ms(self) -> float | None:
+        if self.later_steps:
+            return self.later_ms_sum / self.later_steps
+        return self.first_ms
+
+    def per_rank_means(self) -> dict[str, list[float]]:
+        """Per PER_RANK_KEYS key, each rank's mean over the steps after the first (the first alone
+        when it is the only step)."""
+        per_key = ({k: (v, 1) for k, v in self.first_per_rank.items()} if self.steps == 1
+                   else self.later_per_rank)
+        return {k: [s / n for s in sums] for k, (sums, n) in per_key.items()}
+
+
 def summarize(plan, cfg, infos: list[dict], lines: list[dict], launch_s: float,
-              checked: bool = False, trace_path: str | None = None) -> dict:
+              checked: bool = False, trace_path: str | None = None,
+              totals: StepTotals | None = None) -> dict:
     """The run summary: plan, model, losses, mean step (the first step, a warm-up, left out),
-    each rank's role and last ledger, the check's worst errors, overlap and cp load balance."""
-    times = [ln["step_ms"] for ln in lines[1:]] or [ln["step_ms"] for ln in lines]
+    each rank's role and last ledger, the check's worst errors, overlap and cp load balance.
+    `lines` are the last step lines (every one, or a World's kept ones); `totals` folds every step
+    since launch (StepTotals.of(lines) when not given)."""
+    totals = totals if totals is not None else StepTotals.of(lines)
     out = {"plan": plan.to_dict(), "model": cfg.to_dict(), "world": plan.world,
-           "steps": len(lines), "final_loss": lines[-1]["loss"] if lines else None,
-           "first_loss": lines[0]["loss"] if lines else None,
-           "mean_step_ms": sum(times) / len(times) if times else None,
+           "steps": totals.steps, "final_loss": lines[-1]["loss"] if lines else None,
+           "first_loss": totals.first_loss,
+           "mean_step_ms": totals.mean_step_ms(),
            "launch_s": round(launch_s, 3),
            "ranks": [{"rank": i["rank"], "label": i["label"], "role": i["role"],
                       "ledger": (lines[-1]["ledgers"][i["rank"]] if lines else i["ledger"])}
                      for i in infos]}
     if checked:
-        out["check"] = "failed" if any("check" in ln for ln in lines) else "passed"
+        out["check"] = "failed" if totals.failed else "passed"
         for key in CHECK_KEYS:
-            out[key] = max((ln[key] for ln in lines if key in ln), default=0.0)
-    vals = [ln["grad_sync_overlap"] for ln in lines if "grad_sync_overlap" in ln]
-    if vals:
-        out["grad_sync_overlap"] = sum(vals) / len(vals)
-    for key in PER_RANK_KEYS:
-        rows = [ln[key] for ln in lines[1:] or lines if key in ln]
-        if rows:  # per rank, mean over steps
-            out[key] = [sum(col) / len(col) for col in zip(*rows)]
+            out[key] = totals.check_max.get(key, 0.0)
+    if totals.overlap_steps:
+        out["grad_sync_overlap"] = totals.overlap_sum / totals.overlap_steps
+    out.update(totals.per_rank_means())
     if "attn_cpu_ms" in out and min(out["attn_cpu_ms"]) > 0:
         out["attn_cpu_max_over_min"] = max(out["attn_cpu_ms"]) / min(out["attn_cpu_ms"])
     out["figures"], out["figures_steps"] = rank_figures(lines)
     out["figures_defined_by"] = "partui report --help (partui.analysis.definitions)"
-    mems = [ln["memory"] for ln in lines if "memory" in ln]
-    if mems:   # per rank, its highest step peak: the total, the action at it and each kind then
-        out["memory_peak"] = [max(col, key=lambda m: m["peak"]) for col in zip(*mems)]
+    if totals.memory_peak:   # per rank, its highest step peak: the total, the action at it and each kind then
+        out["memory_peak"] = totals.memory_peak
     if trace_path:
         out["trace"] = trace_path
     return out

@@ -8,7 +8,9 @@
     w.step(2); w.show(1, "optim")  # step lines, one rank's optimizer state: Rows (partui.tables),
                                    # printed as tables, .to_pandas() for DataFrames
     w.trace_on(); w.step(); path = w.trace_save("demo"); w.report()
-    w.summary(); w.close()
+    w.summary(); w.close()         # the summary covers every step; w.history holds the last
+                                   # HISTORY_LINES lines, w.losses() the last LOSSES_KEPT,
+                                   # w.steps_done counts them all
     World(link="h800", ranks_per_node=2)   # an emulated interconnect (planning.link); or
     w.set_link("alpha_us=50,gbps=0.5")     # between steps; w.set_link(None) removes it
     w.slow(rank=1, factor=1.5)             # between steps: rank 1's compute 1.5x as long (or
@@ -25,12 +27,13 @@ import importlib.metadata
 import os
 import threading
 import time
+from collections import deque
 
 from partui.controller import Controller
 from partui.launch import RankError, WorldTimeout
 from partui.machine import usable_cpus
 from partui.plans import MODEL_FIELDS, build_plan, check_backward, check_reference
-from partui.results import step_line, summarize
+from partui.results import StepTotals, step_line, summarize
 from partui.show_kinds import TABLES, show_kind
 from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
@@ -39,6 +42,10 @@ from planning.mesh import Plan
 from planning.slow_spec import WHO, check_straggler
 
 TRACE_DIR = "traces"
+# step lines a World keeps (older ones live on only in its StepTotals): the app's routing tab
+# shows the last 40; few enough that a soak measured from step 100 starts with the history full
+HISTORY_LINES = 64
+LOSSES_KEPT = 200   # losses a World keeps, past its history lines: the app's loss sparkline
 
 
 def past(line: dict) -> dict:
@@ -51,7 +58,10 @@ class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
                  check: bool = False, reference: str = "hand", link: str | None = None,
-                 ranks_per_node: int | None = None):
+                 ranks_per_node: int | None = None, history_lines: int = HISTORY_LINES):
+        if history_lines < 1:
+            raise ValueError(f"history_lines={history_lines}: a World keeps at least its newest "
+                             f"step line; use history_lines >= 1 (default {HISTORY_LINES})")
         self.timeout_s, self.seed, self.optim, self.lr = timeout_s, seed, optim, lr
         self.reference = reference                 # what check=True holds the plan to
         check_link(link, ranks_per_node, ranks_per_node or 1)
@@ -61,7 +71,11 @@ class World:
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
-        self.history: list[dict] = []      # one step line per step since launch (the last in full)
+        self.history_lines = history_lines
+        self.history: list[dict] = []      # the last history_lines step lines (the newest in full)
+        self.totals = StepTotals()         # every step since launch, folded: count, summary figures
+        self.recent_losses: deque[float] = deque(maxlen=LOSSES_KEPT)
+        self._traced_routing: dict[int, dict] = {}   # recorded steps' moe_layers, for trace_save
         self.launch_s = 0.0
         self.recording = False
         self._traced: list[list[dict]] = []  # one list per recorded window, one entry per rank
@@ -97,7 +111,12 @@ class World:
     @property
     def failed(self) -> bool:
         """Whether a checked step since launch failed against the reference."""
-        return any("check" in ln for ln in self.history)
+        return self.totals.failed
+
+    @property
+    def steps_done(self) -> int:
+        """Steps since launch: the next step's number (history keeps only the last lines)."""
+        return self.totals.steps
 
     def launch(self, on_progress=None) -> list[dict]:
         """Start the ranks and build every engine; per rank its info (label, role, ledger)."""
@@ -119,6 +138,7 @@ class World:
                 ctl.close()
                 raise
             self.controller, self.history, self.slowed = ctl, [], None   # fresh engines: the Plan's
+            self.totals, self.recent_losses = StepTotals(), deque(maxlen=LOSSES_KEPT)
             say(f"{self.current_plan.world} ranks ready")
             return self.infos
 
@@ -199,7 +219,7 @@ class World:
             if self.controller is not None:
                 self.controller.close()
             self.controller, self.recording = None, False
-            self._traced, self._traced_steps = [], []
+            self._traced, self._traced_steps, self._traced_routing = [], [], {}
         finally:
             if got:
                 self._lock.release()
@@ -216,7 +236,7 @@ class World:
     def __repr__(self) -> str:
         if self.current_plan is None:
             return "World(no plan: w.plan('dp', dp=2))"
-        state = f"step {len(self.history)}" if self.launched else "not launched"
+        state = f"step {self.steps_done}" if self.launched else "not launched"
         return f"World({self.current_plan.describe()} · world {self.current_plan.world} · {state})"
 
     # ---------------------------------------------------------------- training
@@ -241,7 +261,7 @@ class World:
         if n < 1:
             raise ValueError(f"step {n}: the number of steps must be >= 1")
         with self._lock:
-            first = len(self.history)
+            first = self.steps_done
             per_rank = self._guard(lambda c: c.step(n, check=self.check))
             lines = []
             for i in range(n):
@@ -253,8 +273,14 @@ class World:
             if self.history and "ledgers" in self.history[-1]:
                 self.history[-1] = past(self.history[-1])
             self.history += [past(ln) for ln in lines[:-1]] + lines[-1:]
+            del self.history[:-self.history_lines]   # bounded: older lines live on in totals
+            for line in lines:
+                self.totals.add(line)
+                self.recent_losses.append(line["loss"])
             if self.recording:
                 self._traced_steps += range(first, first + n)
+                self._traced_routing.update((ln["step"], ln["moe_layers"]) for ln in lines
+                                            if "moe_layers" in ln)
             return step_rows(lines)
 
     def run(self, n: int, on_step=None, should_stop=None, trace_steps=None,
@@ -265,7 +291,7 @@ class World:
         for _ in range(n):
             if should_stop is not None and should_stop():
                 break
-            at = len(self.history)
+            at = self.steps_done
             if trace_steps and at in trace_steps:
                 self.trace_on(sparse)
             line = self.step(1)[0]
@@ -277,14 +303,15 @@ class World:
         return step_rows(out)
 
     def losses(self) -> list[float]:
-        return [ln["loss"] for ln in self.history]
+        """The losses of the last LOSSES_KEPT steps (every step's when fewer)."""
+        return list(self.recent_losses)
 
     def summary(self) -> dict:
         """The run so far (partui.results.summarize): what `partui run` prints last."""
         if self.current_plan is None:
             raise RuntimeError("no plan yet: nothing to summarise")
         out = summarize(self.current_plan, self.cfg, self.infos, self.history, self.launch_s,
-                        checked=self.check, trace_path=self.trace_path)
+                        checked=self.check, trace_path=self.trace_path, totals=self.totals)
         if self.link:
             out["link"] = dict(self.link, describe=self.link_text())
         return out
@@ -332,6 +359,8 @@ class World:
             if keep:
                 self._traced.append(window)
             else:
+                for step in self._traced_steps[self._window_from:]:
+                    self._traced_routing.pop(step, None)
                 del self._traced_steps[self._window_from:]
             return window
 
@@ -359,20 +388,20 @@ class World:
             name = name or time.strftime("app-%Y%m%d-%H%M%S")
             path = name if name.endswith((".json", ".json.gz")) else os.path.join(TRACE_DIR,
                                                                                    name + ".json")
-            steps = self._traced_steps or [len(self.history)]
+            steps = self._traced_steps or [self.steps_done]
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
                     "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),
                     "steps": [min(steps), max(steps)], "ranks": [i["label"] for i in self.infos],
                     "command": command, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-            routing = {str(ln["step"]): ln["moe_layers"] for ln in self.history
-                       if ln["step"] in set(steps) and "moe_layers" in ln}
+            routing = {str(step): layers for step, layers in self._traced_routing.items()
+                       if step in set(steps)}
             if routing:   # the routing observatory of the traced steps, for `partui report --routing`
                 meta["routing"] = routing
             if self.link:
                 meta["link"] = dict(self.link, describe=self.link_text())
             self.trace_path = merge(stitch(self._traced), path, meta)
             self.trace_meta = meta
-            self._traced, self._traced_steps = [], []
+            self._traced, self._traced_steps, self._traced_routing = [], [], {}
             return self.trace_path
 
     def recorded_steps(self) -> list[int]:

@@ -186,7 +186,7 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
                 snaps = self.world.snapshot()  # the inspector follows the cards
                 self.call_from_thread(self._show_step, None, snaps, t_end, self.inspect_ms)
         except (RankError, WorldTimeout) as e:
-            self.call_from_thread(self.fail, f"rank failure at step {len(self.world.history)}", e)
+            self.call_from_thread(self.fail, f"rank failure at step {self.world.steps_done}", e)
         except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
             self.call_from_thread(self.fail, "step failed", e)
         finally:

@@ -67,9 +67,9 @@ def blocks(w: World, who: dict, rounds: int, block: int, keep_slowed: bool) -> t
         for slowed in (False, True):
             w.slow(**who) if slowed else w.slow()
             w.trace_on()
-            w.step(block)
+            lines = w.step(block)      # the history keeps only its last lines: a block may be longer
             w.trace_off(keep=slowed == keep_slowed)
-            ms[slowed] += [ln["step_ms"] for ln in w.history[-block:]]
+            ms[slowed] += [ln["step_ms"] for ln in lines]
     return ms[False], ms[True]
 
 

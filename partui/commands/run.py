@@ -111,7 +111,7 @@ def run_fetching(world: World, steps: int, print_line, kept: set[int], sparse: b
         world.run(steps, on_step=print_line)
         return
     for _ in range(steps):
-        at = len(world.history)
+        at = world.steps_done
         world.run(1, on_step=print_line, trace_steps={at} & kept, sparse=sparse)
 
 

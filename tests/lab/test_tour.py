@@ -17,9 +17,11 @@ pytestmark = pytest.mark.timeout(900)
 SMALLER = [
     (("partui", "bench", "fb"), ["--steps", "1", "--warmup", "0"]),       # 6 worlds x 1 step, not 10
     (("partui", "bench", "step"), ["--rounds", "1", "--models", "tiny"]),  # one model, one round
-    # soak's figure needs its 1,000 steps; here it only has to run, so its growth bound is lifted
+    # soak's RSS figure needs its 1,000 steps (20 steps of the old unbounded history grew the
+    # controller less than this machine's noise), so its growth bound is lifted; the verdict still
+    # fails if the controller keeps more than 8 step lines of the 20
     (("partui", "bench", "soak"), ["--dp", "2", "--steps", "20", "--from-step", "5",
-                                   "--max-growth", "1000"]),
+                                   "--history-lines", "8", "--max-growth", "1000"]),
     # blame's 10% is a quiet-machine measurement (README); here one plan, two rounds, a plain signal,
     # and a bound no noise reaches, so the line only has to run
     (("partui", "bench", "blame"), ["--plans", "dp2", "--rounds", "2", "--block", "1", "--factor", "3",

@@ -18,6 +18,8 @@ from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
 from partui.show_kinds import LIST_NAMES
 
+LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.LOSSES_KEPT keeps at least these)
+
 
 class RunScreen(Screen):
     # under 100 columns the cards hide (c shows them) so the tabs' columns fit: screens/style.py
@@ -88,7 +90,8 @@ class RunScreen(Screen):
             t.append("world closed: x (reset) relaunches · ", style="bold red")
         if w.recording:
             t.append("● rec · ", style="bold red")
-        t.append(f"showing rank {self.selected} · {len(losses)} step{'' if len(losses) == 1 else 's'}")
+        steps = w.steps_done       # every step since launch; losses are the last LOSSES_KEPT only
+        t.append(f"showing rank {self.selected} · {steps} step{'' if steps == 1 else 's'}")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
         t.append("\n")
@@ -101,7 +104,7 @@ class RunScreen(Screen):
             t.append(f" · {note}", style="yellow")
         self.query_one("#run-status", Static).update(t)
         # under three points a sparkline is one solid block: nothing to read yet
-        self.query_one("#loss", Sparkline).data = losses[-200:] if len(losses) >= 3 else []
+        self.query_one("#loss", Sparkline).data = losses[-LOSS_POINTS:] if len(losses) >= 3 else []
 
     def show_step(self, line: dict | None, snaps: list[dict] | None) -> None:
         if line is not None:
