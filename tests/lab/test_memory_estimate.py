@@ -81,11 +81,11 @@ def test_a_huge_plan_is_refused_naming_the_estimate_the_limit_and_a_fix(command)
 
 def test_the_refusal_comes_before_torch_or_the_layout_load():
     code = ("import sys\nfrom partui.cli import main\nrc = main(sys.argv[1:])\n"
-            "print(rc, 'torch' in sys.modules, 'partui.layout' in sys.modules)")
+            "print(rc, 'torch' in sys.modules, 'partui.layout' in sys.modules, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, "plan", "--batch", "100000", "--dim", "100000"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "needs an estimated 108290.1 GiB" in out.stderr, out.stderr
-    assert out.stdout.split() == ["2", "False", "False"], (out.stdout, out.stderr[-1000:])
+    assert out.stdout.split() == ["2", "False", "False", "False"], (out.stdout, out.stderr[-1000:])
 
 
 def test_each_suggested_fix_fits_under_the_limit(monkeypatch):
@@ -110,3 +110,8 @@ def test_a_bad_limit_is_refused_naming_the_fix(monkeypatch, value):
     monkeypatch.setenv(LIMIT_ENV, value)
     with pytest.raises(PlanError, match=f"{LIMIT_ENV}={value!r} .*set it to e.g. 4096, or unset it"):
         build_plan("single")
+
+
+def test_the_estimate_column_has_its_record():
+    from partui.analysis.definitions import PLAN, figure_of, view_figures
+    assert figure_of("estimate MiB").unit == "MiB" and view_figures(PLAN) == ["estimate MiB"]
