@@ -23,9 +23,10 @@ twice, h1 and h3.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import replace
 
-from planning.config import ModelConfig, is_moe_layer
+from planning.config import ModelConfig
 from planning.mesh import Plan, PlanError
 from planning.pipeline.catalog import in_flight, schedule_spec
 
@@ -35,7 +36,7 @@ LIMIT_ENV = "PARTUI_MEMORY_LIMIT_MIB"         # overrides MemAvailable (tests; a
 MODEL_STATE = ("params", "grads", "optimizer", "gathered", "activations")
 
 
-# ---------------------------------------------------------------- activations (kernels/memory_plan.py's formula)
+# ---------------------------------------------------------------- activations (memory_plan re-exports these)
 
 def block_bytes(cfg, b: int, s: int, elem: int) -> int:
     """A dense block's saved bytes for b x s tokens (see the module docstring)."""
@@ -74,18 +75,20 @@ def element_bytes(plan: Plan) -> int:
     return 2 if plan.dtype == "bf16" else 4
 
 
-def chunk_saved_bytes(plan: Plan, cfg, chunk_layers: list[str]) -> int:
-    """Bytes one microbatch saves in a chunk of dense layers ("embed", "block", "head") without
-    tp / cp: the formula of the module docstring."""
+def chunk_saved_bytes(plan: Plan, cfg, chunk_layers) -> int:
+    """Bytes one microbatch saves in a chunk of dense layers without tp / cp: the formula of the
+    module docstring. chunk_layers: its kinds ("embed", "block", "head") in a list, or a
+    {kind: count} (a huge model's chunk is not listed layer by layer)."""
+    counts = chunk_layers if isinstance(chunk_layers, dict) else Counter(chunk_layers)
     elem = element_bytes(plan)
     rows = cfg.batch // plan.dp                      # this rank's batch rows
     b, s = rows // plan.microbatches, cfg.seq
     per = {"embed": (INT64 + BOOL) * b * s, "block": BLOCK_BYTES[plan.recompute](cfg, b, s, elem),
            "head": head_bytes(cfg, b, s, elem, rows)}
-    return sum(per[kind] for kind in chunk_layers)
+    return sum(per[kind] * n for kind, n in counts.items())
 
 
-def saved_per_microbatch(plan: Plan, cfg, chunk_layers: list[str]) -> int | None:
+def saved_per_microbatch(plan: Plan, cfg, chunk_layers) -> int | None:
     """Bytes one microbatch saves in a chunk of layers, or None where the formula does not reach
     (tp, cp, sequence parallel, MoE)."""
     if plan.tp > 1 or plan.cp > 1 or getattr(cfg, "experts", 0):
@@ -93,7 +96,7 @@ def saved_per_microbatch(plan: Plan, cfg, chunk_layers: list[str]) -> int | None
     return chunk_saved_bytes(plan, cfg, chunk_layers)
 
 
-def approximate_saved(plan: Plan, cfg, chunk_layers: list[str]) -> int:
+def approximate_saved(plan: Plan, cfg, chunk_layers) -> int:
     """The dense-equivalent of a tp / cp / MoE chunk (module docstring): an estimate, not a prediction."""
     hidden = cfg.ffn_hidden
     if cfg.experts:
@@ -121,9 +124,9 @@ def rank_stages(plan: Plan, pp_rank: int) -> tuple[list[int], int]:
     return [k * p + (p - 1 - pp_rank if v_shape and k % 2 else pp_rank) for k in range(chunks)], stages
 
 
-def chunk_kinds(plan: Plan, cfg, stage: int, stages: int) -> list[str]:
-    per = cfg.layers // stages
-    return (["embed"] if stage == 0 else []) + ["block"] * per + (["head"] if stage == stages - 1 else [])
+def chunk_kinds(cfg, stage: int, stages: int) -> dict[str, int]:
+    """{kind: count} of a stage's layers: the embedding on the first, the head on the last."""
+    return {"embed": int(stage == 0), "block": cfg.layers // stages, "head": int(stage == stages - 1)}
 
 
 # ---------------------------------------------------------------- model state
@@ -151,27 +154,30 @@ def model_state(plan: Plan, cfg: ModelConfig, stages_held: list[int], stages: in
     ZeRO unit a layer (embed, each block, the head), each padded to divide its replicas."""
     elem, k_bytes, zero = element_bytes(plan), ADAMW_STATE_BYTES[plan.dtype], plan.zero
     n_dense, n_expert = plan.dp * plan.cp, max(1, plan.dp // plan.ep)   # cp_dp and ep_dp groups
-    units: list[tuple[int, int]] = []   # (elements, replicas) of each unit, expert pieces apart
+    units: list[tuple[int, int, int]] = []   # (elements, replicas, how many) per kind of unit
     per = cfg.layers // stages
     for stage in stages_held:
         if stage == 0:
-            units.append((cfg.vocab * cfg.dim // plan.tp, n_dense))
+            units.append((cfg.vocab * cfg.dim // plan.tp, n_dense, 1))
         first = stage * per
-        moe = sum(1 for i in range(first, first + per) if is_moe_layer(cfg, i)) if cfg.experts else 0
+        # layers i in [first, first + per) with i % moe_every == moe_every - 1 (is_moe_layer)
+        moe = (first + per) // cfg.moe_every - first // cfg.moe_every if cfg.experts else 0
         for is_moe, count in ((False, per - moe), (True, moe)):
             dense, expert = layer_elements(plan, cfg, is_moe)
-            units += [(dense, n_dense)] * count + ([(expert, n_expert)] * count if expert else [])
+            units += [(dense, n_dense, count)] + ([(expert, n_expert, count)] if expert else [])
         if stage == stages - 1:
-            units.append((cfg.dim + cfg.vocab * cfg.dim // plan.tp, n_dense))
+            units.append((cfg.dim + cfg.vocab * cfg.dim // plan.tp, n_dense, 1))
+    units = [u for u in units if u[2]]
     out = {"params": 0, "grads": 0, "optimizer": 0}
-    for psi, n in units:
+    for psi, n, count in units:
         pad = padded(psi, n, zero)
         shard = pad // n
-        out["params"] += elem * (shard if zero == 3 else pad)
-        out["grads"] += elem * (shard if zero >= 2 else pad)
-        out["optimizer"] += k_bytes * (shard if zero >= 1 else pad)
-    gathered = sorted(elem * padded(psi, n, zero) for psi, n in units) if zero == 3 else []
-    out["gathered"] = sum(gathered[-2:])
+        out["params"] += count * elem * (shard if zero == 3 else pad)
+        out["grads"] += count * elem * (shard if zero >= 2 else pad)
+        out["optimizer"] += count * k_bytes * (shard if zero >= 1 else pad)
+    # the two largest units: the largest twice where two of its kind are held
+    gathered = sorted(b for psi, n, count in units for b in [elem * padded(psi, n, zero)] * min(count, 2))
+    out["gathered"] = sum(gathered[-2:]) if zero == 3 else 0
     return out
 
 
@@ -183,8 +189,8 @@ def estimate_rank(plan: Plan, cfg: ModelConfig, pp_rank: int) -> dict:
     held, stages = rank_stages(plan, pp_rank)
     out = model_state(plan, cfg, held, stages)
     # without a pipeline the head's forward and backward run back to back: nothing of it waits
-    chunks = [chunk_kinds(plan, cfg, s, stages) for s in held] if plan.pp > 1 else \
-        [["embed"] + ["block"] * cfg.layers]
+    chunks = [chunk_kinds(cfg, s, stages) for s in held] if plan.pp > 1 else \
+        [{"embed": 1, "block": cfg.layers}]
     exact = [saved_per_microbatch(plan, cfg, ch) for ch in chunks]
     out["approximate"] = None in exact
     per = [approximate_saved(plan, cfg, ch) for ch in chunks] if out["approximate"] else exact
