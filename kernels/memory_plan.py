@@ -8,71 +8,21 @@ GPipe M; 1F1B min(P - r, M); interleaved (Megatron, v chunks) (P - r - 1) x 2 + 
 at most v x M; ZB1P P (1F1B's warm-up, the deferred W holding the rest); DualPipe P + 1 and
 DualPipeV 2P + 1 (DualPipe's table, whose PP counts stages: 2 x ranks for DualPipeV); no pipeline 1.
 
-Saved bytes per microbatch of b x s tokens, from what each hand-written layer keeps
-(kernels/layers): a dense block keeps its two norms' xhat and rstd, their outputs (the linears'
-input), q and k after RoPE, v, the attention output twice (heads and [b, s, dim] for wo), the
-probabilities [b, heads, s, s], SwiGLU's h1, h3, sig, act and w2's input; the embedding its
-local ids and mask; the head its norm's, lm_head's input, the shifted logits, lse and the targets
-(a view: the rank's whole target batch). Under full recompute a block keeps its input only,
-[b, s, dim]; under selective (kernels/recompute.py) its input and the residual h, q, k, v, o
-twice, h1 and h3. Dense layers without tp / cp / sp only: elsewhere
-`saved_per_microbatch` says None (not predicted).
+Saved bytes per microbatch: the formula of planning/memory_estimate.py (torch-free, so a plan's
+memory is estimated before anything is built; re-exported here). Dense layers without tp / cp / sp
+only: elsewhere `saved_per_microbatch` says None (not predicted).
 """
 from __future__ import annotations
 
 from kernels.block import Block
 from kernels.model import Embed, Head
+from planning.memory_estimate import (BLOCK_BYTES, block_bytes, head_bytes, input_bytes,
+                                      saved_per_microbatch, selective_block_bytes)
 from planning.pipeline.catalog import in_flight
 
-INT64, BOOL = 8, 1
+__all__ = ["BLOCK_BYTES", "block_bytes", "head_bytes", "input_bytes", "predict_rank",
+           "saved_per_microbatch", "selective_block_bytes"]
 LAYER_KIND = {Embed: "embed", Block: "block", Head: "head"}
-
-
-def block_bytes(cfg, b: int, s: int, elem: int) -> int:
-    """A dense block's saved bytes for b x s tokens (see the module docstring)."""
-    t, d, hd = b * s, cfg.dim, cfg.head_dim
-    hidden = cfg.ffn_hidden
-    norms = 2 * (t * d + t)                          # xhat, rstd
-    inputs = 2 * t * d                               # the norms' outputs: q/k/v and w1/w3 input
-    attn = t * hd * (cfg.heads + 2 * cfg.kv_heads) + 2 * t * cfg.heads * hd \
-        + b * cfg.heads * s * s                      # q, k, v; o twice; probabilities
-    mlp = 5 * t * hidden                             # h1, h3, sig, act, w2's input
-    return elem * (norms + inputs + attn + mlp)
-
-
-def selective_block_bytes(cfg, b: int, s: int, elem: int) -> int:
-    """A dense block's saved bytes under selective recompute (kernels/recompute.py)."""
-    t, hd = b * s, cfg.head_dim
-    kept = 2 * t * cfg.dim                           # the norms' inputs: the block's x and h
-    attn = t * hd * (cfg.heads + 2 * cfg.kv_heads) + 2 * t * cfg.heads * hd   # q, k, v; o twice
-    return elem * (kept + attn + 2 * t * cfg.ffn_hidden)                   # + h1, h3
-
-
-def input_bytes(cfg, b: int, s: int, elem: int) -> int:
-    """A block's saved bytes under full recompute: its input [b, s, dim]."""
-    return elem * b * s * cfg.dim
-
-
-BLOCK_BYTES = {"none": block_bytes, "selective": selective_block_bytes, "full": input_bytes}
-
-
-def head_bytes(cfg, b: int, s: int, elem: int, batch_rows: int) -> int:
-    t = b * s
-    return elem * (2 * t * cfg.dim + t + t * cfg.vocab + t) + INT64 * batch_rows * s
-
-
-def saved_per_microbatch(plan, cfg, chunk_layers: list[str]) -> int | None:
-    """Bytes one microbatch saves in a chunk of layers ("embed", "block", "head"), or None where
-    the formula does not reach (tp, cp, sequence parallel, MoE)."""
-    if plan.tp > 1 or plan.cp > 1 or getattr(cfg, "experts", 0):
-        return None
-    elem = 2 if plan.dtype == "bf16" else 4
-    rows = cfg.batch // plan.dp                      # this rank's batch rows
-    b, s = rows // plan.microbatches, cfg.seq
-    block = BLOCK_BYTES[plan.recompute](cfg, b, s, elem)
-    per = {"embed": (INT64 + BOOL) * b * s, "block": block,
-           "head": head_bytes(cfg, b, s, elem, rows)}
-    return sum(per[kind] for kind in chunk_layers)
 
 
 def predict_rank(eng) -> dict:

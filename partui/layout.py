@@ -13,7 +13,8 @@ from kernels.engine import Engine
 from kernels.memory_plan import predict_rank
 from partui.snapshot import rank_info
 from partui.tables import piece_label
-from planning.mesh import NAMED_DIMS, Plan
+from planning.memory_estimate import estimate_rank
+from planning.mesh import NAMED_DIMS, Plan, coords
 
 LEDGER = ("params", "grads", "optimizer", "total")
 
@@ -37,7 +38,7 @@ def rank_layout(plan: Plan, cfg, rank: int, seed: int = 0) -> dict:
         shards = [{"name": n, "global_shape": list(p.global_shape), "local_shape": list(p.data.shape),
                    "index": piece_index(p)} for n, p in eng.params.items()]
         info.update(experts=experts_held(eng, cfg.experts), shards=shards,
-                    predicted=predict_rank(eng))
+                    predicted=predict_rank(eng), estimated=estimate_rank(plan, cfg, coords(plan, rank)["pp"]))
     del info["plan"]
     return info
 
@@ -71,14 +72,15 @@ PREDICTED = ("params", "grads", "optimizer", "gathered", "activations", "peak")
 def memory_text(ranks: list[dict], measured: list[dict] | None = None) -> str:
     """Each rank's predicted memory (kernels/memory_plan.py) in MiB, and beside it, given a
     trace's `report --memory` rows, the measured peak and activations."""
-    head = ["rank"] + [f"{k} MiB" for k in PREDICTED] + ["in-flight mb"]
+    head = ["rank"] + [f"{k} MiB" for k in PREDICTED] + ["in-flight mb", "estimate MiB"]
     if measured:
         head += ["measured peak MiB", "measured activations MiB"]
     rows = []
     for r in ranks:
         pred = r["predicted"]
         row = [str(r["rank"])] + ["—" if pred[k] is None else mib(pred[k]) for k in PREDICTED]
-        row.append(str(pred["activation_microbatches"]))
+        est = r["estimated"]
+        row += [str(pred["activation_microbatches"]), mib(est["peak"]) + ("~" if est["approximate"] else "")]
         if measured:
             m = measured[r["rank"]]
             row += [f"{m['peak_mib']:.2f}", f"{m['activations_mib']:.2f}"]
@@ -87,7 +89,9 @@ def memory_text(ranks: list[dict], measured: list[dict] | None = None) -> str:
     out = ["memory predicted per rank (params, grads, optimizer: the ZeRO split; gathered: ZeRO-3's "
            "two largest layers; activations: the schedule's in-flight microbatches x a chunk's "
            "saved bytes, an upper bound where a rank's chunks differ; — : not predicted (tp, cp, "
-           "MoE))" + ("; measured: the trace's memory account, which also holds the optimizer's "
+           "MoE); estimate: the peak estimated from the sizes alone before anything is built "
+           "(planning/memory_estimate.py, AdamW's state), ~ where its activations are a "
+           "dense-equivalent)" + ("; measured: the trace's memory account, which also holds the optimizer's "
                       "scratch and p2p buffers" if measured else "")]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head] + rows]
     return "\n".join(out)

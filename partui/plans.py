@@ -9,6 +9,7 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from planning.config import make_config
+from planning.memory_estimate import check_fits
 from planning.mesh import NAMED_DIMS, Plan, PlanError
 from planning.pipeline.catalog import CATALOG, schedule_spec
 from planning.slow_spec import check_slow
@@ -60,10 +61,13 @@ def preset_fields(preset: str = "custom", **fields) -> dict:
 def build_plan(preset: str = "custom", model: str = "tiny", model_overrides: dict | None = None,
                **fields):
     """(validated Plan, ModelConfig with the plan's MoE fields) from a preset, a model preset and its
-    overrides (layers, dim, ...), and Plan field overrides; PlanError / ValueError naming the problem."""
+    overrides (layers, dim, ...), and Plan field overrides; PlanError / ValueError naming the problem,
+    a plan whose estimated memory exceeds this machine's available RAM too (planning.memory_estimate),
+    so nothing huge is ever allocated."""
     cfg = make_config(model, **{k: v for k, v in (model_overrides or {}).items() if v is not None})
     plan, cfg = plan_for_model(preset_fields(preset, **fields), cfg)
     check_slow(plan)
+    check_fits(plan, cfg, plan_for_model)
     return plan, cfg
 
 

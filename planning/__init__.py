@@ -8,6 +8,7 @@ computed on paper before any process starts.
     moe_families     the MoE families and their routing fields
     routing_figures  the routing observatory's arithmetic
     slow_spec        a straggler on purpose, parsed
+    memory_estimate  a plan's memory from its sizes alone, and the refusal of one that would not fit
     link             the emulated interconnect's alpha-beta model
     replay           the one replay core (ops, lanes, dependencies) the simulator, what-if and blame run on
     intervals        interval maths and the one definition of a window's figures

@@ -26,6 +26,7 @@ WHATIF_PP = "whatif --pp"
 RECOMPUTE = "whatif --recompute"
 SAVED = "Trace tab saved"          # the app's Trace tab: what overlap saves under the link
 BLAME = "blame"
+PLAN = "plan"                      # partui plan's memory table
 FLAGGED = {BY_PAIR: "--by pair", BY_SCHEDULE: "--by schedule", MEMORY: "--memory", ROUTING: "--routing",
            WHATIF_PP: "whatif --pp", RECOMPUTE: "whatif --recompute"}
 
@@ -205,6 +206,11 @@ _RECORDS = (
     figure("a2a_under_ms", "ms", BY_PAIR, "a2a_ms while a compute kernel (any part's) ran"),
     figure("a2a_exposed_ms", "ms", BY_PAIR, "a2a_ms while no compute kernel ran"),
     # ---- --memory
+    figure("estimate MiB", "MiB", PLAN, "a rank's peak estimated from the plan's sizes alone, "
+           "before anything is built (planning/memory_estimate.py): params, grads and AdamW state by "
+           "the ZeRO split, ZeRO-3's two largest gathered layers, and in-flight microbatches x the "
+           "heaviest chunk's saved bytes; ~: activations by a dense-equivalent (tp, cp, MoE). "
+           "The plan is refused when the world's sum exceeds MemAvailable"),
     figure("peak_mib", "MiB", MEMORY, "the most the rank's memory account held at once (bytes of live "
            "tensors by kind, kernels/memory.py; the kinds below are their values at that moment)"),
     figure("peak_at", "", MEMORY, "the innermost action span (F / B / W / FB, microbatch, optimizer, "

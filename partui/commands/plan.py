@@ -1,6 +1,8 @@
 """`partui plan [plan flags]`: the plan's layout without launching: every global rank with its
 coordinates, groups, stages and layers, shards, experts and memory ledger (partui.layout), as a table
-or `--json`. Exit 2 on a bad plan (one line naming the flag and a fix)."""
+or `--json`, with each rank's memory estimated from the sizes alone beside the prediction. Exit 2 on
+a bad plan (one line naming the flag and a fix), one whose world would not fit this machine's RAM
+too (partui.plans.build_plan, before torch loads)."""
 from __future__ import annotations
 
 import argparse

@@ -181,6 +181,9 @@ BAD_INPUTS = [  # (argv, words the message must hold): each refused before anyth
     ('report {S} --vs nothing.json', 'no such file or directory'),
     ('run --dtype bf16 --check --reference autograd', 'drop --reference autograd or set --dtype fp32'),
     ('run --trace traces/t.json --trace-steps 2:2', 'pick START < STOP <= 5'),
+    ('plan --batch 100000 --dim 100000', 'needs an estimated 108290.1 GiB'),
+    ('run --batch 100000 --dim 100000', 'this machine has available (MemAvailable): try --dim 8'),
+    ('plan --layers 100000 --dim 4096', 'try --layers 6'),
 ]
 
 
