@@ -1,35 +1,12 @@
 """Small helpers shared by the benchmarks: interleaved timing and a printed table."""
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 
 from kernels import comm
 from partui.trace import RankTracer
-from planning.config import PRESETS
-
-
-def positive_int(text: str) -> int:
-    """argparse type for a count of rounds, steps or blocks: a whole number >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: e.g. 5") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be >= 1 (a median needs at least one round): e.g. 5")
-    return n
-
-
-def model_names(text: str) -> list[str]:
-    """argparse type for `tiny,small`: model presets, each one planning.config knows."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PRESETS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown model preset(s) {', '.join(unknown) or repr(text)}: "
-                                         f"pick from {', '.join(PRESETS)} (comma-separated)")
-    return names
 
 
 def interleaved(fns: dict, rounds: int, warmup: int = 2) -> dict[str, float]:

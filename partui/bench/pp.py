@@ -28,7 +28,8 @@ from kernels.engine import Engine
 from kernels.layers import rope_tables
 from kernels.weights import init_params
 from partui import launch
-from partui.bench.harness import positive_int, table
+from partui.bench.args import whole_at_least_one
+from partui.bench.harness import table
 from partui.plans import build_plan
 from planning.pipeline.catalog import CATALOG
 
@@ -43,7 +44,7 @@ def parse(argv):
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=8, help="microbatches of one sequence each")
     ap.add_argument("--schedules", default=",".join(p[0] for p in PAIRS), help="comma list of ours")
-    ap.add_argument("--rounds", type=positive_int, default=6, help="measured steps per schedule")
+    ap.add_argument("--rounds", type=whole_at_least_one("--rounds", 6), default=6, help="measured steps per schedule")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one world")
     ap.add_argument("--fb-order", default="forward-first", choices=("forward-first", "alternate"),

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 
+from partui.bench.args import whole_at_least_one
 from partui.plans import build_plan
 from partui.world import HISTORY_LINES, World
 
@@ -71,19 +72,6 @@ def verdict(out: dict, max_growth: float) -> tuple[bool, str]:
                 f"{out['history_kept']} step lines kept"
                 + (f" > their bound {out['history_lines']}" if over_bound
                    else f" (bound {out['history_lines']})"))
-
-
-def whole_at_least_one(flag: str, example: int):
-    """argparse type for a count flag: a whole number >= 1, the error naming the flag and a fix."""
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: e.g. {flag} {example}") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n} must be >= 1: e.g. {flag} {example}")
-        return n
-    return parse
 
 
 def growth_percent(text: str) -> float:

@@ -9,7 +9,8 @@ import torch
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.model import build_model
-from partui.bench.harness import interleaved, model_names, positive_int, print_rows
+from partui.bench.args import model_names, whole_at_least_one
+from partui.bench.harness import interleaved, print_rows
 from partui.plans import build_plan
 
 
@@ -40,7 +41,7 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser(prog="partui bench step", description=__doc__)
     ap.add_argument("--models", type=model_names, default="tiny,small,medium",
                     help="model presets, comma-separated")
-    ap.add_argument("--rounds", type=positive_int, default=15, help="interleaved rounds, >= 1")
+    ap.add_argument("--rounds", type=whole_at_least_one("--rounds", 15), default=15, help="interleaved rounds, >= 1")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

@@ -12,7 +12,8 @@ import time
 from viztracer import log_sparse
 
 from partui.bench.analysis import bench_analysis, describe
-from partui.bench.harness import positive_int, table
+from partui.bench.args import whole_at_least_one
+from partui.bench.harness import table
 from partui.trace import forget_viztracer, sparse_viztracer
 from partui.world import World
 
@@ -94,7 +95,7 @@ def main(argv) -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--zero", type=int, default=2)
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--rounds", type=whole_at_least_one("--rounds", 5), default=5)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--events", type=int, default=1_000_000,
                     help="events in the synthetic trace the analysis part reads (0: skip that part)")

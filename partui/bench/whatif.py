@@ -27,7 +27,8 @@ import tempfile
 
 from partui.analysis import read_doc
 from partui.analysis.whatif import programs, steps_of
-from partui.bench.harness import positive_int, table
+from partui.bench.args import whole_at_least_one
+from partui.bench.harness import table
 from partui.commands.whatif import measured_step_ms, predict
 from partui.world import World
 from planning.link import LinkModel, check_link
@@ -117,7 +118,7 @@ def main(argv: list[str]) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--link", default="alpha_us=2000,gbps=0.02")
     ap.add_argument("--plans", default=",".join(PLANS))
-    ap.add_argument("--rounds", type=positive_int, default=3, help="plain / linked window pairs")
+    ap.add_argument("--rounds", type=whole_at_least_one("--rounds", 3), default=3, help="plain / linked window pairs")
     ap.add_argument("--steps", type=int, default=3, help="steps a window (the first: warm-up)")
     ap.add_argument("--floor", action="store_true", help="whatif --floor")
     ap.add_argument("--explain", action="store_true",
