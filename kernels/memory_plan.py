@@ -47,7 +47,7 @@ def predict_rank(eng) -> dict:
     chunks = [ch.layers for ch in eng.runner.chunks] if plan.pp > 1 else [eng.layers[:-1]]
     per = [saved_per_microbatch(plan, cfg, [layer_kind(lay) for lay in ch]) for ch in chunks]
     count = in_flight(plan.schedule, plan.pp, eng.ctx.coords["pp"], plan.microbatches,
-                      plan.virtual_stages) if plan.pp > 1 else microbatch_rows(plan, cfg)[1]
+                      plan.virtual_stages, plan.fb_overlap) if plan.pp > 1 else microbatch_rows(plan, cfg)[1]
     out["activation_microbatches"] = count
     out["activations"] = None if None in per else count * max(per)
     # an uneven dispatch's experts keep what the routing sends them: predicted at balanced routing

@@ -220,7 +220,8 @@ def estimate_rank(plan: Plan, cfg: ModelConfig, pp_rank: int) -> dict:
     exact = [saved_per_microbatch(plan, cfg, ch) for ch in chunks]
     out["approximate"] = None in exact
     per = [approximate_saved(plan, cfg, ch) for ch in chunks] if out["approximate"] else exact
-    count = in_flight(plan.schedule, plan.pp, pp_rank, plan.microbatches, plan.virtual_stages) \
+    count = in_flight(plan.schedule, plan.pp, pp_rank, plan.microbatches, plan.virtual_stages,
+                      plan.fb_overlap) \
         if plan.pp > 1 else microbatch_rows(plan, cfg)[1]
     out["activation_microbatches"] = count
     out["activations"] = count * max(per)

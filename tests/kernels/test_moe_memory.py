@@ -82,3 +82,26 @@ def test_the_moe_formula_lists_each_saved_tensor():
     experts = 8 * n + 8 * n + 4 * n * d + 4 * 5 * n * h
     returned = 4 * n * d
     assert moe_mlp_bytes(cfg, plan, t, 4) == routing + rows + experts + returned
+
+
+def _pipeline_rank(rank, size, fields):
+    torch.set_num_threads(1)
+    eng = Engine(Plan(**fields), make_config("small"), rank)
+    return {**eng.step().extra["memory"], "predicted": predict_rank(eng)}
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("fields", [
+    dict(dp=2, pp=2, schedule="1f1b", microbatches=4),          # a dp slice keeps only its rows
+    dict(MOE, pp=2, schedule="1f1b", microbatches=4, ep_dispatch="even", fb_overlap=True),
+])
+def test_pipelines_with_dp_and_fb_pairs_measure_what_the_plan_predicts(fields):
+    """1F1B's F&B pairs run a forward further ahead and hold it while the pair's backward runs:
+    twice 1F1B's in-flight count, walked from the paired schedule (planning/pipeline/actions.py
+    held_contexts), and the account holds exactly that."""
+    got = run_world(4, _pipeline_rank, fields, timeout_s=200)
+    for m in got:
+        assert m["kind_peaks"]["activations"] == m["predicted"]["activations"], fields
+        assert m["peak_activation_entries"] == m["predicted"]["activation_microbatches"]
+    if fields.get("fb_overlap"):
+        assert [m["peak_activation_entries"] for m in got] == [4, 4, 2, 2]   # 2 x (P - r), dp 2
