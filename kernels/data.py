@@ -31,9 +31,10 @@ def global_batch(batch: int, seq: int, vocab: int, seed: int, step: int):
 
 
 def dp_slice(t: torch.Tensor, dp_rank: int, dp: int) -> torch.Tensor:
-    """A data-parallel rank's contiguous rows of the global batch."""
+    """A data-parallel rank's contiguous rows of the global batch, in a storage of their own: a
+    view would keep the whole global batch alive for as long as a context saves its targets."""
     n = t.shape[0]
     if n % dp:
         raise ValueError(f"global batch {n} not divisible by dp {dp}")
     k = n // dp
-    return t[dp_rank * k:(dp_rank + 1) * k]
+    return t[dp_rank * k:(dp_rank + 1) * k].clone()

@@ -10,6 +10,7 @@ hook as a counter of every kind (kernels/comm/events.counter).
 """
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import torch
@@ -19,7 +20,7 @@ from planning.memory_kinds import KINDS
 
 
 def saved_bytes(obj, seen: set | None = None) -> int:
-    """Bytes of the distinct storages of every tensor inside `obj` (contexts, lists, dicts):
+    """Bytes of the distinct storages of every tensor inside `obj` (contexts, dataclasses, lists, dicts):
     a view keeps its whole storage alive, and a tensor saved twice counts once."""
     seen = set() if seen is None else seen
     if isinstance(obj, torch.Tensor):
@@ -29,8 +30,8 @@ def saved_bytes(obj, seen: set | None = None) -> int:
             return 0
         seen.add(ptr)
         return root.nbytes
-    if isinstance(obj, SimpleNamespace):
-        obj = vars(obj).values()
+    if isinstance(obj, SimpleNamespace) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)):
+        obj = vars(obj).values()          # a context, or a record of tensors (MoE routing, rows)
     elif isinstance(obj, dict):
         obj = obj.values()
     elif not isinstance(obj, (list, tuple)):

@@ -17,12 +17,19 @@ from __future__ import annotations
 from kernels.block import Block
 from kernels.model import Embed, Head
 from planning.memory_estimate import (BLOCK_BYTES, block_bytes, head_bytes, input_bytes,
-                                      saved_per_microbatch, selective_block_bytes)
+                                      microbatch_rows, saved_per_microbatch, selective_block_bytes)
+from planning.moe_memory import routing_dependent
 from planning.pipeline.catalog import in_flight
 
 __all__ = ["BLOCK_BYTES", "block_bytes", "head_bytes", "input_bytes", "predict_rank",
            "saved_per_microbatch", "selective_block_bytes"]
 LAYER_KIND = {Embed: "embed", Block: "block", Head: "head"}
+
+
+def layer_kind(layer) -> str:
+    """The formula's name for a built layer: embed, block, moe (a block whose MLP is MoE) or head."""
+    kind = LAYER_KIND.get(type(layer), "block")
+    return "moe" if kind == "block" and getattr(layer, "is_moe", False) else kind
 
 
 def predict_rank(eng) -> dict:
@@ -38,12 +45,14 @@ def predict_rank(eng) -> dict:
     out["gathered"] = sum(units[-2:])
     # without a pipeline the head's forward and backward run back to back: nothing of it waits
     chunks = [ch.layers for ch in eng.runner.chunks] if plan.pp > 1 else [eng.layers[:-1]]
-    per = [saved_per_microbatch(plan, cfg, [LAYER_KIND.get(type(lay), "block") for lay in ch])
-           for ch in chunks]
+    per = [saved_per_microbatch(plan, cfg, [layer_kind(lay) for lay in ch]) for ch in chunks]
     count = in_flight(plan.schedule, plan.pp, eng.ctx.coords["pp"], plan.microbatches,
-                      plan.virtual_stages) if plan.pp > 1 else 1
+                      plan.virtual_stages, plan.fb_overlap) if plan.pp > 1 else microbatch_rows(plan, cfg)[1]
     out["activation_microbatches"] = count
     out["activations"] = None if None in per else count * max(per)
+    # an uneven dispatch's experts keep what the routing sends them: predicted at balanced routing
+    out["balanced_routing"] = routing_dependent(cfg, plan) and any(
+        layer_kind(lay) == "moe" for ch in chunks for lay in ch)
     kinds = [out[k] for k in ("params", "grads", "optimizer", "gathered", "activations")]
     out["peak"] = None if None in kinds else sum(kinds)
     return out

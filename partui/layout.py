@@ -78,7 +78,8 @@ def memory_text(ranks: list[dict], measured: list[dict] | None = None) -> str:
     rows = []
     for r in ranks:
         pred = r["predicted"]
-        row = [str(r["rank"])] + ["—" if pred[k] is None else mib(pred[k]) for k in PREDICTED]
+        row = [str(r["rank"])] + ["—" if pred[k] is None else mib(pred[k]) + (
+            "≈" if k == "activations" and pred.get("balanced_routing") else "") for k in PREDICTED]
         est = r["estimated"]
         row += [str(pred["activation_microbatches"]), mib(est["peak"]) + ("~" if est["approximate"] else "")]
         if measured:
@@ -89,7 +90,9 @@ def memory_text(ranks: list[dict], measured: list[dict] | None = None) -> str:
     out = ["memory predicted per rank (params, grads, optimizer: the ZeRO split; gathered: ZeRO-3's "
            "two largest layers; activations: the schedule's in-flight microbatches x a chunk's "
            "saved bytes, an upper bound where a rank's chunks differ; — : not predicted (tp, cp, "
-           "MoE); estimate: the peak estimated from the sizes alone before anything is built "
+           "MoE under selective recompute); ≈ : MoE layers under an uneven dispatch, at balanced "
+           "routing (a rank's experts receive as many rows as it sends; each row more or fewer "
+           "moves it by that row's bytes); estimate: the peak estimated from the sizes alone before anything is built "
            "(planning/memory_estimate.py, AdamW's state), ~ where its activations are a "
            "dense-equivalent)" + ("; measured: the trace's memory account, which also holds the optimizer's "
                       "scratch and p2p buffers" if measured else "")]

@@ -9,7 +9,7 @@ Light to import (no torch until a plan is built), so the app can list PRESETS be
 from __future__ import annotations
 
 from planning.config import make_config
-from planning.memory_estimate import check_fits
+from planning.memory_fit import check_fits
 from planning.mesh import NAMED_DIMS, Plan, PlanError
 from planning.pipeline.catalog import CATALOG, schedule_spec
 from planning.slow_spec import check_slow

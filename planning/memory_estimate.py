@@ -1,6 +1,5 @@
 """A plan's memory estimated from its sizes alone, before any tensor exists, and the refusal of a
-plan whose world would not fit this machine's RAM (partui.plans.build_plan: the CLI, the World and
-the app all pass there).
+plan whose world would not fit this machine's RAM (planning/memory_fit.py).
 
 Per rank: params, grads and optimizer state by the ZeRO paper's split (REFERENCES.md: stage 1
 shards the optimizer state, 2 the grads too, 3 the params too, over the replicas of each piece,
@@ -22,32 +21,34 @@ twice, h1 and h3.
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import replace
 
 from planning.config import ModelConfig
-from planning.mesh import Plan, PlanError
+from planning.mesh import Plan
+from planning.moe_memory import moe_mlp_bytes
 from planning.pipeline.catalog import in_flight, schedule_spec
 
 INT64, BOOL = 8, 1
 ADAMW_STATE_BYTES = {"fp32": 8, "bf16": 12}   # kernels/optim.py AdamW.bytes_per_element: m, v (+ master)
-LIMIT_ENV = "PARTUI_MEMORY_LIMIT_MIB"         # overrides MemAvailable (tests; a smaller budget)
 MODEL_STATE = ("params", "grads", "optimizer", "gathered", "activations")
 
 
 # ---------------------------------------------------------------- activations (memory_plan re-exports these)
 
-def block_bytes(cfg, b: int, s: int, elem: int) -> int:
-    """A dense block's saved bytes for b x s tokens (see the module docstring)."""
+def attention_bytes(cfg, b: int, s: int, elem: int) -> int:
+    """A block's saved bytes but its MLP's, for b x s tokens (see the module docstring)."""
     t, d, hd = b * s, cfg.dim, cfg.head_dim
-    hidden = cfg.ffn_hidden
     norms = 2 * (t * d + t)                          # xhat, rstd
     inputs = 2 * t * d                               # the norms' outputs: q/k/v and w1/w3 input
     attn = t * hd * (cfg.heads + 2 * cfg.kv_heads) + 2 * t * cfg.heads * hd \
         + b * cfg.heads * s * s                      # q, k, v; o twice; probabilities
-    mlp = 5 * t * hidden                             # h1, h3, sig, act, w2's input
-    return elem * (norms + inputs + attn + mlp)
+    return elem * (norms + inputs + attn)
+
+
+def block_bytes(cfg, b: int, s: int, elem: int) -> int:
+    """A dense block's saved bytes: the attention's and SwiGLU's h1, h3, sig, act, w2's input."""
+    return attention_bytes(cfg, b, s, elem) + elem * 5 * b * s * cfg.ffn_hidden
 
 
 def selective_block_bytes(cfg, b: int, s: int, elem: int) -> int:
@@ -75,23 +76,38 @@ def element_bytes(plan: Plan) -> int:
     return 2 if plan.dtype == "bf16" else 4
 
 
+def microbatch_rows(plan: Plan, cfg) -> tuple[int, int]:
+    """(rows of one microbatch, how many microbatches a rank without a pipeline holds at once): the
+    EP overlap runner cuts a rank's rows into pairs (two pieces where the plan says one) and holds a
+    pair; every other runner one microbatch."""
+    rows = cfg.batch // plan.dp                      # this rank's batch rows
+    if plan.overlap and plan.pp == 1:
+        return rows // (2 if plan.microbatches == 1 else plan.microbatches), 2
+    return rows // plan.microbatches, 1
+
+
 def chunk_saved_bytes(plan: Plan, cfg, chunk_layers) -> int:
-    """Bytes one microbatch saves in a chunk of dense layers without tp / cp: the formula of the
-    module docstring. chunk_layers: its kinds ("embed", "block", "head") in a list, or a
-    {kind: count} (a huge model's chunk is not listed layer by layer)."""
+    """Bytes one microbatch saves in a chunk of layers without tp / cp: the formula of the module
+    docstring, an MoE block's MLP by planning/moe_memory.py. chunk_layers: its kinds ("embed",
+    "block", "moe", "head") in a list, or a {kind: count} (a huge model's chunk is not listed layer
+    by layer)."""
     counts = chunk_layers if isinstance(chunk_layers, dict) else Counter(chunk_layers)
     elem = element_bytes(plan)
-    rows = cfg.batch // plan.dp                      # this rank's batch rows
-    b, s = rows // plan.microbatches, cfg.seq
-    per = {"embed": (INT64 + BOOL) * b * s, "block": BLOCK_BYTES[plan.recompute](cfg, b, s, elem),
-           "head": head_bytes(cfg, b, s, elem, rows)}
-    return sum(per[kind] * n for kind, n in counts.items())
+    b, s = microbatch_rows(plan, cfg)[0], cfg.seq
+    dense = BLOCK_BYTES[plan.recompute](cfg, b, s, elem)
+    moe = attention_bytes(cfg, b, s, elem) + moe_mlp_bytes(cfg, plan, b * s, elem) \
+        if plan.recompute == "none" else dense + elem   # full: the input and its balance loss
+    per = {"embed": (INT64 + BOOL) * b * s, "block": dense, "moe": moe,
+           "head": head_bytes(cfg, b, s, elem, cfg.batch // plan.dp)}
+    return sum(per[kind] * n for kind, n in counts.items() if n)
 
 
 def saved_per_microbatch(plan: Plan, cfg, chunk_layers) -> int | None:
     """Bytes one microbatch saves in a chunk of layers, or None where the formula does not reach
-    (tp, cp, sequence parallel, MoE)."""
-    if plan.tp > 1 or plan.cp > 1 or getattr(cfg, "experts", 0):
+    (tp, cp, sequence parallel; MoE under selective recompute). An MoE chunk under an uneven
+    dispatch is predicted at balanced routing (planning/moe_memory.routing_dependent)."""
+    moe = bool(getattr(cfg, "experts", 0))
+    if plan.tp > 1 or plan.cp > 1 or (moe and plan.recompute == "selective"):
         return None
     return chunk_saved_bytes(plan, cfg, chunk_layers)
 
@@ -102,7 +118,9 @@ def approximate_saved(plan: Plan, cfg, chunk_layers) -> int:
     if cfg.experts:
         hidden = max(hidden, cfg.expert_hidden * (cfg.top_k + cfg.shared_experts))
     dense = replace(cfg, experts=0, hidden=hidden, seq=max(1, cfg.seq // plan.cp))
-    return -(-chunk_saved_bytes(plan, dense, chunk_layers) // plan.tp)
+    counts = Counter(chunk_layers)                   # an MoE block counted as the dense stand-in
+    counts["block"] += counts.pop("moe", 0)
+    return -(-chunk_saved_bytes(plan, dense, counts) // plan.tp)
 
 
 # ---------------------------------------------------------------- which layers a pp rank holds
@@ -125,8 +143,18 @@ def rank_stages(plan: Plan, pp_rank: int) -> tuple[list[int], int]:
 
 
 def chunk_kinds(cfg, stage: int, stages: int) -> dict[str, int]:
-    """{kind: count} of a stage's layers: the embedding on the first, the head on the last."""
-    return {"embed": int(stage == 0), "block": cfg.layers // stages, "head": int(stage == stages - 1)}
+    """{kind: count} of a stage's layers: the embedding on the first, the head on the last; its
+    blocks dense or MoE (every moe_every-th layer of an MoE model)."""
+    per = cfg.layers // stages
+    moe = moe_blocks(cfg, stage * per, per)
+    return {"embed": int(stage == 0), "block": per - moe, "moe": moe, "head": int(stage == stages - 1)}
+
+
+def moe_blocks(cfg, first: int, count: int) -> int:
+    """MoE blocks among layers [first, first + count): i % moe_every == moe_every - 1."""
+    if not cfg.experts:
+        return 0
+    return (first + count) // cfg.moe_every - first // cfg.moe_every
 
 
 # ---------------------------------------------------------------- model state
@@ -159,9 +187,7 @@ def model_state(plan: Plan, cfg: ModelConfig, stages_held: list[int], stages: in
     for stage in stages_held:
         if stage == 0:
             units.append((cfg.vocab * cfg.dim // plan.tp, n_dense, 1))
-        first = stage * per
-        # layers i in [first, first + per) with i % moe_every == moe_every - 1 (is_moe_layer)
-        moe = (first + per) // cfg.moe_every - first // cfg.moe_every if cfg.experts else 0
+        moe = moe_blocks(cfg, stage * per, per)
         for is_moe, count in ((False, per - moe), (True, moe)):
             dense, expert = layer_elements(plan, cfg, is_moe)
             units += [(dense, n_dense, count)] + ([(expert, n_expert, count)] if expert else [])
@@ -190,11 +216,13 @@ def estimate_rank(plan: Plan, cfg: ModelConfig, pp_rank: int) -> dict:
     out = model_state(plan, cfg, held, stages)
     # without a pipeline the head's forward and backward run back to back: nothing of it waits
     chunks = [chunk_kinds(cfg, s, stages) for s in held] if plan.pp > 1 else \
-        [{"embed": 1, "block": cfg.layers}]
+        [{**chunk_kinds(cfg, 0, 1), "head": 0}]
     exact = [saved_per_microbatch(plan, cfg, ch) for ch in chunks]
     out["approximate"] = None in exact
     per = [approximate_saved(plan, cfg, ch) for ch in chunks] if out["approximate"] else exact
-    count = in_flight(plan.schedule, plan.pp, pp_rank, plan.microbatches, plan.virtual_stages)
+    count = in_flight(plan.schedule, plan.pp, pp_rank, plan.microbatches, plan.virtual_stages,
+                      plan.fb_overlap) \
+        if plan.pp > 1 else microbatch_rows(plan, cfg)[1]
     out["activation_microbatches"] = count
     out["activations"] = count * max(per)
     out["peak"] = sum(out[k] for k in MODEL_STATE)
@@ -207,88 +235,3 @@ def estimate_plan(plan: Plan, cfg: ModelConfig) -> dict:
     others = plan.world // plan.pp                   # the ranks sharing each pp coordinate
     return {"ranks": ranks, "per_rank_peak": max(r["peak"] for r in ranks),
             "total": others * sum(r["peak"] for r in ranks)}
-
-
-# ---------------------------------------------------------------- the limit and the refusal
-
-def available_bytes() -> int | None:
-    """This machine's MemAvailable (/proc/meminfo), or PARTUI_MEMORY_LIMIT_MIB where set; None
-    where neither can be read (no refusal then)."""
-    given = os.environ.get(LIMIT_ENV)
-    if given:
-        try:
-            mib = float(given)
-        except ValueError:
-            raise PlanError(f"{LIMIT_ENV}={given!r} is not a number of MiB: set it to e.g. 4096, "
-                            f"or unset it to use MemAvailable") from None
-        if not mib > 0 or mib == float("inf"):
-            raise PlanError(f"{LIMIT_ENV}={given!r} must be a positive number of MiB: set it to "
-                            f"e.g. 4096, or unset it to use MemAvailable")
-        return int(mib * 2**20)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
-
-
-def _fits(fields: dict, cfg: ModelConfig, limit: int, validate_fn) -> bool:
-    try:
-        plan, c = validate_fn(fields, cfg)
-        c.validate()
-    except (ValueError, TypeError):              # PlanError is a ValueError: not a valid plan
-        return False
-    return estimate_plan(plan, c)["total"] <= limit
-
-
-def halvings(value: int, step: int) -> list[int]:
-    """value / 2, / 4, ... rounded down to a multiple of step, each at least step, distinct."""
-    out, v = [], value // 2
-    while v >= step:
-        cand = v // step * step
-        if not out or cand < out[-1]:
-            out.append(cand)
-        v //= 2
-    return out
-
-
-def fitting_fixes(plan: Plan, cfg: ModelConfig, limit: int, validate_fn) -> list[str]:
-    """Changes each of which alone makes the plan fit `limit` (field=value words), largest first:
-    a smaller dim / batch / layers, or ZeRO-3 over the replicas. validate_fn(fields, cfg) -> (Plan,
-    cfg) validates a candidate (planning.validate.plan_for_model)."""
-    fields = plan.to_dict()
-    fixes = []
-    for name, step in (("dim", 2 * cfg.heads * plan.tp), ("batch", plan.dp * plan.microbatches),
-                       ("layers", max(1, rank_stages(plan, 0)[1]))):
-        for value in halvings(getattr(cfg, name), step):
-            if _fits(fields, replace(cfg, **{name: value}), limit, validate_fn):
-                fixes.append(f"{name}={value}")
-                break
-    if plan.zero < 3 and plan.dp * plan.cp > 1 and _fits({**fields, "zero": 3}, cfg, limit, validate_fn):
-        fixes.append("zero=3")
-    return fixes
-
-
-def check_fits(plan: Plan, cfg: ModelConfig, validate_fn) -> None:
-    """PlanError naming the estimate, the limit and fixes that fit, where the plan's world would not
-    fit the memory this machine has available; before anything is built."""
-    limit = available_bytes()
-    if limit is None:
-        return
-    est = estimate_plan(plan, cfg)
-    if est["total"] <= limit:
-        return
-    fixes = fitting_fixes(plan, cfg, limit, validate_fn)
-    source = LIMIT_ENV if os.environ.get(LIMIT_ENV) else "MemAvailable"
-    fix = (f"try {', or '.join(fixes)}" if fixes else
-           "no smaller dim, batch or layers alone fits: shrink several, or run on a larger machine")
-    raise PlanError(f"this plan needs an estimated {gib(est['total'])} (world {plan.world} x up to "
-                    f"{gib(est['per_rank_peak'])} a rank: params, grads, AdamW state, activations), "
-                    f"more than the {gib(limit)} this machine has available ({source}): {fix}")

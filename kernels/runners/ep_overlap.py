@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from kernels.block import Block
 from kernels.comm import events
 from kernels.ep.layer import overlap_all_to_alls
+from kernels.memory import account_of
 from kernels.runners.microbatch import MicrobatchRunner
 from kernels.straggle import stretch
 
@@ -83,14 +84,24 @@ class OverlapRunner(MicrobatchRunner):
     def forward_backward(self, ids, targets, denom, hooks):
         pieces = self.pieces
         loss = 0.0
+        self.memory = account_of(self.ctx.stats)   # both microbatches' contexts, layer by layer
         xs, ts = ids.chunk(pieces), targets.chunk(pieces)
         for p in range(0, pieces, 2):
             loss = loss + self._pair(xs[p:p + 2], ts[p:p + 2], (p, p + 1), denom, hooks)
         return loss
 
     # ---------------------------------------------------------------- one pair of microbatches
+    def _saved(self, mb, ctx) -> None:
+        """Microbatch mb's entry grows by a layer's finished context (as the plain runner's)."""
+        self.memory.stack(("overlap", mb), ctx)
+
+    def _freed(self, mb) -> None:
+        """A layer's backward of microbatch mb is done: its context goes."""
+        self.memory.unstack(("overlap", mb))
+
     def _pair(self, ids, targets, mbs, denom, hooks):
         body, head = self.layers[:-1], self.layers[-1]
+        self.memory.at(f"F+B mb{mbs[0]}+{mbs[1]} (overlap)")
         xs, pending = list(ids), [None, None]
         ctxs = [[], []]
         for layer in body:
@@ -106,6 +117,7 @@ class OverlapRunner(MicrobatchRunner):
                     with self._compute(f"F layer mb{mbs[i]}", "F", mb=mbs[i]):
                         xs[i], c = layer.forward(xs[i])
                     ctxs[i].append(c)
+                    self._saved(mbs[i], c)
             if split:
                 for i in (0, 1):
                     c_m = pending[i][1].dispatch
@@ -151,6 +163,7 @@ class OverlapRunner(MicrobatchRunner):
             del st.h, st.dispatch  # the rest of st is the block ctx backward_input expects
             y, ctx = blk.finish_forward(h, m, c_m, st)
         ctxs.append(ctx)
+        self._saved(mb, ctx)
         return y
 
     # ---------------------------------------------------------------- backward, mirrored
@@ -166,6 +179,7 @@ class OverlapRunner(MicrobatchRunner):
                 c = ctxs[i].pop()
                 if pending[i] is not None:
                     dxs[i] = self._backward_attn(*pending[i], mbs[i])
+                    self._freed(mbs[i])
                     if i == 1:
                         hooks and hooks.after_backward(pending[i][0])
                     pending[i] = None
@@ -177,6 +191,7 @@ class OverlapRunner(MicrobatchRunner):
                     with self._compute(f"B layer mb{mbs[i]}", "B", mb=mbs[i]):
                         dxs[i] = layer.backward_input(c, dxs[i])
                         layer.backward_weight(c)
+                    self._freed(mbs[i])
             if split:
                 for i in (0, 1):
                     c = pending[i][1]
@@ -190,6 +205,7 @@ class OverlapRunner(MicrobatchRunner):
         for i in (0, 1):
             if pending[i] is not None:
                 dxs[i] = self._backward_attn(*pending[i], mbs[i])
+                self._freed(mbs[i])
         if pending[1] is not None:
             hooks and hooks.after_backward(pending[1][0])
 

@@ -66,6 +66,19 @@ class Schedule:
                    if (a.kind in ("W", "BW") and a.chunk == chunk)
                    or (a.kind == "FB" and a.chunk2 == chunk))
 
+    def held_contexts(self, rank: int) -> int:
+        """The most microbatch-chunk contexts `rank` holds at once, walking its actions as the
+        executor runs them: a forward's are held until its W (a split B queues them for it) or its
+        BW; an FB pair's forward keeps its contexts before its backward lets the other's go."""
+        held = peak = 0
+        for a in self.actions[rank]:
+            if a.kind in ("F", "FB"):
+                held += 1
+                peak = max(peak, held)
+            if a.kind in ("W", "BW", "FB"):
+                held -= 1
+        return peak
+
     def holder(self, stage: int, mb: int) -> tuple[int, int]:
         """(rank, chunk) that runs `stage` for microbatch `mb`."""
         if not self._holders:

@@ -271,6 +271,14 @@ def formula_bubble(name: str, pp: int, cost, virtual: int = 1) -> tuple[float, s
     return spec.bubble(pp, cost, virtual), spec.bubble_text
 
 
-def in_flight(schedule: str, pp: int, rank: int, microbatches: int, virtual: int = 1) -> int:
-    """The most microbatch-chunk contexts a pp rank holds at once, by the schedule's record."""
-    return 1 if pp == 1 else schedule_spec(schedule).in_flight(pp, rank, microbatches, virtual)
+def in_flight(schedule: str, pp: int, rank: int, microbatches: int, virtual: int = 1,
+              fb_overlap: bool = False) -> int:
+    """The most microbatch-chunk contexts a pp rank holds at once, by the schedule's record; with
+    fb_overlap, by walking the paired schedule (a pair's forward holds its contexts before its
+    backward frees the other's, and 1F1B's pairs run one forward further ahead)."""
+    if pp == 1:
+        return 1
+    if fb_overlap:
+        virtual = virtual if schedule_spec(schedule).virtual else None
+        return build_schedule(schedule, pp, microbatches, virtual, True).held_contexts(rank)
+    return schedule_spec(schedule).in_flight(pp, rank, microbatches, virtual)

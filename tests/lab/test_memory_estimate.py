@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT, run_here
 from partui.layout import plan_layout
 from partui.plans import build_plan
-from planning.memory_estimate import LIMIT_ENV, estimate_plan, estimate_rank
+from planning.memory_estimate import estimate_plan, estimate_rank
+from planning.memory_fit import LIMIT_ENV
 from planning.mesh import PlanError
 
 
