@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.gpu_steps import counted_kernels, launch_times
 from planning.intervals import length, merge
 
 # (annotation name pattern with a `side` group F / B / W, the planner's part: planning/pipeline/fb_order.py)
@@ -71,23 +72,21 @@ def smallest_holders(parts: pd.DataFrame, holders: pd.DataFrame) -> np.ndarray:
 
 
 def part_kernels(df: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
-    """The GPU kernels (compute and comm) with the index of the part annotation that launched them (-1:
-    launched outside every part). A launch is any CPU-side call carrying the kernel's correlation id,
-    whatever its API: runtime and driver launches (cudaLaunchKernel, cudaLaunchKernelExC,
-    cuLaunchKernel), graph launches, ROCm's hipLaunchKernel / hipModuleLaunchKernel."""
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    runtime = df[(df["device"] == "cpu") & df["correlation"].notna()]
-    owner = np.full(len(runtime), -1)
-    for rank, mine in parts.groupby("rank"):   # any thread: autograd launches a backward's kernels off the main one
-        at = (runtime["rank"] == rank).to_numpy()
-        ts = runtime["ts"].to_numpy()[at]
+    """The kernels every view counts (gpu_steps.counted_kernels) with the index of the part annotation
+    that launched them (-1: launched outside every part). A kernel's launch is gpu_steps.launch_times':
+    any CPU-side call carrying its correlation id, whatever its API (runtime, driver, graph, HIP), on
+    any thread of the rank (autograd launches a backward's kernels off the main one)."""
+    gpu = counted_kernels(df)
+    launch = launch_times(df, gpu)
+    owner = np.full(len(gpu), -1)
+    rank = gpu["rank"].to_numpy()
+    for r, mine in parts.groupby("rank"):
+        at = (rank == r) & ~np.isnan(launch)
+        ts = launch[at]
         k = np.searchsorted(mine["ts"].to_numpy(), ts, side="right") - 1   # parts do not nest: one at a time
         inside = (k >= 0) & (ts <= mine["end"].to_numpy()[np.clip(k, 0, None)])
         owner[np.flatnonzero(at)] = np.where(inside, mine.index.to_numpy()[np.clip(k, 0, None)], -1)
-    launched = pd.Series(owner, index=pd.MultiIndex.from_arrays([runtime["rank"], runtime["correlation"]]))
-    launched = launched[~launched.index.duplicated()]
-    key = pd.MultiIndex.from_arrays([gpu["rank"], gpu["correlation"]])
-    return gpu.assign(part_id=launched.reindex(key).fillna(-1).astype(int).to_numpy())
+    return gpu.assign(part_id=owner)
 
 
 class Covered:
