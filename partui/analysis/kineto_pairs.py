@@ -159,7 +159,7 @@ def kineto_pair_summary(table: pd.DataFrame) -> str:
     sides = "".join(sorted(set(table["annotation"].str.extract(r"\(([FBW])\)", expand=False).dropna())))
     return (f"F&B parts: {len(table)} annotations over {table['layer_k'].nunique()} layers (sides {sides}); their "
             f"comm kernels {comm:.3f} ms, under other parts' compute {under:.3f} ms "
-            f"({100 * under / comm if comm else 0:.1f}%), exposed {exposed:.3f} ms (no compute kernel running)")
+            f"({_pct(under, comm)}), exposed {exposed:.3f} ms (no compute kernel running)")
 
 
 def is_part_trace(df: pd.DataFrame) -> bool:
@@ -169,3 +169,8 @@ def is_part_trace(df: pd.DataFrame) -> bool:
     names = df.loc[df["cat"].astype(str) == "user_annotation", "name"].astype(str)
     return any(names.str.match(pattern).any() for pattern, _ in PART_NAMES)
 
+
+
+def _pct(part: float, whole: float) -> str:
+    """A share as printed: '-' where there is no whole to share (no all-to-all: nothing was hidden or not)."""
+    return f"{100 * part / whole:.1f}%" if whole else "-"
