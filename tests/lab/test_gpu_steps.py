@@ -176,3 +176,20 @@ def test_deepseek_every_view_gives_one_comm_and_one_overlap(capsys):
         pytest.approx((w["comm_ms"], w["overlapped_ms"]), abs=1e-2)
     assert main(["report", DEEPSEEK]) == 0
     assert f"DeepEP {w['kernels']} kernels" in capsys.readouterr().out
+
+
+def test_a_cpu_kineto_trace_records_no_wait_nor_bytes_either(tmp_path, capsys):
+    """gloo and aten ops of a plain torch.profiler CPU trace: comm in flight is measured, blocking and sizes
+    are not, so wait_ms and bytes read null (a whole directory of such ranks the same)."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+          {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 50, "dur": 100}]
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        (folder / f"rank-{rank}.json").write_text(json.dumps(
+            {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": ev}))
+    for path in (str(folder / "rank-0.json"), str(folder)):
+        rows = report_json(capsys, path)["rows"]
+        assert [(r["comm_ms"], r["wait_ms"]) for r in rows] == [(pytest.approx(0.1), None)] * len(rows)
+        ops = report_json(capsys, path, "--by", "op")["rows"]
+        assert [(o["op"], o["bytes"]) for o in ops] == [("all_reduce", None)]
