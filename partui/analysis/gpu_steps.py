@@ -27,13 +27,23 @@ SUMS = ["rank", "step", "window", "compute", "comm", "wait", "overlapped", "unio
 
 def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     """Each kernel's launch start (us): the first CPU row of its rank carrying its correlation id; NaN
-    where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it."""
-    cpu = df[(df["device"] == "cpu") & df["correlation"].notna()]
-    calls = pd.Series(cpu["ts"].to_numpy(), index=pd.MultiIndex.from_arrays(
-        [cpu["rank"].to_numpy(), cpu["correlation"].to_numpy()]))
-    calls = calls[~calls.index.duplicated()]
-    key = pd.MultiIndex.from_arrays([kernels["rank"].to_numpy(), kernels["correlation"].to_numpy()])
-    return calls.reindex(key).to_numpy(dtype=float)
+    where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it.
+    Binary search per rank over the calls' sorted ids (no per-kernel hashing of index tuples)."""
+    cpu = (df["device"] == "cpu").to_numpy() & df["correlation"].notna().to_numpy()
+    c_rank, c_corr, c_ts = (df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts"))
+    k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
+    out = np.full(len(kernels), np.nan)
+    for r in np.unique(k_rank):
+        mine = c_rank == r
+        order = np.lexsort((c_ts[mine], c_corr[mine]))      # by id, the earliest call of an id first
+        ids, first = np.unique(c_corr[mine][order], return_index=True)
+        if not len(ids):
+            continue
+        at = np.flatnonzero(k_rank == r)
+        k = np.clip(np.searchsorted(ids, k_corr[at]), 0, len(ids) - 1)
+        hit = ids[k] == k_corr[at]
+        out[at[hit]] = c_ts[mine][order][first][k[hit]]
+    return out
 
 
 def kernel_steps(df: pd.DataFrame) -> np.ndarray:
@@ -71,10 +81,14 @@ def counted_kernels(df: pd.DataFrame) -> pd.DataFrame:
     return gpu
 
 
-def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, pd.MultiIndex]:
-    """One integer key per (rank, step) ("step" -1: a trace without steps, each rank one window)."""
-    step = kernels["step"].fillna(-1).to_numpy()
-    return pd.factorize(pd.MultiIndex.from_arrays([kernels["rank"].to_numpy(), step]))
+def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
+    """One integer key per (rank, step) ("step" -1: a trace without steps, each rank one window), and the
+    (rank, step) of each key."""
+    rank = kernels["rank"].to_numpy().astype(np.int64)
+    step = np.nan_to_num(kernels["step"].to_numpy(dtype=float), nan=-1).astype(np.int64)
+    span = int(step.max()) + 2 if len(step) else 1
+    code, uniq = pd.factorize(rank * span + step + 1)       # one int64 per pair: fast to hash
+    return code, [(int(u // span), int(u % span) - 1) for u in uniq]
 
 
 def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
