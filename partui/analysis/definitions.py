@@ -132,7 +132,7 @@ _RECORDS = (
     figure("trace", "", REPORT, "--vs: trace file"),
     figure("step_ms", "ms", STEPS, "the slowest rank's step, its own start to end"),
     figure("world_step_ms", "ms", REPORT, "a traced step from the first rank's start to the last rank's "
-           "end (--vs: mean over the traced steps)"),
+           "end (--vs: mean over the traced steps); on a GPU trace, its kernels' (by launching step)"),
     figure("loss", "", STEPS, "the step's global loss"),
     figure("max_abs_grad_err", "", STEPS, "--check: largest gradient error against the reference"),
     # ---- --by schedule

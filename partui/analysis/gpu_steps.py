@@ -110,6 +110,16 @@ def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["rank", "step"]).reset_index(drop=True)
 
 
+def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:
+    """Per step: world_step_ms on the GPU, the first rank's first kernel of the step to the last rank's last
+    (a trace without steps: one row, step 0, every counted kernel)."""
+    kernels = counted_kernels(df)
+    step = kernels["step"].fillna(0).astype(int).to_numpy()
+    g = pd.DataFrame({"step": step, "ts": kernels["ts"].to_numpy(), "end": kernels["end"].to_numpy()}).groupby("step")
+    spans = g.agg(t0=("ts", "min"), t1=("end", "max"))
+    return pd.DataFrame({"step": spans.index.astype(int), "world_step_ms": ((spans["t1"] - spans["t0"]) * US_MS).to_numpy()})
+
+
 BY_OP = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_comm_ms", "overlap_pct"]
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from partui.analysis.cpu import core_sharing
 from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
-from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums
+from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums, gpu_step_times
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
 from partui.analysis.timing import pipeline_windows
@@ -172,6 +172,8 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
 
 def step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per step: world_step_ms, the wall time from the first rank's start to the last rank's end."""
+    if (df["device"] == "gpu").any():   # its kernels, by the step that launched them
+        return defined(gpu_step_times(df))
     steps = df[df["kind"] == "step"]
     if not len(steps):
         w = windows_of(df, by_step=False)

@@ -86,6 +86,8 @@ def test_every_view_of_the_lagging_trace_counts_the_same_kernels(tmp_path, capsy
     ops = report_json(capsys, str(path), "--by", "op")["rows"]
     assert [(o["op"], o["ops"], o["bytes"]) for o in ops] == [("all_reduce", 3, None)]
     assert (ops[0]["comm_ms"], ops[0]["overlapped_ms"]) == pytest.approx((0.09, 0.03))
+    vs = report_json(capsys, str(path), "--vs", str(path))["rows"][0]   # a step on the GPU: its kernels' 80 us
+    assert (vs["world_step_ms"], vs["comm_ms"], vs["overlapped_ms"]) == pytest.approx((0.08, 0.09, 0.03))
 
 
 def test_what_a_gpu_trace_cannot_give_prints_a_dash_and_its_definition_says_why(tmp_path, capsys):
@@ -174,6 +176,9 @@ def test_deepseek_every_view_gives_one_comm_and_one_overlap(capsys):
     parts = report_json(capsys, DEEPSEEK, "--by", "pair")["rows"]   # every comm kernel is some part's
     assert (sum(p["a2a_ms"] for p in parts), sum(p["a2a_under_ms"] for p in parts)) == \
         pytest.approx((w["comm_ms"], w["overlapped_ms"]), abs=1e-2)
+    vs = report_json(capsys, DEEPSEEK, "--vs", DEEPSEEK)["rows"][0]
+    assert (vs["world_step_ms"], vs["comm_ms"], vs["overlapped_ms"]) == \
+        pytest.approx((w["window_ms"], w["comm_ms"], w["overlapped_ms"]), abs=1e-3)
     assert main(["report", DEEPSEEK]) == 0
     assert f"DeepEP {w['kernels']} kernels" in capsys.readouterr().out
 
