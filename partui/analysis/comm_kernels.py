@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.events import TraceError
+from partui.analysis.gpu_steps import counted_kernels
 
 FAMILIES = {  # family -> pattern (re.search, case-insensitive) over GPU kernel and memcpy names
     "NCCL": r"^nccl|ncclDevKernel|ncclKernel",
@@ -54,7 +55,8 @@ def family_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank and family: comm kernels matched and their summed time (ms); the patterns are the ones
     the trace was loaded with (`df.attrs["comm_kernels"]`)."""
     cols = ["rank", "family", "kernels", "kernel_ms"]
-    comm = df[(df["kind"] == "comm") & (df["device"] == "gpu")]
+    kernels = counted_kernels(df)   # the kernels every view counts (gpu_steps)
+    comm = kernels[kernels["kind"] == "comm"]
     if not len(comm):
         return pd.DataFrame(columns=cols)
     fam = family_of(comm["name"], np.ones(len(comm), bool), df.attrs.get("comm_kernels", ()))

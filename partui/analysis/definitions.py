@@ -74,7 +74,13 @@ _RECORDS = (
            "memcpy / memset are neither. A comm kernel beside a compute kernel is overlapped, not "
            "hidden: DeepEP and NCCL kernels hold SMs while they wait for remote data, so the compute "
            "beside them ran on fewer SMs; only gpu_exposed_comm_ms (no compute kernel running at all) "
-           "is certain loss"),
+           "is certain loss. A kernel belongs to the step whose CPU-side launch it follows (the call "
+           "carrying its correlation id, any launch API; one no call claims, the last step begun before it "
+           "ran), never to the CPU window it runs in; a step's "
+           "window is its kernels' first start to last end on the GPU, its kernels swept alone, and a "
+           "rank's figures are its steps' summed; kernels launched outside every ProfilerStep count "
+           "nowhere. Every view (this table, --by step / op / pair, the gpu and streams tables, the "
+           "comm kernels line, json) counts these same kernels"),
     # ---- keys shared by many views
     figure("rank", "", (REPORT, BY_PAIR, BY_SCHEDULE, GPU, MEMORY, STEPS, WHATIF, RECOMPUTE, SAVED,
                         BLAME), "global rank ('step': the row for the whole step, where a table has one)"),
@@ -82,13 +88,15 @@ _RECORDS = (
     figure("stage", "", (WHATIF_PP, BLAME), "pipeline stage"),
     # ---- the overlap report (planning.intervals.figures: the step lines count the same way)
     figure("window_ms", "ms", (REPORT, STEPS), "the measured window: the rank's step spans, summed "
-           "(one step: its start to end)"),
+           "(one step: its start to end); on a torch.profiler GPU trace each step's kernels' GPU extent"),
     figure("compute_ms", "ms", (REPORT, STEPS), "compute in the window"),
     figure("comm_ms", "ms", (REPORT, STEPS), "comm in flight in the window"),
     figure("overlapped_ms", "ms", (REPORT, STEPS), "comm in flight while the rank computed"),
     figure("exposed_comm_ms", "ms", (REPORT, STEPS), "comm_ms - overlapped_ms: comm in flight while "
            "the rank did not compute"),
-    figure("wait_ms", "ms", (REPORT, STEPS), "time blocked on or posting comm ops"),
+    figure("wait_ms", "ms", (REPORT, STEPS), "time blocked on or posting comm ops; '-' (json null) "
+           "where the trace records no waits: a torch.profiler trace's kernels and gloo / aten ops say "
+           "nothing of blocking (partui run --profile's own ranges do)"),
     figure("idle_ms", "ms", REPORT, "window covered by neither compute nor comm in flight"),
     figure("overlap_pct", "%", (REPORT, STEPS), "overlapped_ms / comm_ms (HTA's comm-comp overlap)"),
     figure("bubble_pct", "%", REPORT, "100 - compute / window: every reason not to compute (idle, "
@@ -118,12 +126,14 @@ _RECORDS = (
     figure("op", "", REPORT, "comm op"),
     figure("group", "", REPORT, "process group"),
     figure("ops", "count", (REPORT, BLAME), "number of ops (blame's critical path: merged into the row)"),
-    figure("bytes", "bytes", REPORT, "bytes moved by this rank, summed over ranks"),
+    figure("bytes", "bytes", REPORT, "bytes moved by this rank, summed over ranks; '-' (json null) "
+           "where no op of the row recorded its size: a torch.profiler trace's kernels and gloo ops "
+           "carry none"),
     figure("run", "", REPORT, "--vs: this trace, the --vs one, and their difference"),
     figure("trace", "", REPORT, "--vs: trace file"),
     figure("step_ms", "ms", STEPS, "the slowest rank's step, its own start to end"),
     figure("world_step_ms", "ms", REPORT, "a traced step from the first rank's start to the last rank's "
-           "end (--vs: mean over the traced steps)"),
+           "end (--vs: mean over the traced steps); on a GPU trace, its kernels' (by launching step)"),
     figure("loss", "", STEPS, "the step's global loss"),
     figure("max_abs_grad_err", "", STEPS, "--check: largest gradient error against the reference"),
     # ---- --by schedule
@@ -159,9 +169,11 @@ _RECORDS = (
            "^nccl.*Kernel against the other kernels (names holding Memcpy / Memset are neither; other "
            "comm families do not enter), each merged, times rounded inward to whole us as HTA's parser "
            "does; after HTA's filter: kernels launched before the last ProfilerStep "
-           "(--include-last-step: up to its end)"),
-    figure("gpu_window_ms", "ms", GPU, "the rank's GPU window: its first kernel's start to its last "
-           "kernel's end"),
+           "(--include-last-step: up to its end). HTA's, beside ours (overlap_pct), and not the same "
+           "reading: HTA drops the last step's kernels, sweeps each rank's kernels as one window rather "
+           "than step by step, counts only NCCL as comm, and reads '-' where there is none (DeepEP)"),
+    figure("gpu_window_ms", "ms", GPU, "the rank's GPU window: each step's kernels' first start to "
+           "last end, summed over its steps (the main table's window_ms on a GPU trace)"),
     figure("kernel_compute_ms", "ms", GPU, "non-comm kernels on any stream, merged, in the GPU window"),
     figure("kernel_comm_ms", "ms", GPU, "comm kernels (any family), merged"),
     figure("kernel_overlapped_ms", "ms", GPU, "comm kernels running while a compute kernel ran "

@@ -15,6 +15,7 @@ import pandas as pd
 
 from partui.analysis.comm_kernels import family_of
 from partui.analysis.events import finish, slices, track_names
+from partui.analysis.gpu_steps import kernel_steps
 from partui.analysis.partui_format import CONTAINER_CATS, WAIT_CATS
 
 KINDS = ["comm", "wait", "compute", "step", "other"]
@@ -41,7 +42,8 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     gpu = kernel.any()
     df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
     step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
-    df["step"] = _spread(step_no, ncode, np.nan)
+    # a step is the CPU's ProfilerStep#N; Kineto's copy of it on the GPU track is drawn, never a window
+    df["step"] = np.where(cat == "gpu_user_annotation", np.nan, _spread(step_no, ncode, np.nan))
     lower = names.str.lower()
     if gpu:  # comm families against all other kernels; CPU ops are not counted
         comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
@@ -59,6 +61,10 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
         compute = ours & ~kind.isin(WAIT_CATS + CONTAINER_CATS + ("step", "comm", "issue", "done", "posted")).to_numpy()
     df["kind"] = pd.Categorical.from_codes(
         np.select([comm, wait, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2, 3], 4), KINDS)
+    if gpu:  # each kernel in the step that launched it (gpu_steps), set once the step rows are marked
+        df["step"] = kernel_steps(df)
+    if gpu or not ours.any():  # neither a kernel nor a gloo / aten op records a wait or its bytes
+        df.attrs["unrecorded"] = ("wait", "bytes")
     op = lower.str.extract(r"(?:gloo:|c10d::)([a-z_]+)", expand=False).str.strip("_").fillna(
         lower.str.extract(r"nccl(?:devkernel_|kernel_)?([a-z]+)", expand=False))
     op = op.fillna(names.str.extract(r"^(?:void )?([\w:]+)", expand=False))  # a DeepEP kernel: its C++ name

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.gpu_steps import counted_kernels, launch_times
 from planning.intervals import length, merge
 
 # (annotation name pattern with a `side` group F / B / W, the planner's part: planning/pipeline/fb_order.py)
@@ -71,23 +72,21 @@ def smallest_holders(parts: pd.DataFrame, holders: pd.DataFrame) -> np.ndarray:
 
 
 def part_kernels(df: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
-    """The GPU kernels (compute and comm) with the index of the part annotation that launched them (-1:
-    launched outside every part). A launch is any CPU-side call carrying the kernel's correlation id,
-    whatever its API: runtime and driver launches (cudaLaunchKernel, cudaLaunchKernelExC,
-    cuLaunchKernel), graph launches, ROCm's hipLaunchKernel / hipModuleLaunchKernel."""
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    runtime = df[(df["device"] == "cpu") & df["correlation"].notna()]
-    owner = np.full(len(runtime), -1)
-    for rank, mine in parts.groupby("rank"):   # any thread: autograd launches a backward's kernels off the main one
-        at = (runtime["rank"] == rank).to_numpy()
-        ts = runtime["ts"].to_numpy()[at]
+    """The kernels every view counts (gpu_steps.counted_kernels) with the index of the part annotation
+    that launched them (-1: launched outside every part). A kernel's launch is gpu_steps.launch_times':
+    any CPU-side call carrying its correlation id, whatever its API (runtime, driver, graph, HIP), on
+    any thread of the rank (autograd launches a backward's kernels off the main one)."""
+    gpu = counted_kernels(df)
+    launch = launch_times(df, gpu)
+    owner = np.full(len(gpu), -1)
+    rank = gpu["rank"].to_numpy()
+    for r, mine in parts.groupby("rank"):
+        at = (rank == r) & ~np.isnan(launch)
+        ts = launch[at]
         k = np.searchsorted(mine["ts"].to_numpy(), ts, side="right") - 1   # parts do not nest: one at a time
         inside = (k >= 0) & (ts <= mine["end"].to_numpy()[np.clip(k, 0, None)])
         owner[np.flatnonzero(at)] = np.where(inside, mine.index.to_numpy()[np.clip(k, 0, None)], -1)
-    launched = pd.Series(owner, index=pd.MultiIndex.from_arrays([runtime["rank"], runtime["correlation"]]))
-    launched = launched[~launched.index.duplicated()]
-    key = pd.MultiIndex.from_arrays([gpu["rank"], gpu["correlation"]])
-    return gpu.assign(part_id=launched.reindex(key).fillna(-1).astype(int).to_numpy())
+    return gpu.assign(part_id=owner)
 
 
 class Covered:
@@ -160,7 +159,7 @@ def kineto_pair_summary(table: pd.DataFrame) -> str:
     sides = "".join(sorted(set(table["annotation"].str.extract(r"\(([FBW])\)", expand=False).dropna())))
     return (f"F&B parts: {len(table)} annotations over {table['layer_k'].nunique()} layers (sides {sides}); their "
             f"comm kernels {comm:.3f} ms, under other parts' compute {under:.3f} ms "
-            f"({100 * under / comm if comm else 0:.1f}%), exposed {exposed:.3f} ms (no compute kernel running)")
+            f"({_pct(under, comm)}), exposed {exposed:.3f} ms (no compute kernel running)")
 
 
 def is_part_trace(df: pd.DataFrame) -> bool:
@@ -170,3 +169,8 @@ def is_part_trace(df: pd.DataFrame) -> bool:
     names = df.loc[df["cat"].astype(str) == "user_annotation", "name"].astype(str)
     return any(names.str.match(pattern).any() for pattern, _ in PART_NAMES)
 
+
+
+def _pct(part: float, whole: float) -> str:
+    """A share as printed: '-' where there is no whole to share (no all-to-all: nothing was hidden or not)."""
+    return f"{100 * part / whole:.1f}%" if whole else "-"

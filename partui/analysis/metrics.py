@@ -18,6 +18,7 @@ import pandas as pd
 from partui.analysis.cpu import core_sharing
 from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
+from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums, gpu_step_times
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
 from partui.analysis.timing import pipeline_windows
@@ -49,6 +50,8 @@ def overlap_views(df: pd.DataFrame, views=("rank", "step", "op")) -> dict:
 
 def _per_window(df: pd.DataFrame):
     """(per-window sums in us, the pipeline simulations or None): what rank and step views share."""
+    if (df["device"] == "gpu").any():   # kernels in the step that launched them, over its GPU window
+        return gpu_step_sums(df), None
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
     pipe = pipeline_windows(df, windows)
     z = sweep_windows(df, windows, pipe)  # the pipeline windows' compute from the same sweep
@@ -56,6 +59,8 @@ def _per_window(df: pd.DataFrame):
                         "window": (windows["w1"] - windows["w0"]).to_numpy()})
     for col in ("compute", "comm", "wait", "overlapped", "union"):
         res[col] = z[col].to_numpy()
+    if "wait" in df.attrs.get("unrecorded", ()):   # a torch.profiler CPU trace: no op records a wait
+        res["wait"] = np.nan
     cores = core_sharing(df, windows)
     if cores is not None:
         res["cpu"], res["no_core"] = cores["cpu"].to_numpy(), cores["no_core"].to_numpy()
@@ -110,6 +115,8 @@ def _figures(z: pd.DataFrame, by: str) -> pd.DataFrame:
 def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     """Exposed comm per (op, group), summed over ranks. Ops of one class are merged; different
     ops in flight at once each count their own time, so rows can add up to more than the total."""
+    if (df["device"] == "gpu").any():
+        return gpu_by_op(df)
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))  # nothing between steps
     comm = clip(df.loc[df["kind"] == "comm", ["rank", "ts", "end", "op", "group", "name", "bytes"]],
                 windows)  # narrow: clip copies rows
@@ -133,11 +140,12 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     keys, lengths, inter0, _ = sweep(key, ts, end, cls, 3)
     classes.loc[keys, "comm"] = lengths[:, 1]
     classes.loc[keys, "overlapped"] = inter0[:, 1]
-    counts = comm.groupby("cid").agg(ops=("ts", "size"), bytes=("bytes", "sum"))
+    counts = comm.groupby("cid").agg(ops=("ts", "size"))
+    counts["bytes"] = comm.groupby("cid")["bytes"].sum(min_count=1)   # none recorded: NaN, never 0
     classes = classes.join(counts, on="cid")
     g = classes.groupby(["op", "group"], as_index=False).agg(
-        ops=("ops", "sum"), bytes=("bytes", "sum"), comm=("comm", "sum"),
-        overlapped=("overlapped", "sum"))
+        ops=("ops", "sum"), comm=("comm", "sum"), overlapped=("overlapped", "sum"))
+    g["bytes"] = classes.groupby(["op", "group"])["bytes"].sum(min_count=1).to_numpy()
     g["comm_ms"] = g["comm"] * 1e-3
     g["overlapped_ms"] = g["overlapped"] * 1e-3
     g["exposed_comm_ms"] = (g["comm"] - g["overlapped"]) * 1e-3
@@ -164,6 +172,8 @@ def oversubscription_note(df: pd.DataFrame) -> str | None:
 
 def step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per step: world_step_ms, the wall time from the first rank's start to the last rank's end."""
+    if (df["device"] == "gpu").any():   # its kernels, by the step that launched them
+        return defined(gpu_step_times(df))
     steps = df[df["kind"] == "step"]
     if not len(steps):
         w = windows_of(df, by_step=False)

@@ -102,5 +102,10 @@ def pair_summary(table: pd.DataFrame) -> str:
                 "backward; run with --pp, --experts and --fb-overlap)")
     flight, other, exposed = (table[c].sum() for c in ("in_flight_ms", "under_other_ms", "exposed_ms"))
     return (f"F&B pairs: {len(table)} all-to-alls in flight {flight:.3f} ms, under the other microbatch "
-            f"{other:.3f} ms ({100 * other / flight if flight else 0:.1f}%), exposed {exposed:.3f} ms "
-            f"({100 * exposed / flight if flight else 0:.1f}% of in flight)")
+            f"{other:.3f} ms ({_pct(other, flight)}), exposed {exposed:.3f} ms "
+            f"({_pct(exposed, flight)} of in flight)")
+
+
+def _pct(part: float, whole: float) -> str:
+    """A share as printed: '-' where there is no whole to share (no all-to-all: nothing was hidden or not)."""
+    return f"{100 * part / whole:.1f}%" if whole else "-"

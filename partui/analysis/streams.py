@@ -1,6 +1,8 @@
 """GPU-side figures of a torch.profiler trace: per rank and per stream busy time, and per rank the
-compute kernels (any stream, merged) against the comm kernels (merged), over the rank's GPU window
-(its first kernel's start to its last kernel's end). Words: partui.analysis.definitions (view GPU).
+compute kernels (any stream, merged) against the comm kernels (merged), over the rank's GPU window.
+The kernels and windows are gpu_steps' (each kernel in the step that launched it; a step's GPU window its
+kernels' first start to last end; a rank's figures its steps' summed), the main table's too, so both
+read one comm, compute and overlap. Words: partui.analysis.definitions (view GPU).
 
 A comm kernel overlapping a compute kernel is "overlapped", not "hidden": DeepEP and NCCL kernels hold
 SMs while they wait for remote data, so the compute beside them ran on fewer SMs. What no compute
@@ -12,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.definitions import defined
+from partui.analysis.gpu_steps import counted_kernels, gpu_step_sums
 from partui.analysis.sweep import sweep
 
 US_MS = 1e-3
@@ -20,38 +23,31 @@ GPU_COLUMNS = ["rank", "gpu_window_ms", "kernel_compute_ms", "kernel_comm_ms", "
                "gpu_exposed_comm_ms", "compute_idle_ms", "kernel_overlap_pct"]
 
 
-def _gpu_kernels(df: pd.DataFrame) -> pd.DataFrame:
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    return gpu[gpu["end"] > gpu["ts"]]
-
-
-def _windows(gpu: pd.DataFrame) -> pd.DataFrame:
-    return gpu.groupby("rank").agg(w0=("ts", "min"), w1=("end", "max"))
+def _windows(df: pd.DataFrame) -> pd.Series:
+    """Per rank: its steps' GPU windows summed (us)."""
+    return gpu_step_sums(df).groupby("rank")["window"].sum()
 
 
 def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank: the GPU window, compute and comm kernels merged, their intersection, the comm no
     compute kernel ran beside (exposed on the GPU) and the window no compute kernel covered."""
-    gpu = _gpu_kernels(df)
-    if not len(gpu):
+    sums = gpu_step_sums(df)
+    if not len(sums):
         return defined(pd.DataFrame(columns=GPU_COLUMNS))
-    win = _windows(gpu)
-    cls = (gpu["kind"] == "comm").to_numpy().astype(np.int64)
-    keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy(), gpu["ts"].to_numpy(), gpu["end"].to_numpy(), cls, 2)
-    window = (win["w1"] - win["w0"]).reindex(keys).to_numpy()
-    comp, comm, both = lengths[:, 0], lengths[:, 1], inter0[:, 1]
+    per = sums.drop(columns=["step", "wait"]).groupby("rank", as_index=False).sum()
+    window, comp, comm, both = (per[c].to_numpy(dtype=float) for c in ("window", "compute", "comm", "overlapped"))
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = np.where(comm > 0, 100 * both / comm, np.nan)
-    return defined(pd.DataFrame({"rank": keys, "gpu_window_ms": window * US_MS, "kernel_compute_ms": comp * US_MS,
-                         "kernel_comm_ms": comm * US_MS, "kernel_overlapped_ms": both * US_MS,
-                         "gpu_exposed_comm_ms": (comm - both) * US_MS,
-                         "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct}))
+    return defined(pd.DataFrame({"rank": per["rank"].to_numpy(), "gpu_window_ms": window * US_MS,
+                                 "kernel_compute_ms": comp * US_MS, "kernel_comm_ms": comm * US_MS,
+                                 "kernel_overlapped_ms": both * US_MS, "gpu_exposed_comm_ms": (comm - both) * US_MS,
+                                 "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct}))
 
 
 def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank and stream: kernels, comm kernels, busy time (its kernels merged), the comm part of it
     and busy as a % of the rank's GPU window."""
-    gpu = _gpu_kernels(df)
+    gpu = counted_kernels(df)
     if not len(gpu):
         return defined(pd.DataFrame(columns=STREAM_COLUMNS))
     track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
@@ -68,7 +64,6 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
                         "comm_kernels": np.bincount(code[comm], minlength=len(uniq))[keys],
                         "busy_ms": busy[:, 0] * US_MS})
     out["comm_busy_ms"] = pd.Series(cbusy[:, 0] * US_MS, index=ck).reindex(keys, fill_value=0.0).to_numpy()
-    win = _windows(gpu)
-    window = (win["w1"] - win["w0"]).reindex(out["rank"]).to_numpy()
+    window = _windows(df).reindex(out["rank"]).to_numpy()
     out["busy_pct"] = np.where(window > 0, 100 * out["busy_ms"] / (window * US_MS), np.nan)
     return defined(out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True))

@@ -17,6 +17,7 @@ from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPO
                                          help_text, legend)
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.memory import memory_table, plot_memory
+from partui.analysis.pair_plan import recorded_vs_planner
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
@@ -187,6 +188,8 @@ def run(args) -> int:
             print(cpu_only, file=sys.stderr)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
             out += "\n" + (kineto_pair_summary(table) if is_part_trace(df) else pair_summary(table))
+            if is_part_trace(df):   # the planner's order and the recorded one in one model, beside the GPU's
+                out += "\n" + planner_beside(df, table)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + _verdict(table)
         notes = [oversubscription_note(df), core_sharing_line(table)] if (
@@ -206,6 +209,14 @@ def run(args) -> int:
     if args.plot:
         print(f"timeline written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def planner_beside(df: pd.DataFrame, table: pd.DataFrame) -> str:
+    """pair_plan's side-by-side, or the one line saying why the parts give no costs to plan with."""
+    try:
+        return recorded_vs_planner(df, table)[1]
+    except ValueError as exc:
+        return f"no planner comparison: {exc}"
 
 
 def refuse(exc: Exception) -> int:

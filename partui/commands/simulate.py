@@ -63,7 +63,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--cost", default=None, help=f"F, B (full backward), W, FB (overlapped pair, "
                    f"default F+B), p2p: e.g. F=1,B=2,W=1,FB=2.5,p2p=0 (default {DEFAULT_COST})")
     p.add_argument("--parts", default=None, help="chunk-level costs instead of --cost: one MoE layer's "
-                   "ATTN, MLP, COMBINE, A2A (one all-to-all), ATTN_B, MLP_B, ATTN_W, MLP_W, and layers per "
+                   "ATTN, MLP, COMBINE, A2A (one all-to-all; A2A_DISPATCH_F, A2A_COMBINE_F, A2A_COMBINE_B, "
+                   "A2A_DISPATCH_B: each kind's own), ATTN_B, MLP_B, ATTN_W, MLP_W, and layers per "
                    "chunk, e.g. ATTN=1,MLP=1,A2A=1,layers=1; F, B, W and the F&B pair's cost follow. Or a "
                    "torch.profiler trace with part annotations (attn(F), dispatch(B) ...): its measured "
                    "part costs (ms), and its recorded pair beside the planner's")

@@ -95,15 +95,17 @@ def _moe_issue(side: str, item) -> bool:
     return item is not None and item[1] == "moe" and (side, item[2]) in ISSUES
 
 
-PART_KEYS = ("ATTN", "MLP", "COMBINE", "A2A", "ATTN_B", "MLP_B", "ATTN_W", "MLP_W", "layers")
+A2A_KEYS = ("A2A_DISPATCH_F", "A2A_COMBINE_F", "A2A_COMBINE_B", "A2A_DISPATCH_B")   # each all-to-all's own
+PART_KEYS = ("ATTN", "MLP", "COMBINE", "A2A", "ATTN_B", "MLP_B", "ATTN_W", "MLP_W", *A2A_KEYS, "layers")
 
 
 @dataclass(frozen=True)
 class PartCost:
     """Part costs of one MoE layer. Backward input grads (ATTN_B, MLP_B) and weight grads (ATTN_W, MLP_W)
     default to the forward's (zero-bubble's B = 2F, W = F); COMBINE (a weighted sum, and its backward)
-    defaults to 0; A2A is one all-to-all. The defaults, ATTN = MLP = A2A = 1, are the unit costs pair_order
-    plans with."""
+    defaults to 0; A2A is one all-to-all, and A2A_DISPATCH_F / A2A_COMBINE_F / A2A_COMBINE_B / A2A_DISPATCH_B
+    each kind's own where it differs (a trace measures four: DeepSeek's combine(F) runs ~1.6x its
+    combine(B)). The defaults, ATTN = MLP = A2A = 1, are the unit costs."""
     ATTN: float = 1.0
     MLP: float = 1.0
     COMBINE: float = 0.0
@@ -112,6 +114,10 @@ class PartCost:
     MLP_B: float | None = None      # None: MLP
     ATTN_W: float | None = None     # None: ATTN
     MLP_W: float | None = None      # None: MLP
+    A2A_DISPATCH_F: float | None = None   # None: A2A (the forward's dispatch)
+    A2A_COMBINE_F: float | None = None
+    A2A_COMBINE_B: float | None = None
+    A2A_DISPATCH_B: float | None = None
     layers: int = 1                 # MoE layers in one model chunk
     # the embedding's parts ~ 0; the head's (norm, lm head, loss) one unit: fixed, as chunks are priced on MoE layers
     EMBED: ClassVar[float] = 0.0
@@ -138,6 +144,12 @@ class PartCost:
         base = self.ATTN if part.startswith("ATTN") else self.MLP
         return base if pick[part] is None else pick[part]
 
+    def a2a(self, side: str, kind: str) -> float:
+        """One all-to-all's time: `kind` DISPATCH or COMBINE, issued by side F or B; its own cost where
+        given, else A2A."""
+        own = getattr(self, f"A2A_{kind}_{side}")
+        return self.A2A if own is None else own
+
 
 @dataclass
 class PartTimeline:
@@ -159,7 +171,7 @@ class PartTimeline:
 class TwoStreams:
     """The pair model, its one clock: a part starts when the compute stream is free and the all-to-all it
     waits for has landed, and takes cost.of; an MoE part's all-to-all starts at the part's end once the comm
-    stream is free, and takes cost.A2A. `timeline` holds what ran."""
+    stream is free, and takes cost.a2a (that kind's own cost). `timeline` holds what ran."""
 
     def __init__(self, cost: PartCost):
         self.cost, self.timeline = cost, PartTimeline()
@@ -177,7 +189,7 @@ class TwoStreams:
         self.timeline.compute.append((start, end, f"{p.side} {p.part} {p.name}", p.hides))
         if p.issues:
             begin = max(end, self.comm_free)
-            self.comm_free = begin + self.cost.A2A
+            self.comm_free = begin + self.cost.a2a(p.side, p.issues)
             self.landed[(p.side, p.layer, p.issues)] = self.comm_free
             self.timeline.comm.append((begin, self.comm_free, f"{p.issues}({p.side}) {p.name}", ""))
 

@@ -26,10 +26,11 @@ def _plain_backward(kinds: list[str]) -> list[OrderedPart]:
 
 
 def pair_timeline(cost: PartCost, overlapped: bool = True) -> PartTimeline:
-    """One F&B pair of two chunks of `layers` MoE layers each: overlapped, or one side after the other."""
+    """One F&B pair of two chunks of `layers` MoE layers each: overlapped (the order pair_order plans under
+    these same costs), or one side after the other."""
     kinds = ["moe"] * cost.layers
     if overlapped:
-        return run_parts(pair_order(kinds, kinds), cost)
+        return run_parts(pair_order(kinds, kinds, cost=cost), cost)
     return run_parts(serial_order("F", kinds) + _plain_backward(kinds), cost)
 
 

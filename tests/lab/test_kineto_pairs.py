@@ -87,10 +87,16 @@ def test_simulate_plans_the_traces_measured_parts_beside_the_recorded_pair(tmp_p
     args = ["simulate", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--parts", str(path), "--fb-overlap"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "ATTN=0.010 MLP=0.030 ATTN_B=0.040 MLP_B=0.050 ATTN_W=0.005 MLP_W=0.006 A2A=0.020" in out
+    assert ("ATTN=0.010 MLP=0.030 ATTN_B=0.040 MLP_B=0.050 ATTN_W=0.005 MLP_W=0.006; all-to-alls "
+            "dispatch(F)=0.020 combine(F)=0.020 combine(B)=0.020 dispatch(B)=0.020 (mean A2A=0.020)") in out
     plan = pair_timeline(PartCost(ATTN=0.01, MLP=0.03, COMBINE=0, A2A=0.02, ATTN_B=0.04, MLP_B=0.05,
-                                  ATTN_W=0.005, MLP_W=0.006, layers=1)).makespan
-    assert f"recorded pair: {0.161:.3f} ms (the parts' GPU window); planner's pair: {plan:.3f} ms" in out
+                                  ATTN_W=0.005, MLP_W=0.006, A2A_DISPATCH_F=0.02, layers=1))
+    assert f"planner's order, measured costs: {plan.makespan:.3f} ms (all-to-all exposed {plan.exposed_comm:.3f} ms)" in out
+    # the recorded order replayed by hand on two streams (a missing all-to-all costs the mean, 0.02):
+    # F ATTN [0,10] -> dispatch(F) [10,30]; F MLP [30,60] -> combine(F) [60,80]; B MLP [60,110] -> dispatch(B)
+    # [110,130]; B ATTN waits it [130,170]; MLP_W, ATTN_W to 181; F COMBINE (0) last. Exposed: [10,30], [110,130]
+    assert "recorded order, same model:      0.181 ms (all-to-all exposed 0.040 ms)" in out
+    assert "recorded pair:                   0.161 ms (the parts' GPU window" in out
     assert "recorded W parts: B ATTN_W after B MLP_W, B MLP_W after B ATTN" in out
     doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": [
         {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 5, "args": {"stream": 7}}]}

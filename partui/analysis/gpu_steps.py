@@ -1,0 +1,156 @@
+"""One reading of a torch.profiler GPU trace: each kernel's launch, the step it belongs to, the kernels
+every view counts, and their per-step figures. Words: partui.analysis.definitions ("GPU step").
+
+A kernel's launch is the CPU-side call that carries its correlation id (the link Kineto's `ac2g` flows
+draw), whatever the API: runtime and driver launches (cudaLaunchKernel, cudaLaunchKernelExC,
+cuLaunchKernel), graph launches (cudaGraphLaunch), ROCm's hipLaunchKernel / hipModuleLaunchKernel, and
+the memcpy calls that start a peer copy. A kernel belongs to the step whose ProfilerStep#N window holds
+its launch's start, never to the CPU window it happens to run in: a GPU that runs most of a step behind
+its CPU still has each step's kernels in that step. A kernel no CPU call claims belongs to the last step
+of its rank that began before it started (it cannot run before its launch); a kernel launched outside
+every step belongs to none and, where the trace has steps, no figure counts it (as time between steps).
+
+Every view (the main table, --by step, --by op, --by pair, the GPU table and the comm-kernels line)
+reads `counted_kernels`, and a step's figures sweep that step's kernels alone, over the step's GPU
+window (its kernels' first start to last end); a rank's figures are the sum of its steps'.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.sweep import sweep
+
+US_MS = 1e-3
+SUMS = ["rank", "step", "window", "compute", "comm", "wait", "overlapped", "union"]
+
+
+def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+    """Each kernel's launch start (us): the first CPU row of its rank carrying its correlation id; NaN
+    where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it.
+    Binary search per rank over the calls' sorted ids (no per-kernel hashing of index tuples)."""
+    cpu = (df["device"] == "cpu").to_numpy() & df["correlation"].notna().to_numpy()
+    c_rank, c_corr, c_ts = (df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts"))
+    k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
+    out = np.full(len(kernels), np.nan)
+    for r in np.unique(k_rank):
+        mine = c_rank == r
+        order = np.lexsort((c_ts[mine], c_corr[mine]))      # by id, the earliest call of an id first
+        ids, first = np.unique(c_corr[mine][order], return_index=True)
+        if not len(ids):
+            continue
+        at = np.flatnonzero(k_rank == r)
+        k = np.clip(np.searchsorted(ids, k_corr[at]), 0, len(ids) - 1)
+        hit = ids[k] == k_corr[at]
+        out[at[hit]] = c_ts[mine][order][first][k[hit]]
+    return out
+
+
+def kernel_steps(df: pd.DataFrame) -> np.ndarray:
+    """The `step` column with each GPU row's step filled in from its launch (see the module's words);
+    CPU rows keep theirs. `df` needs rank, device, kind (step rows marked), ts, step, correlation."""
+    out = df["step"].to_numpy(dtype=float).copy()
+    gpu = (df["device"] == "gpu").to_numpy()
+    steps = df[(df["kind"] == "step").to_numpy() & ~gpu]
+    if not gpu.any() or not len(steps):
+        return out
+    rows = np.flatnonzero(gpu)
+    kernels = df.iloc[rows]
+    launch = launch_times(df, kernels)
+    rank, start = kernels["rank"].to_numpy(), kernels["ts"].to_numpy()
+    for r, w in steps.groupby("rank"):
+        w = w.sort_values("ts")
+        w0, w1, number = w["ts"].to_numpy(), w["end"].to_numpy(), w["step"].to_numpy()
+        mine = rank == r
+        claimed = ~np.isnan(launch)
+        t = np.where(claimed, launch, start)
+        k = np.searchsorted(w0, t, side="right") - 1
+        at = np.clip(k, 0, None)
+        ok = (k >= 0) & (~claimed | (t <= w1[at]))   # an orphan: the last step begun before it ran
+        out[rows[mine]] = np.where(ok, number[at], np.nan)[mine]
+    return out
+
+
+def counted_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    """The GPU compute and comm kernels every view counts: of positive length and, where the trace has
+    steps, belonging to one."""
+    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
+    gpu = gpu[gpu["end"] > gpu["ts"]]
+    if (df["kind"] == "step").any():
+        gpu = gpu[gpu["step"].notna()]
+    return gpu
+
+
+def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
+    """One integer key per (rank, step) ("step" -1: a trace without steps, each rank one window), and the
+    (rank, step) of each key."""
+    rank = kernels["rank"].to_numpy().astype(np.int64)
+    step = np.nan_to_num(kernels["step"].to_numpy(dtype=float), nan=-1).astype(np.int64)
+    span = int(step.max()) + 2 if len(step) else 1
+    code, uniq = pd.factorize(rank * span + step + 1)       # one int64 per pair: fast to hash
+    return code, [(int(u // span), int(u % span) - 1) for u in uniq]
+
+
+def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step), in us (SUMS): the step's GPU window, its compute kernels merged, its comm
+    kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits."""
+    kernels = counted_kernels(df)
+    if not len(kernels):
+        return pd.DataFrame(columns=SUMS)
+    code, uniq = _step_keys(kernels)
+    cls = (kernels["kind"] == "comm").to_numpy().astype(np.int64)
+    ts, end = kernels["ts"].to_numpy(), kernels["end"].to_numpy()
+    keys, lengths, inter0, union = sweep(code, ts, end, cls, 2)
+    w0 = pd.Series(ts).groupby(code).min().reindex(keys).to_numpy()
+    w1 = pd.Series(end).groupby(code).max().reindex(keys).to_numpy()
+    step = np.array([uniq[k][1] for k in keys], dtype=float)
+    out = pd.DataFrame({"rank": [uniq[k][0] for k in keys], "step": np.where(step < 0, np.nan, step),
+                        "window": w1 - w0, "compute": lengths[:, 0], "comm": lengths[:, 1], "wait": np.nan,
+                        "overlapped": inter0[:, 1], "union": union})
+    return out.sort_values(["rank", "step"]).reset_index(drop=True)
+
+
+def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:
+    """Per step: world_step_ms on the GPU, the first rank's first kernel of the step to the last rank's last
+    (a trace without steps: one row, step 0, every counted kernel)."""
+    kernels = counted_kernels(df)
+    step = kernels["step"].fillna(0).astype(int).to_numpy()
+    g = pd.DataFrame({"step": step, "ts": kernels["ts"].to_numpy(), "end": kernels["end"].to_numpy()}).groupby("step")
+    spans = g.agg(t0=("ts", "min"), t1=("end", "max"))
+    return pd.DataFrame({"step": spans.index.astype(int), "world_step_ms": ((spans["t1"] - spans["t0"]) * US_MS).to_numpy()})
+
+
+BY_OP = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_comm_ms", "overlap_pct"]
+
+
+def gpu_by_op(df: pd.DataFrame) -> pd.DataFrame:
+    """--by op on a GPU trace: per (op, group), its comm kernels merged per (rank, step) and swept
+    against that step's compute kernels, summed; `bytes` NaN: a kernel records no bytes."""
+    kernels = counted_kernels(df)
+    comm = kernels[kernels["kind"] == "comm"]
+    if not len(comm):
+        return pd.DataFrame(columns=BY_OP)
+    code, _ = _step_keys(kernels)
+    kernels = kernels.assign(sid=code)
+    comm = kernels[kernels["kind"] == "comm"]
+    comm = comm.assign(op=comm["op"].astype(object).fillna(comm["name"].astype(object)),
+                       group=comm["group"].astype(object).fillna("?"))
+    classes = comm[["sid", "op", "group"]].drop_duplicates().reset_index(drop=True)
+    classes["cid"] = np.arange(len(classes))
+    comm = comm.merge(classes, on=["sid", "op", "group"])
+    compute = kernels.loc[kernels["kind"] == "compute", ["sid", "ts", "end"]].merge(classes[["sid", "cid"]], on="sid")
+    keys, lengths, inter0, _ = sweep(np.concatenate([comm["cid"].to_numpy(), compute["cid"].to_numpy()]),
+                                     np.concatenate([comm["ts"].to_numpy(), compute["ts"].to_numpy()]),
+                                     np.concatenate([comm["end"].to_numpy(), compute["end"].to_numpy()]),
+                                     np.concatenate([np.ones(len(comm), np.int64), np.zeros(len(compute), np.int64)]), 2)
+    classes.loc[keys, "comm"] = lengths[:, 1]
+    classes.loc[keys, "overlapped"] = inter0[:, 1]
+    classes["ops"] = comm.groupby("cid").size().reindex(classes["cid"]).to_numpy()
+    g = classes.groupby(["op", "group"], as_index=False).agg(ops=("ops", "sum"), comm=("comm", "sum"),
+                                                             overlapped=("overlapped", "sum"))
+    g["bytes"] = np.nan
+    g["comm_ms"] = g["comm"] * US_MS
+    g["overlapped_ms"] = g["overlapped"] * US_MS
+    g["exposed_comm_ms"] = (g["comm"] - g["overlapped"]) * US_MS
+    g["overlap_pct"] = np.where(g["comm"] > 0, 100 * g["overlapped"] / g["comm"].where(g["comm"] > 0), np.nan)
+    return g[BY_OP].sort_values("exposed_comm_ms", ascending=False).reset_index(drop=True)
