@@ -13,6 +13,7 @@ pid = rank and ts in microseconds from perf_counter_ns; the controller stitches 
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import sys
 import threading
@@ -22,7 +23,7 @@ from viztracer import VizTracer
 
 from kernels.comm import events
 from partui.sparse_log import wrap_sparse
-from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, assign_comm_lanes
+from partui.tracefile import COMPUTE_OVERFLOW_TID, COMPUTE_TID, GC_TID, PY_TID, assign_comm_lanes
 
 # the folder holding kernels/ and partui/: stripped from viztracer's "fn (path:line)" names
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -45,6 +46,8 @@ class RankTracer:
         self._waits: list[tuple] = []  # (op_id, t0, t1)
         self._posts: list[tuple] = []  # (op_id, t0, t1): the caller posting an op
         self._counters: list[tuple] = []  # (name, t_ns, values)
+        self._gc: list[tuple] = []  # (generation, t0, t1, collected): the cyclic GC's pauses
+        self._gc_t0 = 0
         self._viz = None
         self._t_start = self._t_stop = None
 
@@ -71,17 +74,28 @@ class RankTracer:
     def counter(self, name, t_ns, values):
         self._counters.append((name, t_ns, dict(values)))
 
+    def _on_gc(self, phase, info):
+        """gc.callbacks: each collection while recording, a pause of every thread holding the GIL
+        (issue 33's stall was one: a full collection inside an RMSNorm forward, read as compute)."""
+        if phase == "start":
+            self._gc_t0 = events.now_ns()
+        else:
+            self._gc.append((info["generation"], self._gc_t0, events.now_ns(), info["collected"]))
+
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "RankTracer":
         self._viz = _start_viztracer(self.sparse) if self.python else None
         self._t_start = events.now_ns()
         events.set_recorder(self)
+        gc.callbacks.append(self._on_gc)
         return self
 
     def stop(self) -> dict:
         """Uninstall and return {"rank", "coords", "events", "t0_us", "t1_us", "viztracer"}."""
         if events.recorder() is self:
             events.set_recorder(None)
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._t_stop = events.now_ns()
         viz_events, viz_info = _stop_viztracer(self._viz, self.rank)
         self._viz = None
@@ -93,6 +107,9 @@ class RankTracer:
         evs += self._comm_tracks(issues, complete, waits)
         evs += [{"ph": "C", "name": n, "pid": self.rank, "tid": COMPUTE_TID, "ts": _us(t),
                  "args": v} for n, t, v in self._counters]
+        evs += [{"ph": "X", "name": f"gc gen{g}", "cat": "gc", "pid": self.rank, "tid": GC_TID,
+                 "ts": _us(t0), "dur": _us(t1 - t0), "args": {"generation": g, "collected": n}}
+                for g, t0, t1, n in self._gc]
         return {"rank": self.rank, "coords": self.coords, "events": evs + viz_events,
                 "t0_us": _us(self._t_start or self._t_stop), "t1_us": _us(self._t_stop),
                 "viztracer": viz_info}

@@ -22,6 +22,7 @@ from planning.intervals import match_p2p, paired_spans
 COMPUTE_TID = 1
 COMM_TID = 2  # lanes COMM_TID, COMM_TID + 1, ...; names "comm", "comm 2", ...
 COMPUTE_OVERFLOW_TID = 1000
+GC_TID = 1500  # the cyclic GC's collections (partui.trace): a pause of the whole rank, no figure's
 PY_TID = 2000
 P2P_OPS = ("send", "recv")
 TIE_US = 0.001  # one nanosecond: Perfetto keeps time in ns
@@ -122,6 +123,8 @@ def process_metadata(r: dict) -> list[dict]:
             name = "compute"
         elif tid == COMPUTE_OVERFLOW_TID:
             name = "compute (other thread)"
+        elif tid == GC_TID:
+            name = "gc"
         elif tid >= PY_TID:
             name = py.get(str(tid), f"py {tid}")
         else:

@@ -66,6 +66,9 @@ _RECORDS = (
     figure("python", "", REPORT, "viztracer's Python function calls (cat FEE; on the compute track "
            "where they nest under its spans): shown, never compute, comm or wait, so they change no "
            "figure"),
+    figure("gc", "", REPORT, "the cyclic garbage collector's pauses while tracing (cat gc, the rank's "
+           "gc track): shown, never compute, comm or wait; a pause inside a compute span still counts "
+           "as that span's compute, so the track says where one stretched a span"),
     figure("window", "", REPORT, "a rank's step spans, summed; time between steps (the controller, a "
            "user deciding) enters no figure; without step spans, the rank's first to last event"),
     figure("torch.profiler GPU traces", "", REPORT, "compute is every kernel that is not comm, on any "
@@ -347,7 +350,7 @@ for _f in _RECORDS:
         raise ValueError(f"figure {_f.name!r} is defined twice: a name means one thing; give the "
                          f"second meaning a name of its own")
     FIGURES[_f.name] = _f
-TERMS = ("compute", "wait", "comm in flight", "python", "window", "torch.profiler GPU traces")
+TERMS = ("compute", "wait", "comm in flight", "python", "gc", "window", "torch.profiler GPU traces")
 EXPERT = re.compile(r"e\d+")   # --routing's per-expert columns e0, e1, ...: one record, eN
 
 

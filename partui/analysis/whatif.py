@@ -84,6 +84,26 @@ def programs(doc: dict, step: int | None = None) -> dict:
     return out
 
 
+def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
+    """The programs as one device per rank would run them. On a machine whose cores the ranks
+    share, a busy stretch's wall time holds the time its rank was runnable with no core; each rank's
+    busy stretches are scaled by its core share in the step, the step span's thread CPU time
+    (args.cpu_us) over its busy time (at most 1). A rank whose step recorded no CPU time keeps its
+    stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores."""
+    want = step if step is not None else max(
+        e["args"].get("step", 0) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step")
+    cpu = {e["pid"]: e["args"]["cpu_us"] for e in doc["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") == "step" and e["args"].get("step", 0) == want
+           and e["args"].get("cpu_us") is not None}
+    out = {}
+    for r, p in progs.items():
+        busy_ns = sum(it[1] for it in p["items"] if it[0] == "busy")
+        share = min(1.0, cpu[r] * 1e3 / busy_ns) if r in cpu and busy_ns > 0 else 1.0
+        out[r] = dict(p, core_share=share,
+                      items=[("busy", it[1] * share) if it[0] == "busy" else it for it in p["items"]])
+    return out
+
+
 def members(plan: Plan | None, group: str, rank: int, world: int) -> tuple:
     if plan is None or group not in GROUPS:
         return tuple(range(world))

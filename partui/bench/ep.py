@@ -24,6 +24,7 @@ from kernels.calibrate import install_link
 from kernels.engine import Engine
 from partui.analysis import frame, overlap
 from partui.bench.harness import table, traced_step
+from partui.bench.own_device import cores_verdict, own_device
 from partui.commands.flags import add_link_arguments, flagify
 from partui.launch import run_world
 from partui.plans import build_plan
@@ -59,12 +60,10 @@ def a2a_figures(per_rank: dict) -> tuple[float, float, float, float]:
 
 def _rank(rank, world, opts):
     """One rank of the bench world (partui.launch.run_world): (the installed link as a dict or
-    None, per variant per measured step its 6 figures)."""
+    None, per variant per measured step its 6 figures and its recording)."""
     engines = []
     for _name, ep, dispatch, overlap in VARIANTS:
-        plan, cfg = build_plan("custom", opts["model"], opts["overrides"], world=world,
-                               ep=ep or world, experts=opts["experts"], top_k=opts["top_k"],
-                               capacity_factor=opts["cf"], overlap=overlap)
+        plan, cfg = variant_plan(opts, world, ep, overlap)
         eng = Engine(plan, cfg, rank=rank, optim="sgd")
         for layer in eng.layers:
             if getattr(getattr(layer, "mlp", None), "is_moe", False):
@@ -76,23 +75,34 @@ def _rank(rank, world, opts):
         for v, eng in enumerate(engines):
             res, recorded = traced_step(eng, rank)
             if rnd >= opts["warmup"]:
-                out[v].append((res.step_ms, *a2a_figures(recorded), res.loss))   # 6 figures
+                out[v].append((res.step_ms, *a2a_figures(recorded), res.loss, recorded))
     return (link.to_dict() if link is not None else None), out
+
+
+def variant_plan(opts: dict, world: int, ep: int, overlap: bool):
+    return build_plan("custom", opts["model"], opts["overrides"], world=world, ep=ep or world,
+                      experts=opts["experts"], top_k=opts["top_k"], capacity_factor=opts["cf"],
+                      overlap=overlap)
 
 
 def measure(world: int, opts: dict) -> list[dict]:
     got = run_world(world, _rank, opts, timeout_s=opts["timeout"], what=f"ep {world} world")
     opts["installed"] = got[0][0]
     results = {r: out for r, (_link, out) in enumerate(got)}
+    link = LinkModel.from_dict(opts["installed"]) if opts["installed"] else None
     rows = []
-    for v, (name, *_rest) in enumerate(VARIANTS):
+    for v, (name, ep, _dispatch, overlap) in enumerate(VARIANTS):
         per_rank = [results[r][v] for r in range(world)]
         steps = [max(pr[s][0] for pr in per_rank) for s in range(opts["steps"])]
+        plan, _cfg = variant_plan(opts, world, ep, overlap)
+        own = [own_device([pr[s][6] for pr in per_rank], plan, link) for s in range(opts["steps"])]
         a2a = sum(s[1] for pr in per_rank for s in pr) / (world * opts["steps"])
         ovl = sum(s[2] for pr in per_rank for s in pr) / (world * opts["steps"])
         expert = sum(s[3] for pr in per_rank for s in pr) / (world * opts["steps"])
         compute = sum(s[4] for pr in per_rank for s in pr) / (world * opts["steps"])
-        rows.append({"variant": name, "step_ms": statistics.median(steps), "a2a_ms": a2a,
+        rows.append({"variant": name, "step_ms": statistics.median(steps),
+                     "own_device_ms": statistics.median(o[0] for o in own) if link else None,
+                     "core_share_pct": statistics.median(o[1] for o in own), "a2a_ms": a2a,
                      "expert_ms": expert, "compute_ms": compute,
                      "a2a_overlap_pct": 100 * ovl / a2a if a2a else None,
                      "loss": per_rank[0][-1][5]})
@@ -143,11 +153,13 @@ def main(argv: list[str]) -> int:
     except (RuntimeError, ValueError, TimeoutError) as e:
         print(f"partui bench ep: {e}", file=sys.stderr)
         return 1
-    print(table(rows, ["variant", "step_ms", "vs_no_ep", "vs_no_overlap", "a2a_ms", "expert_ms",
-                       "compute_ms", "a2a_overlap_pct", "saved_ms", "saved_pct_of_a2a", "loss"]))
+    print(table(rows, ["variant", "step_ms", "own_device_ms", "core_share_pct", "vs_no_ep",
+                       "vs_no_overlap", "a2a_ms", "expert_ms", "compute_ms", "a2a_overlap_pct",
+                       "saved_ms", "saved_pct_of_a2a", "loss"]))
     if opts.get("installed"):
         print(f"\nlink: {LinkModel.from_dict(opts['installed']).describe()}")
     print("\n" + legend(rows, bool(opts.get("installed"))))
+    print(cores_verdict(statistics.median(r["core_share_pct"] for r in rows), a.world))
     print(f"command: partui bench ep {' '.join(argv)}")
     return 0
 
@@ -163,5 +175,8 @@ def legend(rows: list[dict], linked: bool) -> str:
             "saved_ms: step_ms of the same plan without overlap minus step_ms with it"
             f"{', both under the same link' if linked else ''}; saved_pct_of_a2a: saved_ms as a % "
             "of the no-overlap plan's a2a_ms.\n"
+            "own_device_ms: whatif's replay of the same steps' traces under the link, each rank's busy "
+            "time cut to the CPU time it got (one device per rank; needs --link), median; "
+            "core_share_pct: the ranks' CPU time over their busy time, median.\n"
             f"uneven, no overlap: a2a {off['a2a_ms']:.1f} ms is {heavier} its expert compute "
             f"{off['expert_ms']:.1f} ms.")

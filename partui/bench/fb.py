@@ -29,6 +29,7 @@ from partui import launch
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
+from partui.bench.own_device import cores_verdict, own_device
 from partui.commands.flags import flagify
 from partui.plans import build_plan
 from partui.tracefile import build_doc
@@ -38,8 +39,8 @@ from planning.pipeline.catalog import schedule_spec, specs
 
 # schedule -> pp: every schedule with F&B pairs; a mirrored one at pp 4 (two ranks each way)
 SCHEDULES = {s.name: 4 if s.mirrored else 2 for s in specs(fb_overlap=True)}
-COLUMNS = ["schedule", "fb_overlap", "world", "step_ms", "vs_off", "pair_a2a_ms", "exposed_ms", "hidden_pct",
-           "expert_ms", "loss"]
+COLUMNS = ["schedule", "fb_overlap", "world", "step_ms", "own_device_ms", "core_share_pct", "vs_off",
+           "pair_a2a_ms", "exposed_ms", "hidden_pct", "expert_ms", "loss"]
 
 
 def parse(argv):
@@ -92,7 +93,7 @@ def _variants(opts: dict, world: int) -> list[tuple[str, bool, dict, dict]]:
 
 
 def _rank(rank, world, opts) -> list:
-    """Per variant, per measured step: (step ms, pair a2a ms, exposed ms, expert ms, loss)."""
+    """Per variant, per measured step: (step ms, pair a2a ms, exposed ms, expert ms, loss, recorded)."""
     variants = _variants(opts, world)
     base, cfg = build_plan("custom", opts["model"], variants[0][3], fb_overlap=False, **variants[0][2])
     groups = build_groups(base)
@@ -106,12 +107,26 @@ def _rank(rank, world, opts) -> list:
         for v, eng in enumerate(engines):
             res, recorded = traced_step(eng, rank)
             if rnd >= opts["warmup"]:
-                out[v].append((res.step_ms, *pair_figures(recorded), res.loss))
+                out[v].append((res.step_ms, *pair_figures(recorded), res.loss, recorded))
     return [out, link.to_dict() if link is not None and rank == 0 else None]
 
 
-def rows_of(variants: list, per_rank: list, world: int, steps: int) -> list[dict]:
-    """The table's rows from every rank's figures (per_rank[rank][variant][step])."""
+def own_figures(variants: list, per_rank: list, world: int, steps: int, model: str,
+                link: LinkModel | None) -> list[dict]:
+    """Per variant, own_device_ms and core_share_pct (partui.bench.own_device on each measured step's
+    recordings, per_rank[rank][variant][step][5]), the median over steps."""
+    out = []
+    for v, (_s, fb, fields, model_kw) in enumerate(variants):
+        plan, _cfg = build_plan("custom", model, model_kw, fb_overlap=fb, **fields)
+        own = [own_device([per_rank[r][v][i][5] for r in range(world)], plan, link) for i in range(steps)]
+        out.append({"own_device_ms": None if link is None else statistics.median(o[0] for o in own),
+                    "core_share_pct": statistics.median(o[1] for o in own)})
+    return out
+
+
+def rows_of(variants: list, per_rank: list, world: int, steps: int, own: list | None = None) -> list[dict]:
+    """The table's rows from every rank's figures (per_rank[rank][variant][step]), with own_figures'
+    per variant where given."""
     rows = []
     for v, (s, fb, _f, _m) in enumerate(variants):
         mine = [per_rank[r][v] for r in range(world)]
@@ -120,6 +135,7 @@ def rows_of(variants: list, per_rank: list, world: int, steps: int) -> list[dict
         exposed = sum(x[2] for pr in mine for x in pr) / n
         rows.append({"schedule": s, "fb_overlap": "on" if fb else "off", "world": world,
                      "step_ms": statistics.median(max(pr[i][0] for pr in mine) for i in range(steps)),
+                     **(own[v] if own else {}),
                      "pair_a2a_ms": a2a, "exposed_ms": exposed,
                      "hidden_pct": 100 * (1 - exposed / a2a) if a2a else None,
                      "expert_ms": sum(x[3] for pr in mine for x in pr) / n, "loss": mine[0][-1][4]})
@@ -159,10 +175,14 @@ def main(argv: list[str]) -> int:
             print(f"partui bench fb: {e}", file=sys.stderr)
             return 1
         installed = installed or res[0][1]
-        rows += rows_of(_variants(opts, w), [r[0] for r in res], w, args.steps)
+        per_rank = [r[0] for r in res]
+        own = own_figures(_variants(opts, w), per_rank, w, args.steps, args.model,
+                          LinkModel.from_dict(installed) if installed else None)
+        rows += rows_of(_variants(opts, w), per_rank, w, args.steps, own)
     command = "partui bench fb " + " ".join(argv)
+    verdict = cores_verdict(statistics.median(r["core_share_pct"] for r in rows), max(worlds))
     if args.json:
-        print(json.dumps({"command": command, "link": installed, "rows": rows}))
+        print(json.dumps({"command": command, "link": installed, "rows": rows, "cores": verdict}))
         return 0
     print(f"{args.model} model, {args.layers} layers, seq {args.seq}, {args.experts} experts, "
           f"{args.ep_dispatch} dispatch, grad sync naive; {args.steps} measured steps a variant, interleaved")
@@ -172,6 +192,9 @@ def main(argv: list[str]) -> int:
           "directly followed by a backward), per rank per step; exposed_ms: of it, in flight while no part of "
           "the pair computed (waits and posting inside a part are not compute); hidden_pct: 100 * (1 - "
           "exposed / pair_a2a); step_ms: slowest rank, median; vs_off: step_ms / the same schedule's off; "
-          "expert_ms: expert compute per rank per step")
+          "expert_ms: expert compute per rank per step; own_device_ms: whatif's replay of the same steps' "
+          "traces under the link with each rank's busy time cut to the CPU time it got (one device per "
+          "rank), median; core_share_pct: the ranks' CPU time over their busy time, all ranks, median")
+    print(verdict)
     print(f"command: {command}")
     return 0

@@ -27,6 +27,7 @@ def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> 
     the same machine load), with the spread (min, max) of those ratios. The sparse row adds an
     estimate no noise moves: its logged calls per step times log_sparse's cost per call."""
     times = {m: [] for m in MODES}  # per round: the median step of that mode
+    worst = {m: [] for m in MODES}  # per round: the slowest step of that mode
     calls = {}                       # viztracer calls per step, the busiest rank
     with World() as w:
         w.plan("custom", model, world=world, **plan_kw)
@@ -41,7 +42,8 @@ def overhead(world: int, plan_kw: dict, model: str, rounds: int, steps: int) -> 
                     window = w.trace_off(keep=False)
                     calls[mode] = max(sum(e.get("cat") == "FEE" for e in r["events"]) for r in window) / steps
                 times[mode].append(statistics.median(ln["step_ms"] for ln in lines))
-    rows = overhead_rows(times)
+                worst[mode].append(max(ln["step_ms"] for ln in lines))
+    rows = overhead_rows(times, worst)
     call_us = log_sparse_call_us()
     for r in rows:
         if r["mode"] == "sparse":  # noise-free: its calls times one call's cost, against off's step
@@ -68,13 +70,21 @@ def log_sparse_call_us(n: int = 20_000) -> float:
         forget_viztracer(viz)
 
 
-def overhead_rows(times: dict[str, list[float]]) -> list[dict]:
-    """Rows of `overhead` from per-round median step ms per mode (times["off"] the baseline)."""
+def overhead_rows(times: dict[str, list[float]], worst: dict[str, list[float]] | None = None) -> list[dict]:
+    """Rows of `overhead` from per-round median step ms per mode (times["off"] the baseline).
+    worst (per round, the mode's slowest step): worst_ms, the slowest step of all rounds, and
+    worst_pct, the largest over rounds of (slowest step / off's median in that round - 1). A stall
+    in one traced step (issue 33: a collection pause) hides in the median; it shows here, and
+    off's own worst_pct is the noise it is read against."""
     rows = []
     for mode, per_round in times.items():
         pct = sorted(100 * (t / off - 1) for t, off in zip(per_round, times["off"]))
-        rows.append({"mode": mode, "step_ms": statistics.median(per_round),
-                     "overhead_pct": statistics.median(pct), "min_pct": pct[0], "max_pct": pct[-1]})
+        row = {"mode": mode, "step_ms": statistics.median(per_round),
+               "overhead_pct": statistics.median(pct), "min_pct": pct[0], "max_pct": pct[-1]}
+        if worst is not None:
+            row["worst_ms"] = max(worst[mode])
+            row["worst_pct"] = max(100 * (w / off - 1) for w, off in zip(worst[mode], times["off"]))
+        rows.append(row)
     return rows
 
 
@@ -112,8 +122,11 @@ def main(argv) -> int:
     print(f"tracing overhead on step time, world {args.world} {plan_kw or 'dp'} {args.model}: "
           f"{args.rounds} interleaved rounds of {args.steps} steps per mode; step_ms the median of "
           f"the rounds' median steps, overhead_pct the median over rounds of (mode / off in that "
-          f"round - 1); goal sparse < {TARGET_SPARSE_PCT:g}%")
-    print(table([dict(r, spread=verdict(r)) for r in rows], ["mode", "step_ms", "overhead_pct", "spread"]))
+          f"round - 1); goal sparse < {TARGET_SPARSE_PCT:g}%; worst_ms the slowest step of any "
+          f"round, worst_pct the largest over rounds of (its slowest step / off's median in that "
+          f"round - 1): a stall the median hides (off's own is the noise)")
+    print(table([dict(r, spread=verdict(r)) for r in rows],
+                ["mode", "step_ms", "overhead_pct", "worst_ms", "worst_pct", "spread"]))
     sparse = next(r for r in rows if r["mode"] == "sparse")
     print(f"sparse, viztracer's part estimated: {sparse['calls_per_step']:.0f} logged calls per step "
           f"(busiest rank) x log_sparse's cost per call measured here = {sparse['est_pct']:.2f}% of "

@@ -22,6 +22,8 @@ def test_bench_fb_rows_on_and_off():
     for r in rows:
         assert r["pair_a2a_ms"] > 0 and 0 <= r["exposed_ms"] <= r["pair_a2a_ms"] and r["step_ms"] > 0
         assert r["hidden_pct"] == pytest.approx(100 * (1 - r["exposed_ms"] / r["pair_a2a_ms"]))
+        assert r["own_device_ms"] > 0 and 0 < r["core_share_pct"] <= 100   # tests/lab/test_own_device.py
+    assert "cores" in out["cores"] and "of their busy time" in out["cores"]
 
 
 def test_rows_by_hand():

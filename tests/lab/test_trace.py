@@ -322,3 +322,14 @@ def test_bench_trace_quotes_each_modes_overhead_per_round_and_flags_noise():
     assert verdict(noisy).startswith("below the noise") and "-2.0% .. +3.0%" in verdict(noisy)
     mixed = overhead_rows({"off": [10.0, 10.0, 10.0], "sparse": [9.9, 10.1, 10.2]})[1]
     assert verdict(mixed) == "within the noise (rounds -1.0% .. +2.0%)"
+
+
+def test_bench_trace_reports_the_worst_traced_step_beside_the_median():
+    from partui.bench.trace import overhead_rows
+    # a stall in one traced step of round 2 (60 ms against that round's off median of 20)
+    rows = {r["mode"]: r for r in overhead_rows(
+        {"off": [10.0, 20.0, 10.0], "sparse": [10.2, 20.2, 10.4]},
+        {"off": [11.0, 22.0, 10.5], "sparse": [10.5, 60.0, 10.6]})}
+    assert rows["sparse"]["overhead_pct"] == pytest.approx(2.0)      # the median hides it
+    assert rows["sparse"]["worst_ms"] == 60.0 and rows["sparse"]["worst_pct"] == pytest.approx(200.0)
+    assert rows["off"]["worst_ms"] == 22.0 and rows["off"]["worst_pct"] == pytest.approx(10.0)
