@@ -48,6 +48,7 @@ class TraceMixin:
                 except OSError as e:      # the recording stays on the world: saved by the next try
                     self.call_from_thread(self.notify, save_refused(name, e), title="trace save",
                                           severity="error", timeout=12)
+                    self.call_from_thread(self._trace_state)
                     return
                 saved = True
             self.call_from_thread(self._trace_state)
