@@ -94,15 +94,15 @@ class FieldSpec:
             said = word.strip().lower()
             if said in TRUE_WORDS or said in FALSE_WORDS:
                 return said in TRUE_WORDS
-            raise PlanError(f"{label} {word!r} is neither on nor off: use {self.name}=on or "
-                            f"{self.name}=off", field=self.name, problem="not a bool")
+            raise PlanError(f"{label} {word!r} is neither on nor off: use `{self.name}=on` or "
+                            f"`{self.name}=off`", field=self.name, problem="not a bool")
         if self.kind in (int, float):
             try:
                 return self.kind(word)
             except ValueError:
                 example = "3" if self.kind is int else "1.25"
                 raise PlanError(f"{label} {word!r} is not a {'whole number' if self.kind is int else 'number'}: "
-                                f"e.g. {self.name}={example}", field=self.name,
+                                f"e.g. `{self.name}={example}`", field=self.name,
                                 problem="not a number") from None
         return word
 

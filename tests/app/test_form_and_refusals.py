@@ -21,9 +21,9 @@ def test_a_bool_field_reads_on_or_off_and_nothing_else():
     sp = next(s for s in mesh.field_specs() if s.name == "sp")
     assert [sp.parse(w) for w in ("on", "ON", "true", "yes", "1")] == [True] * 5
     assert [sp.parse(w) for w in ("off", "false", "no", "0")] == [False] * 4
-    with pytest.raises(PlanError, match=r"sp 'banana' is neither on nor off: use sp=on or sp=off"):
+    with pytest.raises(PlanError, match=r"sp 'banana' is neither on nor off: use `sp=on` or `sp=off`"):
         sp.parse("banana")
-    with pytest.raises(CommandError, match=r"sp=on or sp=off"):
+    with pytest.raises(CommandError, match=r"`sp=on` or `sp=off`"):
         parse("plan tp-sp sp=banana")
     assert parse("plan tp-sp sp=off").args["fields"] == {"sp": False}
     assert parse("plan gshard top-k=1 fb-overlap=on").args["fields"] == {"top_k": 1,
