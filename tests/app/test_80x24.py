@@ -41,7 +41,7 @@ async def test_every_preset_on_screen_with_its_own_status():
             await pilot.pause(0.05)
             assert missing(app, labels + list(FORM)) == [], f"{name}:\n{screen_text(app)}"
             status = str(form.query_one("#status").render())
-            assert status.startswith(f"✓ {PRESETS[name][0]}: "), (name, status)
+            assert status.startswith(f"✓ valid: {PRESETS[name][0]} · "), (name, status)
             statuses[name] = status.split("\n")[0]
             head = statuses[name][:60]                   # the status line's start is on screen
             assert head in screen_text(app).replace("\n", " ") or head[:40] in screen_text(app), \

@@ -57,7 +57,7 @@ async def test_the_form_sets_every_form_field_and_warns_of_crowded_cores(monkeyp
         form.revalidate()
         assert not form.error and form.plan.sp and form.plan.dtype == "bf16", form.error
         status = str(form.query_one("#status").render())
-        assert "✓ custom: 2 ranks · tp 2 · sp" in status and "ranks on 2 cores" not in status
+        assert "✓ valid: custom · 2 ranks · tp 2 · sp" in status and "ranks on 2 cores" not in status
         for name, value in (("dp", "2"), ("ep", "2"), ("experts", "4"), ("top_k", "1")):
             form.query_one(f"#f-{name}", Input).value = value
         form.query_one("#f-tp", Input).value = "1"

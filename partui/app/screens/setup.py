@@ -211,7 +211,7 @@ class SetupScreen(Screen):
         p = self.plan
         who = "  ".join(f"r{r}={coord_label(p, r)}" for r in range(min(p.world, 4)))
         label = self.presets[self.preset_name()][0]   # GShard, DeepSeek and custom told apart
-        text = Text(f"✓ {label}: {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · "
+        text = Text(f"✓ valid: {label} · {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · "
                     f"{who}" + (" ..." if p.world > 4 else ""), style="green")
         crowded = cores_warning(p.world)
         if crowded:
