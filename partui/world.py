@@ -217,12 +217,13 @@ class World:
         """The same plan from step 0 (a fresh world)."""
         return self.launch(on_progress)
 
-    def close(self, wait_s: float = 30.0) -> None:
-        """Tear the ranks down (waiting up to wait_s for a step in flight); never raises."""
+    def close(self, wait_s: float = 30.0, grace_s: float = 3.0) -> None:
+        """Tear the ranks down (waiting up to wait_s for a step in flight, then grace_s for each
+        rank to exit when asked before it is killed); never raises."""
         got = self._lock.acquire(timeout=wait_s)
         try:
             if self.controller is not None:
-                self.controller.close()
+                self.controller.close(grace_s)
             self.controller, self.recording = None, False
             self._traced, self._traced_steps, self._traced_routing = [], [], {}
         finally:

@@ -269,7 +269,8 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
 
     @work(thread=True, group="quit")
     def _quit_worker(self) -> None:
-        self.world.close(wait_s=0.0)     # a step in flight is cut short: its ranks are stopped
+        # a step in flight is cut short: its ranks, busy in it, would not answer a shutdown
+        self.world.close(wait_s=0.0, grace_s=0.5 if self.busy else 3.0)
         self.ui(self.exit)
 
 
