@@ -54,6 +54,11 @@ def past(line: dict) -> dict:
     return {k: v for k, v in line.items() if k not in ("ledgers", "ranks")}
 
 
+def trace_target(name: str) -> str:
+    """Where trace_save(name) writes: NAME.json or NAME.json.gz as given, else traces/NAME.json."""
+    return name if name.endswith((".json", ".json.gz")) else os.path.join(TRACE_DIR, name + ".json")
+
+
 class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
@@ -212,12 +217,13 @@ class World:
         """The same plan from step 0 (a fresh world)."""
         return self.launch(on_progress)
 
-    def close(self, wait_s: float = 30.0) -> None:
-        """Tear the ranks down (waiting up to wait_s for a step in flight); never raises."""
+    def close(self, wait_s: float = 30.0, grace_s: float = 3.0) -> None:
+        """Tear the ranks down (waiting up to wait_s for a step in flight, then grace_s for each
+        rank to exit when asked before it is killed); never raises."""
         got = self._lock.acquire(timeout=wait_s)
         try:
             if self.controller is not None:
-                self.controller.close()
+                self.controller.close(grace_s)
             self.controller, self.recording = None, False
             self._traced, self._traced_steps, self._traced_routing = [], [], {}
         finally:
@@ -385,9 +391,7 @@ class World:
             self.trace_off()
             if not self._traced:
                 raise RuntimeError("nothing recorded: trace_on(), step, then trace_save(name)")
-            name = name or time.strftime("app-%Y%m%d-%H%M%S")
-            path = name if name.endswith((".json", ".json.gz")) else os.path.join(TRACE_DIR,
-                                                                                   name + ".json")
+            path = trace_target(name or time.strftime("app-%Y%m%d-%H%M%S"))
             steps = self._traced_steps or [self.steps_done]
             meta = {"plan": self.current_plan.to_dict(), "model": self.cfg.to_dict(),
                     "torch": importlib.metadata.version("torch"), "cpus": usable_cpus(),

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 
 
+TRUE_WORDS = ("on", "true", "yes", "1")    # how a bool field is typed (FieldSpec.parse)
+FALSE_WORDS = ("off", "false", "no", "0")
+
+
 class PlanError(ValueError):
     """An invalid plan; the message names the numbers and a fix. `field`: the Plan field refused at
     construction; `candidates`: its fixes, unverified; `fixes`: the verified ones (planning.validate);
@@ -80,6 +84,27 @@ class FieldSpec:
                     [{self.name: self.default}] if self.default else [])   # 0 / None: derived
         return None
 
+
+    def parse(self, word: str):
+        """A typed word (the app's `key=value`, a form's text) as a value of this field's kind;
+        PlanError naming the word and what the field takes. One reading of on / off for every
+        bool: anything else is refused, never quietly False."""
+        label = self.label or self.name
+        if self.kind is bool:
+            said = word.strip().lower()
+            if said in TRUE_WORDS or said in FALSE_WORDS:
+                return said in TRUE_WORDS
+            raise PlanError(f"{label} {word!r} is neither on nor off: use `{self.name}=on` or "
+                            f"`{self.name}=off`", field=self.name, problem="not a bool")
+        if self.kind in (int, float):
+            try:
+                return self.kind(word)
+            except ValueError:
+                example = "3" if self.kind is int else "1.25"
+                raise PlanError(f"{label} {word!r} is not a {'whole number' if self.kind is int else 'number'}: "
+                                f"e.g. `{self.name}={example}`", field=self.name,
+                                problem="not a number") from None
+        return word
 
     def finite_fixes(self) -> list[dict]:
         """A number this field takes, for a value that is no number at all: its default, else the

@@ -64,7 +64,7 @@ class ParallelFields:
     # ---- tensor parallel
     tp: int = plan_field(1, "tensor-parallel ranks; divides heads and kv heads", dim="tp", ge=1,
                          le=MAX_DIM, form=2, grid=0)
-    sp: bool = plan_field(False, "sequence parallel (with --tp)", kind=bool, dim="tp")
+    sp: bool = plan_field(False, "sequence parallel (with --tp)", kind=bool, dim="tp", form=11)
     # ---- context parallel
     cp: int = plan_field(1, "context-parallel ranks; divides the sequence", dim="cp", ge=1,
                          le=MAX_DIM, form=4, grid=1)
@@ -85,7 +85,7 @@ class ParallelFields:
     fb_overlap: bool = plan_field(False, "PP x EP: each F&B pair of a schedule that has them "
                                          "interleaves the forward's and the backward's attention / "
                                          "expert parts so every all-to-all flies under the other "
-                                         "microbatch", kind=bool, dim="pp")
+                                         "microbatch", kind=bool, dim="pp", form=12)
     # ---- expert parallel (carved out of dp)
     ep: int = plan_field(1, "expert-parallel ranks (carved out of --dp); divides --experts",
                          dim="ep", ge=1, le=MAX_DIM, form=5)
@@ -103,7 +103,7 @@ class ModelFields(ParallelFields):
     experts: int = plan_field(0, "experts per MoE layer (0: dense MLP)", dim="ep", ge=0, le=MAX_COUNT,
                               form=8)
     top_k: int = plan_field(2, "experts per token, 1..--experts", dim="ep", ge=1, le=MAX_COUNT,
-                          label="top-k")
+                          label="top-k", form=13)
     capacity_factor: float | None = plan_field(None, "expert capacity, > 0 (default: no limit)",
                                                kind=float, dim="ep", gt=0, label="capacity factor")
     # the MoE family and DeepSeek-V3 routing (planning/moe_families.py); None: the model's own
@@ -139,7 +139,7 @@ class ModelFields(ParallelFields):
 class TrainingFields(ModelFields):
     """How every rank computes: dtype, collectives, activation recompute."""
     SECTION = "training"   # the flags' group in `partui run --help` (FieldSpec.section)
-    dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES)
+    dtype: str = plan_field("fp32", "parameter and compute dtype", kind=str, choices=DTYPES, form=14)
     collectives: str = plan_field("native", "native gloo collectives, or the hand-written ring / "
                                             "chain / pairwise ones", kind=str, choices=COLLECTIVES)
     recompute: str = plan_field("none", "activation recompute: full keeps only each block's "
@@ -220,6 +220,8 @@ class Plan(ObservationFields):
             extra.append(self.cp_mode)
         if self.sp:
             extra.append("sp")
+        if self.experts:   # GShard and DeepSeek-V3 plans of one mesh read apart
+            extra.append(f"{self.experts} experts {self.moe or 'gshard'}")
         return " · ".join([" × ".join(dims) or "single"] + extra)
 
 

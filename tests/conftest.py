@@ -93,3 +93,12 @@ def gloo_world():
     """run_world(size, fn, *args, timeout_s=...) from tests/worlds.py: fn on `size` forked
     gloo ranks, results in rank order, bounded by a deadline."""
     return run_world
+
+
+@pytest.fixture(autouse=True)
+def app_traces_in_tmp(request, monkeypatch):
+    """The app's automatic trace names (traces/app-TIME.json) go to the test's tmp folder, never
+    the checkout, whether or not the test gets to remove them."""
+    if request.path.parent.name == "app":
+        import partui.world
+        monkeypatch.setattr(partui.world, "TRACE_DIR", str(request.getfixturevalue("tmp_path")))

@@ -17,7 +17,7 @@ from textual.widgets import Input
 from partui.app.screens.commands import CommandsMixin, CommandsProvider
 from partui.app.screens.dialogs import ErrorDialog, HelpScreen
 from partui.app.screens.run import RunScreen
-from partui.app.screens.setup import SetupScreen
+from partui.app.screens.setup import SetupScreen, cores_warning
 from partui.app.screens.style import CSS
 from partui.app.screens.trace_actions import TraceMixin
 from partui.app.widgets.command_line import CommandLine
@@ -40,6 +40,7 @@ def real_stderr():
 
 class PartuiApp(TraceMixin, CommandsMixin, App):
     TITLE = "partui"
+    NOTIFICATION_TIMEOUT = 4   # a toast leaves the tables soon; dialogs and tab keys clear them
     SUB_TITLE = "distributed training, rank by rank"
     CSS = CSS
     COMMANDS = App.COMMANDS | {CommandsProvider}
@@ -57,6 +58,7 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
         self.inspect_ms: list[float] = []  # step end -> snapshot taken and tabs redrawn
         self.first_frame_s: float | None = None
         self.pids_seen: set[int] = set()
+        self.quitting = False             # q pressed: a worker's late failure shows nothing
 
     # ---------------------------------------------------------------- start-up
     def on_mount(self) -> None:
@@ -73,10 +75,10 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             build_plan("single")             # and this process (the engine, torch), for plans
         except Exception as e:  # noqa: BLE001 - say why nothing can launch
             if self.is_running:
-                self.call_from_thread(self.fail, "the engine failed to load", e)
+                self.ui(self.fail, "the engine failed to load", e)
             return
         if self.is_running:
-            self.call_from_thread(self._engine_loaded)
+            self.ui(self._engine_loaded)
 
     def _engine_loaded(self) -> None:
         self.engine_ready = True
@@ -88,14 +90,24 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
         return next((s for s in reversed(self.screen_stack) if isinstance(s, RunScreen)), None)
 
     def fail(self, title: str, exc: BaseException) -> None:
-        """A notification and a dialog naming what happened; the app stays usable."""
+        """A dialog naming what happened (no toast over it); the app stays usable."""
+        if self.quitting:                 # the ranks were stopped on purpose
+            return
         detail = getattr(exc, "traceback", "") or ""
         rs = self.run_screen()
         if rs is not None:
             rs.set_busy(False)
             rs.update_status()
-        self.notify(str(exc), title=title, severity="error", timeout=8)
         self.push_screen(ErrorDialog(title, str(exc), detail[-3000:]))
+
+    def ui(self, fn, *args):
+        """call_from_thread for workers, quiet once the app has gone (a worker outliving q)."""
+        if not self.is_running:
+            return None
+        try:
+            return self.call_from_thread(fn, *args)
+        except RuntimeError:   # the app stopped between the check and the call
+            return None
 
     def _begin(self) -> bool:
         if self.busy:
@@ -111,28 +123,41 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
     def launch_world(self, preset: str, model: str, fields: dict) -> None:
         if not self._begin():
             return
+        shown = self.shown_plan()
         try:
-            self.world.plan(preset, model, **fields)
+            plan = self.world.plan(preset, model, **fields)
         except ValueError as e:
             self._end()
             self.notify(str(e), title="invalid plan", severity="error", timeout=8)
             return
-        self._launch_worker()
+        crowded = cores_warning(plan.world)
+        if crowded:
+            self.notify(crowded, title="slow steps ahead", severity="warning", timeout=8)
+        self._launch_worker(shown)
+
+    def shown_plan(self) -> tuple | None:
+        """What the run screen shows (preset, plan, cfg, model): the world a failed launch leaves
+        on screen, so the status line goes back to it (World.plan has closed it: x relaunches)."""
+        if self.run_screen() is None or self.world.current_plan is None:
+            return None
+        w = self.world
+        return w.preset, w.current_plan, w.cfg, w.model
 
     @work(thread=True, group="world")
-    def _launch_worker(self) -> None:
-        say = partial(self.call_from_thread, self._progress)
+    def _launch_worker(self, shown: tuple | None = None) -> None:
+        say = partial(self.ui, self._progress)
         try:
             infos = self.world.launch(on_progress=say)
             self.pids_seen.update(self.world.pids())
             snaps = self.world.snapshot()    # step 0's state, so the tabs are never empty
-            self.call_from_thread(self._show_run, infos, snaps)
-        except (RankError, WorldTimeout) as e:
-            self.call_from_thread(self.fail, "launch failed", e)
+            self.ui(self._show_run, infos, snaps)
         except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
-            self.call_from_thread(self.fail, "launch failed", e)
+            if shown is not None:   # the cards and tabs still show that world: so does the status
+                w = self.world
+                w.preset, w.current_plan, w.cfg, w.model = shown
+            self.ui(self.fail, "launch failed", e)
         finally:
-            self.call_from_thread(self._end)
+            self.ui(self._end)
 
     def _progress(self, msg: str) -> None:
         if self.run_screen() is None:
@@ -141,8 +166,7 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
             self.run_screen().update_status(msg)
 
     def _show_run(self, infos: list[dict], snaps: list[dict]) -> None:
-        typing = isinstance(self.focused, CommandLine)   # keys typed next must not fire bindings
-        screen = RunScreen(self.world, infos, list(PRESETS), snaps, focus_command=typing)
+        screen = RunScreen(self.world, infos, list(PRESETS), snaps)
         if isinstance(self.screen, RunScreen):
             self.switch_screen(screen)      # reset or a new plan: a fresh screen for the new world
         else:
@@ -182,15 +206,15 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
                     break
                 line = self.world.step(k)[-1]
                 t_end = time.perf_counter()
-                self.call_from_thread(self._show_step, line, None, t_end, self.refresh_ms)
+                self.ui(self._show_step, line, None, t_end, self.refresh_ms)
                 snaps = self.world.snapshot()  # the inspector follows the cards
-                self.call_from_thread(self._show_step, None, snaps, t_end, self.inspect_ms)
+                self.ui(self._show_step, None, snaps, t_end, self.inspect_ms)
         except (RankError, WorldTimeout) as e:
-            self.call_from_thread(self.fail, f"rank failure at step {self.world.steps_done}", e)
+            self.ui(self.fail, f"rank failure at step {self.world.steps_done}", e)
         except Exception as e:  # noqa: BLE001 - any failure is shown; the app stays usable
-            self.call_from_thread(self.fail, "step failed", e)
+            self.ui(self.fail, "step failed", e)
         finally:
-            self.call_from_thread(self._step_done)
+            self.ui(self._step_done)
 
     def _show_step(self, line, snaps, t_end: float, delays: list) -> None:
         rs = self.run_screen()
@@ -225,13 +249,29 @@ class PartuiApp(TraceMixin, CommandsMixin, App):
         if isinstance(cl, CommandLine):
             cl.remember(event.value)
         cl.value = ""
+        cl.screen.set_focus(None)    # the keys go back to the screen: the next `s` steps
         self.execute(event.value)
 
     # ---------------------------------------------------------------- quitting
     async def action_quit(self) -> None:
-        self.pause_requested = True
-        self.world.close()  # the ranks go before the app does: no process is left
-        self.exit()
+        """The ranks go before the app does (no process is left), without waiting for a step in
+        flight: the screen says so and stays live while they stop."""
+        if self.quitting:
+            return
+        self.quitting = self.pause_requested = True
+        if not self.world.launched:
+            self.exit()
+            return
+        rs = self.run_screen()
+        if rs is not None:
+            rs.update_status("quitting: stopping the ranks ...")
+        self._quit_worker()
+
+    @work(thread=True, group="quit")
+    def _quit_worker(self) -> None:
+        # a step in flight is cut short: its ranks, busy in it, would not answer a shutdown
+        self.world.close(wait_s=0.0, grace_s=0.5 if self.busy else 3.0)
+        self.ui(self.exit)
 
 
 def main() -> int:

@@ -48,7 +48,11 @@ async def test_new_user_journey():
             await command(app, pilot, ":plan zero2 dp=2")
             await wait_for(pilot, lambda: isinstance(app.screen, RunScreen), what="the run screen")
             await idle(app, pilot)
-            # the command line keeps the keys: `step 3` typed is text, not s / t / p bindings
+            # a command gives the keys back (issue 35); `:` takes them again, and then `step 3`
+            # typed is text, not s / t / p bindings
+            assert not isinstance(app.focused, CommandLine)
+            await pilot.press(":")
+            await pilot.pause(0.1)
             assert isinstance(app.focused, CommandLine)
             await pilot.press(*"step 3")
             await pilot.pause(0.2)
@@ -58,7 +62,7 @@ async def test_new_user_journey():
             await pilot.pause(0.05)
             await idle(app, pilot, "three steps")
             await wait_for(pilot, lambda: len(app.inspect_ms) == 1, what="the inspector refresh")
-            assert len(app.world.history) == 3 and isinstance(app.focused, CommandLine)
+            assert len(app.world.history) == 3 and not isinstance(app.focused, CommandLine)
 
             # Grads: each gradient's own piece; ZeRO-2 rank 1 holds flat shards
             await command(app, pilot, ":show rank 1 grads")

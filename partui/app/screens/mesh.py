@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Static
 
@@ -22,15 +22,17 @@ class MeshScreen(ModalScreen):
         self.rows: list[list[str]] = []   # what the table shows (tests read it)
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="mesh-box"):
+        with Vertical(id="mesh-box", classes="dialog"):
             yield Static(f"{self.plan.describe()} · world {self.plan.world} · each rank as the "
                          f"world will build it (memory: MiB per rank)", id="mesh-title")
             yield Static("", id="mesh-hint", markup=False)
-            yield DataTable(id="mesh-table", show_cursor=False)   # first: roles can run long
-            yield Static("working out each rank's layout ...", id="mesh-roles", markup=False)
-            yield Button("Close (esc)", id="mesh-close")
+            with VerticalScroll(classes="dialog-body"):   # the Close button stays on screen
+                yield DataTable(id="mesh-table", show_cursor=False)   # first: roles run long
+                yield Static("working out each rank's layout ...", id="mesh-roles", markup=False)
+            yield Button("Close (esc)", id="mesh-close", compact=True)
 
     def on_mount(self) -> None:
+        self.app.clear_notifications()   # no toast over the table
         self.compute()
 
     @work(thread=True)

@@ -3,6 +3,8 @@ Parameters / Gradients / Optimizer / Shard map / Trace tabs. Every number is fro
 a step summary or the trace analysis."""
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,6 +20,7 @@ from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
 from partui.show_kinds import LIST_NAMES
 
+STEPPING_AFTER_S = 1.0   # a step in flight this long says so on the status line
 LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.LOSSES_KEPT keeps at least these)
 
 
@@ -35,17 +38,17 @@ class RunScreen(Screen):
                 Binding("colon", "command", "command"), Binding("p", "app.setup", "plan", show=False),
                 Binding("question_mark", "app.help", "help")] + [
         Binding(str(i), f"tab('{what}')", f"{what} tab", show=False)
-        for i, what in enumerate(TABS, start=1)]    # 1 params · 2 grad · 3 optim · 4 shards · 5 trace
+        for i, what in enumerate(TABS, start=1)]    # 1 params ... 5 trace · 6 routing · 7 memory
 
-    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None,
-                 focus_command: bool = False):
+    def __init__(self, world, infos: list[dict], presets: list[str], snaps: list[dict] | None = None):
         super().__init__()
         self.world, self.infos, self.presets = world, infos, presets
-        self.focus_command = focus_command  # a command typed on the last screen: keep typing here
         self.selected = 0
         self.name_filter = ""
         self.snaps = snaps
         self.map_source = "params"   # the table tab the shard map follows
+        self.busy_since: float | None = None   # when the step in flight began
+        self.note = ""                # the status line's last note (a tick keeps it)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -61,10 +64,9 @@ class RunScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._ticker = self.set_interval(0.5, lambda: self.update_status(self.note), pause=True)
         self.select(0)
         self.update_status()
-        if self.focus_command:
-            self.action_command()
 
     # ---------------------------------------------------------------- state shown
     def param_names(self) -> list[str]:
@@ -76,14 +78,23 @@ class RunScreen(Screen):
         return list(self.query(RankCard))
 
     def set_busy(self, busy: bool) -> None:
+        """Spinners on the cards, and (the cards may be hidden) the status line's "stepping…"
+        with the seconds so far, ticking while a step is in flight."""
         for c in self.cards():
             c.busy = busy
+        self.busy_since = time.monotonic() if busy else None
+        if busy:
+            self._ticker.resume()
+        else:
+            self._ticker.pause()
+            self.update_status()
 
     def update_status(self, note: str = "") -> None:
         """Two lines (three when long), so nothing falls off at 80 columns: what is happening now
         (recording, the rank shown, steps, loss), then the plan, the link and a note."""
         w = self.world
         plan = w.current_plan
+        self.note = note
         losses = w.losses()
         t = Text()
         if not w.launched:
@@ -94,6 +105,8 @@ class RunScreen(Screen):
         t.append(f"showing rank {self.selected} · {steps} step{'' if steps == 1 else 's'}")
         if losses:
             t.append(f" · loss {losses[-1]:.4f}", style="bold green")
+        if self.busy_since is not None and time.monotonic() - self.busy_since >= STEPPING_AFTER_S:
+            t.append(f" · stepping… {time.monotonic() - self.busy_since:.0f} s", style="bold yellow")
         t.append("\n")
         t.append(f"{plan.describe()} · {plan.world} rank{'s' if plan.world > 1 else ''}",
                  style="bold")
@@ -169,6 +182,7 @@ class RunScreen(Screen):
         self.toggle_class("-cards-toggled")
 
     def action_tab(self, what: str) -> None:
+        self.app.clear_notifications()   # the tab asked for is seen whole, no toast over it
         self.query_one(Inspector).active = TABS[what]
         self.draw_shard_map()
 

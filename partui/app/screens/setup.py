@@ -15,10 +15,13 @@ from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.number_input import NumberInput
 from partui.plans import build_plan
+from partui.machine import usable_cpus
 from planning import mesh
+from planning.config import PRESETS as MODEL_PRESETS
 from planning.mesh import PlanError, coord_label
 
-MODELS = ("tiny", "small", "medium", "large")
+MODELS = tuple(MODEL_PRESETS)   # every model preset (planning.config), deepseek-tiny included
+SWITCH = [("off", False), ("on", True)]   # a bool field's select, worded as the command line takes it
 FORM_DEFAULTS = {"dp": 1}   # the form shows dp's value where the Plan's default 0 means "derived"
 
 
@@ -35,6 +38,16 @@ def input_names() -> tuple[str, ...]:
 
 def defaults() -> dict:
     return {**{s.name: s.default for s in form_specs()}, **FORM_DEFAULTS}
+
+
+def cores_warning(ranks: int, cores: int | None = None) -> str:
+    """A warning when the plan has more ranks than this process may run on (each step then
+    time-shares the cores: slower steps, timings that mix the ranks), naming a fix; else ""."""
+    cores = cores or usable_cpus()
+    if ranks <= cores:
+        return ""
+    return (f"{ranks} ranks on {cores} cores: they time-share the cores (slower steps, timings "
+            f"that mix ranks); at most {cores} ranks run one a core")
 
 
 def check_plan(fields: dict, model: str) -> tuple:
@@ -67,41 +80,42 @@ class SetupScreen(Screen):
         super().__init__(id="setup")
         self.presets = presets            # name -> (label, fields)
         self.plan = self.cfg = self.error = None
-        self.extra: dict = {}             # plan fields the form has no input for (sp, grad_sync ...)
+        self.extra: dict = {}             # plan fields the form has no input for (grad_sync ...)
+        self.highlighted = "single"       # the preset highlighted last
         self._edits = 0                   # edits so far: a check's answer shows if still the newest
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="setup-body"):
-            yield OptionList(*[Option(f"  {label}", id=name)
+            yield OptionList(*[Option(f" {label}", id=name)
                                for name, (label, _) in self.presets.items()], id="presets")
-            with Vertical(id="mesh"):
+            with Vertical(id="form"):
                 numbers, start = input_names(), defaults()
-                with Grid(id="mesh-grid"):
+                with Grid(id="mesh-grid"):       # the numbers, three to a row
                     for spec in form_specs():
                         if spec.name in numbers:
-                            yield Label(spec.name)
+                            yield Label(spec.name.replace("_", "-"))
                             yield NumberInput(start[spec.name], spec, id=f"f-{spec.name}",
                                               classes="field")
-                for spec in form_specs():
-                    if spec.name not in numbers:
-                        values = spec.choices or (False, True)
-                        label = spec.label or spec.name.replace("_", " ")
-                        with Horizontal(classes="labelled"):
+                with Grid(id="choices"):         # the other fields and the model, two to a row
+                    for spec in form_specs():
+                        if spec.name not in numbers:
+                            values = ([(str(v), v) for v in spec.choices] if spec.choices else
+                                      SWITCH if spec.kind is bool else [])
+                            label = spec.label or spec.name.replace("_", " ")
                             yield Label(label, classes="select-label")
-                            yield Select([(str(v), v) for v in values], value=start[spec.name],
-                                         allow_blank=False, id=f"f-{spec.name}", prompt=label,
-                                         tooltip=spec.help)
-            with Vertical(id="model"):
-                with Horizontal(classes="labelled"):
+                            yield Select(values, value=start[spec.name], allow_blank=False,
+                                         id=f"f-{spec.name}", prompt=label, tooltip=spec.help,
+                                         compact=True)
                     yield Label("model", classes="select-label", id="model-label")
                     yield Select([(m, m) for m in MODELS], value="tiny", allow_blank=False,
-                                 id="f-model")
+                                 id="f-model", compact=True)
                 yield Static("", id="model-info")
-                yield Button("Launch ⏎", variant="primary", id="launch")
-                yield Button("Mesh ^g", id="mesh-view")
-        yield Static("loading the engine (torch) ...", id="status")
-        yield Static("", id="progress")
+                yield Static("loading the engine (torch) ...", id="status")
+                yield Static("", id="progress")
+                with Horizontal(id="buttons"):
+                    yield Button("Launch ⏎", variant="primary", id="launch", compact=True)
+                    yield Button("Mesh ^g", id="mesh-view", compact=True)
         yield CommandLine(list(self.presets), lambda: [], id="command")
         yield Footer()
 
@@ -112,10 +126,18 @@ class SetupScreen(Screen):
     # ---------------------------------------------------------------- presets
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         name = event.option.id
-        if name == "custom":
-            return
-        self.fill_form(dict(defaults(), **self.presets[name][1]))
+        self.highlighted = name
+        if name != "custom":             # custom: whatever the form holds
+            self.fill_form(self.preset_form(name))
         self.revalidate()
+
+    def preset_form(self, name: str) -> dict:
+        return dict(defaults(), **self.presets[name][1])
+
+    def preset_name(self) -> str:
+        """The highlighted preset while the form holds it unchanged, else custom."""
+        name = self.highlighted
+        return name if name != "custom" and self.fields() == self.preset_form(name) else "custom"
 
     def fill_form(self, fields: dict) -> None:
         numbers = input_names()
@@ -188,12 +210,17 @@ class SetupScreen(Screen):
         status.set_class(False, "-invalid")
         p = self.plan
         who = "  ".join(f"r{r}={coord_label(p, r)}" for r in range(min(p.world, 4)))
-        status.update(Text(f"✓ valid: {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · {who}"
-                           + (" ..." if p.world > 4 else ""), style="green"))
+        label = self.presets[self.preset_name()][0]   # GShard, DeepSeek and custom told apart
+        text = Text(f"✓ valid: {label} · {p.world} rank{'s' if p.world > 1 else ''} · {p.describe()} · "
+                    f"{who}" + (" ..." if p.world > 4 else ""), style="green")
+        crowded = cores_warning(p.world)
+        if crowded:
+            text.append(f"\n! {crowded}", style="yellow")
+        status.update(text)
         self.query_one("#model-info", Static).update(
-            f"{cfg.n_params() / 1e6:.2f} M params\nlayers {cfg.layers} dim {cfg.dim}\n"
-            f"heads {cfg.heads} kv {cfg.kv_heads}\nseq {cfg.seq} batch {cfg.batch}\n"
-            f"vocab {cfg.vocab}")
+            f"{cfg.n_params() / 1e6:.2f} M params · layers {cfg.layers} · dim {cfg.dim} · heads "
+            f"{cfg.heads} · kv {cfg.kv_heads}\nseq {cfg.seq} · batch {cfg.batch} · vocab {cfg.vocab}"
+            + (f" · {cfg.experts} experts {cfg.moe or 'gshard'}" if cfg.experts else ""))
 
     # ---------------------------------------------------------------- launch
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -220,7 +247,7 @@ class SetupScreen(Screen):
 
     def action_launch(self) -> None:
         if self.form_ready():
-            self.app.launch_world("custom", self.model(), self.fields())
+            self.app.launch_world(self.preset_name(), self.model(), self.fields())
 
     def action_command(self) -> None:
         self.query_one("#command").focus()

@@ -8,7 +8,17 @@ from textual.widgets import Button, Input
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
 from partui.launch import RankError, WorldTimeout
+from partui.world import trace_target
 from planning.link import LinkModel
+
+
+def save_refused(name: str, e: OSError) -> str:
+    """Why a trace could not be written, naming the path asked for (not the temp file written
+    first), and a save that works: the recording is kept for it."""
+    target = trace_target(name) if name else trace_target("app-TIME")
+    return (f"cannot write the trace to {target}: {e.strerror or e}; the recording is kept: "
+            f"`trace save NAME` writes {trace_target('NAME')} (or name a .json in a folder you "
+            f"can write)")
 
 
 class TraceMixin:
@@ -33,7 +43,13 @@ class TraceMixin:
                 self.call_from_thread(self.notify, "recording off: no step was recorded, "
                                                    "nothing to save")
             else:  # off keeps what was recorded: saved under an automatic name
-                self.world.trace_save(name)
+                try:
+                    self.world.trace_save(name)
+                except OSError as e:      # the recording stays on the world: saved by the next try
+                    self.call_from_thread(self.notify, save_refused(name, e), title="trace save",
+                                          severity="error", timeout=12)
+                    self.call_from_thread(self._trace_state)
+                    return
                 saved = True
             self.call_from_thread(self._trace_state)
             if saved:

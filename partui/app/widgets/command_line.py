@@ -12,7 +12,7 @@ from textual.widgets import Input
 from partui.plans import MODEL_FIELDS
 from partui.show_kinds import APP_KINDS, show_kind
 from planning import mesh
-from planning.field_spec import PlanError
+from planning.field_spec import FieldSpec, PlanError
 from planning.slow_spec import WHO, parse_slow
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
@@ -42,7 +42,6 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "quit": "tear the world down and leave",
 }
 MODEL_WORDS = {"model": str, **{name: int for name in MODEL_FIELDS}}  # `plan` takes these too
-TRUE_WORDS = ("1", "true", "yes", "on")
 
 
 def plan_grammar() -> dict[str, type]:
@@ -72,6 +71,7 @@ def parse_plan_fields(words: list[str]) -> dict:
     """`dp=2 schedule=1f1b sp=on` -> the fields with values of their kinds; a bad value of a
     field's own range is the Plan's to refuse (one message, naming a fix)."""
     grammar, out = plan_grammar(), {}
+    specs = {spec.name: spec for spec in mesh.field_specs()}
     for w in words:
         key, eq, val = w.partition("=")
         key = key.replace("-", "_")
@@ -80,17 +80,11 @@ def parse_plan_fields(words: list[str]) -> dict:
         kind = grammar.get(key)
         if kind is None:
             raise CommandError(f"unknown plan field {key!r}: use one of {', '.join(grammar)}")
-        if kind is bool:
-            out[key] = val.lower() in TRUE_WORDS
-        elif kind is int:
-            out[key] = _int(val, key, sep="=")
-        elif kind is float:
-            try:
-                out[key] = float(val)
-            except ValueError:
-                raise CommandError(f"{key} {val!r} is not a number: e.g. `{key}=1.25`") from None
-        else:
-            out[key] = val
+        spec = specs.get(key) or FieldSpec(key, kind, None, key)   # a model size: a whole number
+        try:
+            out[key] = spec.parse(val)    # the Plan field's own reading: sp=banana is refused
+        except PlanError as e:
+            raise CommandError(str(e)) from None
     return out
 
 
