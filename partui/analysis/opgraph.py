@@ -25,12 +25,13 @@ graph: replaying it as recorded gives the step without them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from partui.analysis.events import TraceError
+from partui.analysis.graph_replay import Cycle, NodeTable
 from partui.analysis.op_table import OP_COLUMNS
 from planning.replay import Dep, Op, Stuck, later, run
 
@@ -65,17 +66,37 @@ class Node:
     measured: bool = True               # dur is the op's own, not only a bound on it (partui_graph)
 
 
-@dataclass
 class StepGraph:
-    step: int
-    nodes: list = field(default_factory=list)
-    starts: dict = field(default_factory=dict)      # lane -> start time (default 0)
-    recorded: float | None = None                   # the step's recorded time, s
-    typical: str = "paper"                          # how blame takes typical durations
-    # node id -> (rank, t0 µs, t1 µs, op_id): where a partui trace recorded it (blame_marks)
-    spans: dict = field(default_factory=dict)
+    """One step's graph: its nodes as a list of Node (built on demand) or as a NodeTable (the
+    arrays blame replays; built on demand from the nodes)."""
 
-    ops: list | None = None                         # the replay ops, built once
+    def __init__(self, step: int, nodes: list | None = None, starts: dict | None = None,
+                 recorded: float | None = None, typical: str = "paper", spans: dict | None = None,
+                 table: NodeTable | None = None):
+        self.step = step
+        self._nodes = list(nodes) if nodes is not None else None if table is not None else []
+        self.starts = starts if starts is not None else {}     # lane -> start time (default 0)
+        self.recorded = recorded                    # the step's recorded time, s
+        self.typical = typical                      # how blame takes typical durations
+        # node id -> (rank, t0 µs, t1 µs, op_id): where a partui trace recorded it (blame_marks)
+        self.spans = spans if spans is not None else {}
+        self._table = table
+        self.ops = None                             # the replay ops, built once
+
+    @property
+    def nodes(self) -> list:
+        if self._nodes is None:
+            self._nodes = nodes_of(self._table)
+        return self._nodes
+
+    @property
+    def table(self) -> NodeTable:
+        if self._table is None:
+            self._table = table_of(self._nodes)
+        return self._table
+
+    def lane_starts(self) -> np.ndarray:
+        return np.array([float(self.starts.get(k, 0.0)) for k in self.table.lanes])
 
     def replay(self, durs=None):
         """The replay of this step with `durs`: one per node (default: as recorded), or a
@@ -90,6 +111,49 @@ class StepGraph:
             return run(self.ops, self.starts, elementwise if batched else later)
         except Stuck as e:
             raise TraceError(f"step {self.step}: the dependency graph cannot be replayed: {e}") from None
+
+
+def _codes(values) -> tuple[np.ndarray, list]:
+    """Values -> (int codes, the distinct values in first-seen order)."""
+    seen: dict = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(values))
+    return codes, list(seen)
+
+
+def table_of(nodes: list) -> NodeTable:
+    """The NodeTable of a list of Node; a dependency on no node of the list raises Cycle (the
+    event loop then names it)."""
+    at = {n.id: i for i, n in enumerate(nodes)}
+    lane, lanes = _codes([n.lane for n in nodes])
+    optype, optypes = _codes([n.optype for n in nodes])
+    kind, kinds = _codes([n.kind for n in nodes])
+    gcodes, groups = _codes([n.group for n in nodes if n.group is not None])
+    group = np.full(len(nodes), -1, np.int64)
+    group[[i for i, n in enumerate(nodes) if n.group is not None]] = gcodes
+    try:
+        deps = [at[a] for n in nodes for a in n.after]
+    except KeyError as e:
+        raise Cycle(f"a dependency on {e.args[0]!r}, no op of the step") from None
+    col = lambda f, t: np.array([f(n) for n in nodes], t)        # noqa: E731
+    return NodeTable(lane, lanes, col(lambda n: n.dur, float), optype, optypes, kind, kinds,
+                     col(lambda n: n.rank, np.int64), col(lambda n: n.dp, np.int64),
+                     col(lambda n: n.stage, np.int64), col(lambda n: n.marker, bool),
+                     col(lambda n: n.measured, bool), col(lambda n: n.holds, bool),
+                     col(lambda n: n.eager, bool), group, groups,
+                     np.r_[0, np.cumsum([len(n.after) for n in nodes])].astype(np.int64),
+                     np.array(deps, np.int64), [n.id for n in nodes])
+
+
+def nodes_of(t: NodeTable) -> list:
+    ids = t.node_ids()
+    out = []
+    for i in range(len(t)):
+        deps = t.dep_idx[t.dep_ptr[i]:t.dep_ptr[i + 1]]
+        out.append(Node(ids[i], t.lanes[t.lane[i]], float(t.dur[i]), t.optypes[t.optype[i]],
+                        int(t.rank[i]), int(t.dp[i]), int(t.stage[i]), tuple(ids[j] for j in deps),
+                        t.groups[t.group[i]] if t.group[i] >= 0 else None, bool(t.holds[i]),
+                        bool(t.eager[i]), bool(t.marker[i]), t.kinds[t.kind[i]], bool(t.measured[i])))
+    return out
 
 
 def elementwise(current, candidate) -> tuple:
@@ -115,106 +179,190 @@ def _transfer(df: pd.DataFrame, key: pd.Series) -> np.ndarray:
     return np.where(key.isna().to_numpy(), df["duration"].to_numpy(float), out)
 
 
-def _group_keys(df: pd.DataFrame) -> pd.Series:
-    """Per op: the collective it is a member of, as text (None: not a collective)."""
-    t = df["optype"]
-    s, st, dp, k = (df[c].astype("int64").astype(str) for c in ("step", "stage", "dp_rank", "k"))
-    direction = t.str.split("-").str[0]
-    delta = t.map({"forward-recv": -1, "backward-recv": 1}).fillna(0).astype("int64")
-    send_stage = (df["stage"].astype("int64") + delta).astype(str)
-    key = pd.Series(None, index=df.index, dtype=object)
-    p2p = t.isin(list(P2P))
-    key[p2p] = ("p2p|" + s + "|" + direction + "|" + send_stage + "|" + dp + "|" + k)[p2p]
-    dps = t.isin(DP_SYNCED)
-    key[dps] = (t + "|" + s + "|" + st + "|" + k)[dps]
-    emb = t.eq("embedding-grads-all-reduce")
-    key[emb] = (t + "|" + s + "|" + dp + "|" + k)[emb]
-    clip = t.eq("optimizer-clip-main-grad")
-    key[clip] = (t + "|" + s + "|" + k)[clip]
-    return key
+TYPES = ("forward-compute", "backward-compute") + tuple(P2P) + TAIL
+LANE_NAMES = ("compute",) + tuple(P2P) + ("post",)
+LANE_OF = {t: 0 if i < 2 else i - 1 if i < 6 else 5 for i, t in enumerate(TYPES)}
+
+
+def _group_keys(df: pd.DataFrame, tc: np.ndarray) -> np.ndarray:
+    """Per op: (kind, type or direction, step, two coordinates, k) of the collective it is a
+    member of; kind 0: not a collective. Rows as a (n, 6) int array."""
+    n = len(df)
+    step, st, dp, k = (df[c].to_numpy(np.int64) for c in ("step", "stage", "dp_rank", "k"))
+    kind = np.zeros(n, np.int64)
+    a, b = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    code = {t: i for i, t in enumerate(TYPES)}
+    p2p = (tc >= 2) & (tc < 6)
+    backward = np.isin(tc, [code["backward-send"], code["backward-recv"]])
+    delta = np.where(tc == code["forward-recv"], -1, np.where(tc == code["backward-recv"], 1, 0))
+    kind[p2p], a[p2p], b[p2p] = 1, (st + delta + 1)[p2p], dp[p2p]      # +1: stage -1 stays >= 0
+    dps = np.isin(tc, [code[t] for t in DP_SYNCED])
+    kind[dps], a[dps] = 2, st[dps]
+    emb = tc == code["embedding-grads-all-reduce"]
+    kind[emb], a[emb] = 3, dp[emb]
+    kind[tc == code["optimizer-clip-main-grad"]] = 4
+    sub = np.where(p2p, backward, np.where(dps, tc, 0))     # direction for p2p, type for dp-synced
+    return np.stack([kind, sub, step, a, b, np.where(kind > 0, k, 0)], axis=1)
+
+
+def _mixed(keys: np.ndarray) -> np.ndarray:
+    """Rows of non-negative ints -> one int64 each, equal iff the rows are."""
+    span = keys.max(axis=0) + 1 if len(keys) else np.ones(keys.shape[1], np.int64)
+    out = np.zeros(len(keys), np.int64)
+    for j in range(keys.shape[1]):
+        out = out * int(span[j]) + keys[:, j]
+    return out
 
 
 def bytedance_graphs(df: pd.DataFrame) -> list[StepGraph]:
-    """The step graphs of an op-level trace (read_op_table), one per step, in step order."""
+    """The step graphs of an op-level trace (read_op_table), one per step, in step order, built
+    with array operations (no Python loop per op)."""
     df = df[list(OP_COLUMNS)].copy()
     df["optype"] = df["optype"].astype(str).astype(object)
     df = df[df["optype"] != "first-op"]
     df = df.sort_values(["step", "rank", "start_ts", "seq_id"], kind="stable").reset_index(drop=True)
     df["k"] = df.groupby(["step", "rank", "optype"]).cumcount()
-    key = _group_keys(df)
-    df["transfer"] = _transfer(df, key)
-    sizes = key.map(key.value_counts())
-    # a step's graph names its groups without the step, so same-shaped steps batch (blame)
-    parts = key.str.split("|", n=2)
-    df["group"] = (parts.str[0] + "|" + parts.str[2]).where(sizes >= 2, None)
+    steps, ranks = df["step"].to_numpy(), df["rank"].to_numpy()
+    block = np.r_[0, np.cumsum((steps[1:] != steps[:-1]) | (ranks[1:] != ranks[:-1]))]
+    known = df["optype"].isin(TYPES).to_numpy()
+    if not known.all():
+        bad = block == block[np.argmin(known)]
+        other = sorted(set(df["optype"][bad & ~known]))
+        raise TraceError(f"rank {int(ranks[bad][0])}: op type(s) {other} not in the dependency "
+                         f"model (known: compute, {', '.join(P2P)}, {', '.join(TAIL)})")
+    tc = df["optype"].map({t: i for i, t in enumerate(TYPES)}).to_numpy(np.int64)
+    keys = _group_keys(df, tc)
+    coll = keys[:, 0] > 0
+    gid = np.full(len(df), -1, np.int64)
+    _, inv, counts = np.unique(_mixed(keys[coll]), return_inverse=True, return_counts=True)
+    gid[coll] = inv.ravel()
+    transfer = _transfer(df, pd.Series(np.where(coll, gid, np.nan)))
+    grouped = coll & (np.r_[counts, 0][gid] >= 2)               # gid -1: the 0 at the end
     df["end"] = df["start_ts"] + df["duration"]
-    rows = list(df[["rank", "dp_rank", "stage", "optype", "k", "start_ts", "end", "transfer",
-                    "group"]].itertuples(index=False, name="OpRow"))
-    steps = df["step"].to_numpy()
-    ranks = df["rank"].to_numpy()
-    cut = np.flatnonzero((steps[1:] != steps[:-1]) | (ranks[1:] != ranks[:-1])) + 1
-    graphs: dict = {}
-    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(df)]):
-        s = int(steps[lo])
-        g = graphs.get(s)
-        if g is None:
-            g = graphs[s] = StepGraph(s)
-        _rank_nodes(g.nodes, rows[lo:hi])
+    rows = _NodeRows(df, block, tc, grouped, transfer)
     rec = df.groupby("step").agg(a=("start_ts", "min"), b=("end", "max"))
-    for s, g in graphs.items():
+    gname = _mixed(keys[:, [0, 1, 3, 4, 5]])                # no step: same-shaped steps batch
+    out = []
+    for s in np.unique(steps):
+        g = StepGraph(int(s), table=rows.table(steps == s, gname))
         g.recorded = float(rec.loc[s, "b"] - rec.loc[s, "a"])
-    return [graphs[s] for s in sorted(graphs)]
+        out.append(g)
+    return out
 
 
-def _rank_nodes(out: list, rows: list) -> None:
-    r, d, st = int(rows[0].rank), int(rows[0].dp_rank), int(rows[0].stage)
-    ident = {id(x): (r, x.optype, int(x.k)) for x in rows}
-    comp = [x for x in rows if x.optype in ("forward-compute", "backward-compute")]
-    by = {}
-    for x in rows:
-        by.setdefault(x.optype, []).append(x)
-    after: dict = {}
+class _NodeRows:
+    """The nodes of every step in graph order (per rank: compute, each p2p stream, the tail; a
+    collective member as an arrival marker, then the op) and their dependencies (module doc)."""
 
-    def need(x, y):
-        if x is not None and y is not None:
-            after.setdefault(id(x), []).append(ident[id(y)])
+    def __init__(self, df, block, tc, grouped, transfer):
+        n = len(df)
+        self.transfer = np.asarray(transfer, float)
+        k = df["k"].to_numpy(np.int64)
+        lane = np.array([LANE_OF[t] for t in TYPES])[tc]
+        tail_at = np.where(tc >= 6, tc - 6, 0)
+        within = np.where(lane == 5, tail_at * (int(k.max()) + 1) + k, np.arange(n))
+        order = np.lexsort((within, lane, block))
+        per = 1 + grouped[order]
+        real = np.empty(n, np.int64)
+        real[order] = np.cumsum(per) - 1
+        carrier = np.where(grouped, real - 1, real)
+        self.df, self.block, self.tc, self.k, self.lane = df, block, tc, k, lane
+        self.grouped, self.real, self.order, self.total = grouped, real, order, int(per.sum())
+        self.deps = self._deps(carrier)
 
-    def nth(t, i):
-        seq = by.get(t, [])
-        return seq[i] if 0 <= i < len(seq) else None
+    def _deps(self, carrier):
+        """(carrier node, target node) pairs in the order the paper's model adds them."""
+        block, tc, k, lane = self.block, self.tc, self.k, self.lane
+        n = len(tc)
+        kk = int(k.max()) + 1
+        key = (block * len(TYPES) + tc) * kk + k
+        srt = np.argsort(key, kind="stable")
+        sk = key[srt]
 
-    for t in P2P:
-        direction, kind = t.split("-")
-        for x in by.get(t, []):
-            if kind == "send":
-                need(x, nth(f"{direction}-compute", x.k))
+        def find(b, t, kw):
+            want = (b * len(TYPES) + t) * kk + kw
+            pos = np.minimum(np.searchsorted(sk, want), n - 1)
+            ok = (kw >= 0) & (kw < kk) & (sk[pos] == want)
+            return np.where(ok, srt[pos], -1)
+
+        pairs = []                              # (priority, carrier row, target row)
+        rows = np.arange(n)
+        for pri, t in enumerate(P2P):
+            x = rows[tc == TYPES.index(t)]
+            comp = 0 if t.startswith("forward") else 1
+            if t.endswith("send"):
+                pairs.append((pri, x, find(block[x], comp, k[x])))
             else:
-                need(nth(f"{direction}-compute", x.k), x)
-                need(x, nth(f"{direction}-compute", x.k - 1))
-    first_b = next((i for i, x in enumerate(comp) if x.optype == "backward-compute"), None)
-    if first_b is not None and first_b >= 2:
-        for t in ("backward-send", "backward-recv"):
-            need(nth(t, 0), comp[first_b - 2])
-    need(nth("forward-compute", 0), nth("params-all-gather", 0))
-    post = sorted((x for x in rows if x.optype in TAIL), key=lambda x: (TAIL.index(x.optype), x.k))
-    tail = [x for x in post if x.optype != "params-all-gather"]
-    if comp and tail:                        # gc (the tail's first op) after the last compute
-        need(tail[0], max(comp, key=lambda x: x.end))
-    lanes = {"compute": comp, **{t: by.get(t, []) for t in P2P}, "post": post}
-    other = [x for x in rows if x.optype not in TAIL and x.optype not in P2P
-             and x.optype not in ("forward-compute", "backward-compute")]
-    if other:
-        raise TraceError(f"rank {r}: op type(s) {sorted({x.optype for x in other})} not in the "
-                         f"dependency model (known: compute, {', '.join(P2P)}, {', '.join(TAIL)})")
-    for name, seq in lanes.items():
-        lane = (r, name)
-        for x in seq:
-            nid = ident[id(x)]
-            deps = tuple(after.get(id(x), ()))
-            if x.group is not None:              # arrive (deps met), then the collective
-                out.append(Node(("arrive",) + nid, lane, 0.0, "arrive", r, d, st, deps, marker=True))
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, (), x.group,
-                                kind=KIND_OF.get(x.optype, x.optype)))
-            else:
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, deps,
-                                kind=KIND_OF.get(x.optype, x.optype)))
+                pairs.append((pri, find(block[x], comp, k[x]), x))
+                pairs.append((pri, x, find(block[x], comp, k[x] - 1)))
+        is_comp = lane == 0
+        cpos = np.zeros(n, np.int64)
+        cpos[is_comp] = pd.Series(block[is_comp]).groupby(block[is_comp]).cumcount().to_numpy()
+        cmax = int(cpos.max()) + 1
+        ckey = block * cmax + cpos
+        comp_rows = rows[is_comp]
+        first_b = pd.Series(cpos[tc == 1]).groupby(block[tc == 1]).min()
+        fb = first_b[first_b >= 2]
+        if len(fb):
+            bl = fb.index.to_numpy()
+            ci = np.searchsorted(ckey[comp_rows], bl * cmax + fb.to_numpy() - 2)
+            two_before = comp_rows[ci]
+            for t in ("backward-send", "backward-recv"):
+                pairs.append((4, find(bl, TYPES.index(t), np.zeros_like(bl)), two_before))
+        pag = rows[(tc == TYPES.index("params-all-gather")) & (k == 0)]
+        pairs.append((5, find(block[pag], 0, np.zeros_like(pag)), pag))
+        ends = self.df["end"].to_numpy()
+        last = pd.Series(ends[is_comp], index=comp_rows).groupby(block[is_comp]).idxmax()
+        post = rows[(lane == 5) & (tc != TYPES.index("params-all-gather"))]
+        if len(post):                           # the tail's first op (TAIL order, then k)
+            post = post[np.lexsort(((tc[post] - 6) * kk + k[post], block[post]))]
+            post = post[np.r_[True, block[post][1:] != block[post][:-1]]]
+            has = np.isin(block[post], last.index.to_numpy())
+            pairs.append((6, post[has], last.loc[block[post][has]].to_numpy()))
+        pri = np.concatenate([np.full(len(c), p) for p, c, _t in pairs])
+        car = np.concatenate([c for _p, c, _t in pairs]).astype(np.int64)
+        tgt = np.concatenate([t for _p, _c, t in pairs]).astype(np.int64)
+        ok = (car >= 0) & (tgt >= 0)
+        car_node, tgt_node = carrier[car[ok]], self.real[tgt[ok]]
+        by = np.lexsort((pri[ok], car_node))
+        return car_node[by], tgt_node[by]
+
+    def table(self, rows_mask: np.ndarray, gname: list) -> NodeTable:
+        """The NodeTable of the rows in rows_mask (one step, contiguous in graph order)."""
+        df, order = self.df, self.order
+        sel = order[rows_mask[order]]                       # rows in graph order
+        grouped = self.grouped[sel]
+        base = self.real[sel[0]] - int(grouped[0])          # the step's first node
+        count = int(len(sel) + grouped.sum())
+        node_row = np.repeat(sel, 1 + grouped)              # each node's row
+        first_of = np.r_[True, node_row[1:] != node_row[:-1]]
+        is_marker = first_of & np.repeat(grouped, 1 + grouped)
+        r = df["rank"].to_numpy(np.int64)[node_row]
+        ln = self.lane[node_row]
+        lane, lane_first = pd.factorize(r * 6 + ln)
+        lanes = [(int(x) // 6, LANE_NAMES[int(x) % 6]) for x in lane_first]
+        tcn = np.where(is_marker, len(TYPES), self.tc[node_row])
+        optype, optypes = tcn, list(TYPES) + ["arrive"]
+        kinds = list(dict.fromkeys(KIND_OF.get(t, t) for t in TYPES)) + [""]
+        kind = np.array([kinds.index(KIND_OF.get(t, t)) for t in TYPES] + [len(kinds) - 1])[tcn]
+        gn = np.where(self.grouped[node_row] & ~is_marker, gname[node_row], -1)
+        group = np.full(count, -1, np.int64)
+        gcodes, groups = pd.factorize(gn[gn >= 0])
+        group[gn >= 0] = gcodes
+        dcar, dtgt = self.deps
+        lo, hi = np.searchsorted(dcar, [base, base + count])
+        dcar, dtgt = dcar[lo:hi] - base, dtgt[lo:hi] - base
+        dep_ptr = np.r_[0, np.cumsum(np.bincount(dcar, minlength=count))].astype(np.int64)
+        dur = np.where(is_marker, 0.0, self.transfer[node_row])
+        kx = self.k[node_row]
+
+        def ids():
+            return [("arrive", rr, TYPES[t], kv) if m else (rr, TYPES[t], kv)
+                    for rr, t, kv, m in zip(r.tolist(), self.tc[node_row].tolist(), kx.tolist(),
+                                            is_marker.tolist())]
+        return NodeTable(lane.astype(np.int64), lanes, dur, optype.astype(np.int64), optypes,
+                         kind.astype(np.int64), kinds, r,
+                         df["dp_rank"].to_numpy(np.int64)[node_row],
+                         df["stage"].to_numpy(np.int64)[node_row], is_marker,
+                         np.ones(count, bool), np.ones(count, bool), np.ones(count, bool), group,
+                         list(groups), dep_ptr, dtgt.astype(np.int64), ids)
