@@ -123,7 +123,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
 
     def columns(g, rec, ide):
         t = g.table
-        kind = np.array(t.kinds, dtype=object)[t.kind] if t.kinds else np.zeros(0, object)
+        code = {k: i for i, k in enumerate(t.kinds)}
         durs = np.empty((len(t), len(dense)))
         for j, c in enumerate(dense):
             if c == "recorded":
@@ -133,7 +133,8 @@ def analyse(graphs: list[StepGraph]) -> dict:
             elif c == "M_S":
                 durs[:, j] = np.where(t.stage == last, ide, rec)
             else:
-                durs[:, j] = np.where((t.stage if c[0] == "stage" else kind) == c[1], rec, ide)
+                hit = t.stage == c[1] if c[0] == "stage" else t.kind == code.get(c[1], -1)
+                durs[:, j] = np.where(hit, rec, ide)
         return durs
     steps = median_steps(graphs, typ) if graphs[0].typical == "fastest" else graphs
     times = replay_columns(steps, typ, columns, kept)

@@ -213,39 +213,68 @@ def replay_one_kept(plan: ReplayPlan, e0: np.ndarray, ide: np.ndarray, rec: np.n
     where = {v: i for i, v in enumerate(values)}
     pos_all = np.array([where.get(x, -1) for x in label.tolist()]) if len(values) else \
         np.full(len(label), -1)
+    rows = _Rows(plan.rows)
     for lo in range(0, len(values), block):
         hi = min(lo + block, len(values))
         vpos = np.where((pos_all >= lo) & (pos_all < hi), pos_all - lo, -1)
-        out[lo:hi] = _kept_block(plan, e0, ide, rec, vpos, hi - lo).reshape(hi - lo, ns)
+        out[lo:hi] = _kept_block(plan, e0, ide, rec, vpos, hi - lo, rows).reshape(hi - lo, ns)
     return out
 
 
-def _kept_block(plan, e0, ide, rec, vpos, nv):
+class _Rows:
+    """The rows a column block changed, stored compactly (slot per row), in one buffer reused
+    from block to block: memory grows with the rows changed, not with the graph."""
+
+    def __init__(self, rows: int):
+        self.slot = np.full(rows, -1, np.int64)
+        self.buf = np.empty((0, 0))
+        self.used = 0
+
+    def reset(self, c: int):
+        self.slot[:] = -1
+        self.used = 0
+        if self.buf.shape[1] != c:
+            self.buf = np.empty((max(64, len(self.buf)), c))
+
+    def get(self, rows):
+        return self.buf[self.slot[rows]]
+
+    def put(self, rows, val):
+        need = self.used + len(rows)
+        if need > len(self.buf):
+            grown = np.empty((max(need, 2 * len(self.buf)), self.buf.shape[1]))
+            grown[:self.used] = self.buf[:self.used]
+            self.buf = grown
+        self.buf[self.used:need] = val
+        self.slot[rows] = np.arange(self.used, need)
+        self.used = need
+
+
+def _kept_block(plan, e0, ide, rec, vpos, nv, e: _Rows):
     ns = rec.shape[1]
     c = nv * ns
-    e = np.empty((plan.rows, c))                # rows are written only where they differ
-    dirty = np.zeros(plan.rows, bool)
+    e.reset(c)
+    dirty = e.slot                              # >= 0: the row differs from the typical replay
     cols = np.arange(ns)
     for lv in plan.levels:
         if len(lv.groups):
-            md = dirty[lv.member_prev]
+            md = dirty[lv.member_prev] >= 0
             if md.any():
                 clean = np.maximum.reduceat(np.where(md, -np.inf, e0[lv.member_prev]), lv.member_off)
                 gi = np.searchsorted(lv.member_off, np.flatnonzero(md), "right") - 1
                 runs = np.r_[0, np.flatnonzero(gi[1:] != gi[:-1]) + 1]
-                got = np.maximum.reduceat(e[lv.member_prev[md]], runs, axis=0)
+                got = np.maximum.reduceat(e.get(lv.member_prev[md]), runs, axis=0)
                 gsel = gi[runs]
-                val = np.maximum(clean[gsel][:, None], got)
-                rows = lv.groups[gsel]
-                _store(e, dirty, e0, rows, val)
+                np.maximum(got, clean[gsel][:, None], out=got)
+                _store(e, e0, lv.groups[gsel], got)
         if not len(lv.nodes):
             continue
         nodes = lv.nodes
-        touched = dirty[lv.lane_prev] | (vpos[nodes] >= 0)
+        touched = (dirty[lv.lane_prev] >= 0) | (vpos[nodes] >= 0)
         for pos, dep in lv.dep_slots:
-            touched[pos] |= dirty[dep]
+            touched[pos] |= dirty[dep] >= 0
         if len(lv.grp_pos):
-            touched[lv.grp_pos] |= dirty[lv.grp_row]
+            touched[lv.grp_pos] |= dirty[lv.grp_row] >= 0
         w = np.flatnonzero(touched)
         if not len(w):
             continue
@@ -261,30 +290,35 @@ def _kept_block(plan, e0, ide, rec, vpos, nv):
             inputs.append((p[p >= 0], lv.grp_row[p >= 0]))
         base = np.full(k, -np.inf)
         for p, r in inputs:                     # the typical end of each clean input (p unique)
-            base[p] = np.maximum(base[p], np.where(dirty[r], -np.inf, e0[r]))
-        s = np.repeat(base[:, None], c, axis=1)
+            base[p] = np.maximum(base[p], np.where(dirty[r] >= 0, -np.inf, e0[r]))
+        s = np.empty((k, c))
+        s[:] = base[:, None]
         for p, r in inputs:                     # the column ends of each dirty input
-            d = dirty[r]
+            d = dirty[r] >= 0
             if d.any():
-                s[p[d]] = np.maximum(s[p[d]], e[r[d]])
+                s[p[d]] = np.maximum(s[p[d]], e.get(r[d]))
         rows = nodes[w]
-        end = s + ide[rows][:, None]
         own = np.flatnonzero(vpos[rows] >= 0)
         if len(own):                            # its own duration as recorded in its columns
             rr = np.repeat(own, ns)
             cc = (vpos[rows[own]][:, None] * ns + cols).ravel()
-            end[rr, cc] = s[rr, cc] + rec[rows[own]].ravel()
-        _store(e, dirty, e0, rows, end)
+            mine = s[rr, cc] + rec[rows[own]].ravel()
+        s += ide[rows][:, None]
+        if len(own):
+            s[rr, cc] = mine
+        _store(e, e0, rows, s)
     last = plan.lane_last
-    d = dirty[last]
+    d = dirty[last] >= 0
     t = np.full(c, e0[last[~d]].max() if (~d).any() else -np.inf)
     if d.any():
-        t = np.maximum(t, e[last[d]].max(axis=0))
+        t = np.maximum(t, e.get(last[d]).max(axis=0))
     return t
 
 
-def _store(e, dirty, e0, rows, val):
+def _store(e: _Rows, e0, rows, val):
     """Keep the rows that differ from the typical replay in some column."""
     diff = (val != e0[rows][:, None]).any(axis=1)
-    e[rows[diff]] = val[diff]
-    dirty[rows[diff]] = True
+    if diff.all():
+        e.put(rows, val)
+    elif diff.any():
+        e.put(rows[diff], val[diff])
