@@ -82,6 +82,7 @@ class StepGraph:
         self.spans = spans if spans is not None else {}
         self._table = table
         self.ops = None                             # the replay ops, built once
+        self.matched_by = "order"                   # partui traces: how ops pair across ranks
 
     @property
     def nodes(self) -> list:
