@@ -141,6 +141,7 @@ def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
     timed: dict = {}
     arrived: dict = {}                  # group id -> [(reached, op id)]
     last_arrival: dict = {}             # group id -> (last arrival, its member), once complete
+    asking: set = set()                 # ops whose start is being worked out (a cycle's guard)
 
     def dep_time(d: Dep):
         if d.op not in timed:
@@ -151,12 +152,21 @@ def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
     def start_of(i):
         t = timed[i]
         if t.start is None:
+            if i in asking:
+                return None                     # it waits, through others, on itself: a cycle
             op = by_id[i]
             start, cause = t.reached, ("lane", t.lane_prev)    # the first candidate wins ties
-            for d in op.after:
-                at = dep_time(d)
-                if at is None:
-                    return None
+            asking.add(i)
+            try:
+                ats = []
+                for d in op.after:
+                    at = dep_time(d)
+                    if at is None:
+                        return None
+                    ats.append(at)
+            finally:
+                asking.discard(i)
+            for d, at in zip(op.after, ats):
                 start, won = pick(start, at)
                 if won:
                     cause = ("dep", d.op)
