@@ -181,8 +181,11 @@ def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
 
 
 def shape_of(g: StepGraph) -> bytes:
-    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups."""
-    return g.table.shape_key() + repr(sorted(g.starts.items(), key=repr)).encode()
+    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups (worked out
+    once per graph)."""
+    if g.shape is None:
+        g.shape = g.table.shape_key() + repr(sorted(g.starts.items(), key=repr)).encode()
+    return g.shape
 
 
 def over_steps(graphs):
@@ -214,13 +217,17 @@ CHUNK_CELLS = 2_000_000            # node x column cells replayed at once (16 MB
 
 
 def _plans(graphs: list[StepGraph]) -> dict:
-    """shape -> (its ReplayPlan, the indices of the steps of that shape)."""
+    """shape -> (its ReplayPlan, the indices of the steps of that shape); a shape's plan is built
+    once (kept on its first graph) however many passes replay it."""
     shapes: dict = {}
     for i, g in enumerate(graphs):
         try:
             key = shape_of(g)
             if key not in shapes:
-                shapes[key] = (ReplayPlan(g.table), [])
+                plan = next((x.plan for x in graphs if x.plan is not None and x.shape == key),
+                            None) if g.plan is None else g.plan
+                g.plan = plan or ReplayPlan(g.table)
+                shapes[key] = (g.plan, [])
         except Cycle as e:
             g.replay()                                # names what waits for what
             raise TraceError(f"step {g.step}: the dependency graph cannot be replayed: {e}") from None

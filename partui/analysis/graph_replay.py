@@ -204,7 +204,7 @@ def replay_dense(plan: ReplayPlan, durs: np.ndarray, starts: np.ndarray) -> np.n
 
 
 def replay_one_kept(plan: ReplayPlan, e0: np.ndarray, ide: np.ndarray, rec: np.ndarray,
-                    label: np.ndarray, values, block: int = 32) -> np.ndarray:
+                    label: np.ndarray, values, block: int = 8) -> np.ndarray:
     """Step times (len(values), S): column (v, s) replays step s with the ops whose label is v at
     rec[:, s], every other op at ide. e0: the all-ide replay's end table (one column)."""
     values = list(values)

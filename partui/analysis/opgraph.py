@@ -83,6 +83,8 @@ class StepGraph:
         self._table = table
         self.ops = None                             # the replay ops, built once
         self.matched_by = "order"                   # partui traces: how ops pair across ranks
+        self.shape: bytes | None = None             # blame: what replays alike, and its plan
+        self.plan = None
 
     @property
     def nodes(self) -> list:
@@ -218,20 +220,26 @@ def _mixed(keys: np.ndarray) -> np.ndarray:
 def bytedance_graphs(df: pd.DataFrame) -> list[StepGraph]:
     """The step graphs of an op-level trace (read_op_table), one per step, in step order, built
     with array operations (no Python loop per op)."""
-    df = df[list(OP_COLUMNS)].copy()
-    df["optype"] = df["optype"].astype(str).astype(object)
-    df = df[df["optype"] != "first-op"]
-    df = df.sort_values(["step", "rank", "start_ts", "seq_id"], kind="stable").reset_index(drop=True)
-    df["k"] = df.groupby(["step", "rank", "optype"]).cumcount()
+    cat = df["optype"].astype("category")               # the artifact's own dtype: no copy
+    names = [str(c) for c in cat.cat.categories]
+    code = {t: i for i, t in enumerate(TYPES)}
+    # per category: its type code; -1 not in the model; -2 "first-op" (a marker row, dropped)
+    of_cat = np.array([code.get(n, -2 if n == "first-op" else -1) for n in names] + [-1])
+    tc = of_cat[cat.cat.codes.to_numpy()]
+    keep = tc != -2
+    df = df.loc[keep, list(OP_COLUMNS)]
+    order = np.lexsort(tuple(df[c].to_numpy() for c in ("seq_id", "start_ts", "rank", "step")))
+    df = df.iloc[order].reset_index(drop=True)
+    tc, labels = tc[keep][order], np.array(names + ["?"], dtype=object)[cat.cat.codes.to_numpy()][keep][order]
     steps, ranks = df["step"].to_numpy(), df["rank"].to_numpy()
     block = np.r_[0, np.cumsum((steps[1:] != steps[:-1]) | (ranks[1:] != ranks[:-1]))]
-    known = df["optype"].isin(TYPES).to_numpy()
+    known = tc >= 0
     if not known.all():
         bad = block == block[np.argmin(known)]
-        other = sorted(set(df["optype"][bad & ~known]))
+        other = sorted(set(labels[bad & ~known]))
         raise TraceError(f"rank {int(ranks[bad][0])}: op type(s) {other} not in the dependency "
                          f"model (known: compute, {', '.join(P2P)}, {', '.join(TAIL)})")
-    tc = df["optype"].map({t: i for i, t in enumerate(TYPES)}).to_numpy(np.int64)
+    df["k"] = pd.Series(block * len(TYPES) + tc).groupby(block * len(TYPES) + tc).cumcount()
     keys = _group_keys(df, tc)
     coll = keys[:, 0] > 0
     gid = np.full(len(df), -1, np.int64)
@@ -258,6 +266,8 @@ class _NodeRows:
     def __init__(self, df, block, tc, grouped, transfer):
         n = len(df)
         self.transfer = np.asarray(transfer, float)
+        self.rank, self.dp, self.stage = (df[c].to_numpy(np.int64)
+                                          for c in ("rank", "dp_rank", "stage"))
         k = df["k"].to_numpy(np.int64)
         lane = np.array([LANE_OF[t] for t in TYPES])[tc]
         tail_at = np.where(tc >= 6, tc - 6, 0)
@@ -338,7 +348,7 @@ class _NodeRows:
         node_row = np.repeat(sel, 1 + grouped)              # each node's row
         first_of = np.r_[True, node_row[1:] != node_row[:-1]]
         is_marker = first_of & np.repeat(grouped, 1 + grouped)
-        r = df["rank"].to_numpy(np.int64)[node_row]
+        r = self.rank[node_row]
         ln = self.lane[node_row]
         lane, lane_first = pd.factorize(r * 6 + ln)
         lanes = [(int(x) // 6, LANE_NAMES[int(x) % 6]) for x in lane_first]
@@ -362,8 +372,7 @@ class _NodeRows:
                     for rr, t, kv, m in zip(r.tolist(), self.tc[node_row].tolist(), kx.tolist(),
                                             is_marker.tolist())]
         return NodeTable(lane.astype(np.int64), lanes, dur, optype.astype(np.int64), optypes,
-                         kind.astype(np.int64), kinds, r,
-                         df["dp_rank"].to_numpy(np.int64)[node_row],
-                         df["stage"].to_numpy(np.int64)[node_row], is_marker,
+                         kind.astype(np.int64), kinds, r, self.dp[node_row],
+                         self.stage[node_row], is_marker,
                          np.ones(count, bool), np.ones(count, bool), np.ones(count, bool), group,
                          list(groups), dep_ptr, dtgt.astype(np.int64), ids)
