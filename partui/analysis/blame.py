@@ -106,6 +106,10 @@ def as_recorded(n, typ: dict) -> float:
     return n.dur if n.measured else min(n.dur, typ.get(n.optype, n.dur))
 
 
+KEPT_FROM = 32        # values of a label from which its columns replay only their changed rows
+                      # (fewer: every row changes anyway; measured on AR 16 ranks and SE 64)
+
+
 def analyse(graphs: list[StepGraph]) -> dict:
     """Every figure of FIGURES: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
     "by worker": frames, "critical path": frame}."""
@@ -119,7 +123,11 @@ def analyse(graphs: list[StepGraph]) -> dict:
     last = max(stages)
     dense = ["recorded", "ideal"] + [("stage", v) for v in stages] + [("kind", k) for k in kinds] \
         + ["M_S"]
-    kept = {"dp": dps, "rank": ranks}                  # one column per value: only it recorded
+    # one column per value, only it recorded: replayed as changed rows where there are many
+    kept = {"dp": dps, "rank": ranks}
+    for label in ("dp", "rank"):
+        if len(kept[label]) < KEPT_FROM:
+            dense += [(label, v) for v in kept.pop(label)]
 
     def columns(g, rec, ide):
         t = g.table
@@ -133,7 +141,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
             elif c == "M_S":
                 durs[:, j] = np.where(t.stage == last, ide, rec)
             else:
-                hit = t.stage == c[1] if c[0] == "stage" else t.kind == code.get(c[1], -1)
+                hit = t.kind == code.get(c[1], -1) if c[0] == "kind" else getattr(t, c[0]) == c[1]
                 durs[:, j] = np.where(hit, rec, ide)
         return durs
     steps = median_steps(graphs, typ) if graphs[0].typical == "fastest" else graphs

@@ -80,3 +80,19 @@ def test_a_cycle_is_refused_naming_the_step():
              Node(("b", 1), (1, "m"), 1.0, "compute", 1, 1, 0, (("a", 0),), kind="compute")]
     with pytest.raises(TraceError, match="step 3: the dependency graph cannot be replayed"):
         analyse([StepGraph(3, nodes)])
+
+
+def test_blame_reads_the_same_whichever_way_kept_columns_replay(monkeypatch):
+    """by worker and by dp rank: changed rows only (many values) or dense (few), same figures."""
+    import partui.analysis.blame as blame
+    graphs = [random_graph(7, ranks=6, ops=16) for _ in range(2)]
+    for g in graphs:
+        g.recorded = 10.0
+    monkeypatch.setattr(blame, "KEPT_FROM", 0)
+    sparse = analyse(graphs)
+    for g in graphs:
+        g.plan = None
+    monkeypatch.setattr(blame, "KEPT_FROM", 10**6)
+    dense = analyse(graphs)
+    for section in ("summary", "by dp rank", "by worker", "by stage", "by op type"):
+        assert sparse[section].equals(dense[section]), section
