@@ -26,6 +26,7 @@ graph: replaying it as recorded gives the step without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -253,10 +254,36 @@ def bytedance_graphs(df: pd.DataFrame) -> list[StepGraph]:
     gname = _mixed(keys[:, [0, 1, 3, 4, 5]])                # no step: same-shaped steps batch
     out = []
     for s in np.unique(steps):
-        g = StepGraph(int(s), table=rows.table(steps == s, gname))
+        t = rows.table(steps == s, gname)
+        if out:                                 # a step shaped as the last shares its arrays
+            t = _share(out[-1].table, t)
+        g = StepGraph(int(s), table=t)
         g.recorded = float(rec.loc[s, "b"] - rec.loc[s, "a"])
         out.append(g)
     return out
+
+
+def _ids(t: NodeTable) -> list:
+    """A ByteDance table's node ids: (rank, optype, k); a marker's ("arrive", ...) of its op's
+    (the node after it)."""
+    real = np.where(t.marker, np.minimum(np.arange(len(t)) + 1, len(t) - 1), np.arange(len(t)))
+    opt = t.optype[real]
+    return [("arrive", r, TYPES[o], k) if m else (r, TYPES[o], k)
+            for r, o, k, m in zip(t.rank.tolist(), opt.tolist(), t.k.tolist(), t.marker.tolist())]
+
+
+_STRUCTURE = ("lane", "optype", "kind", "rank", "dp", "stage", "marker", "measured", "holds",
+              "eager", "group", "dep_ptr", "dep_idx")
+
+
+def _share(prev: NodeTable, t: NodeTable) -> NodeTable:
+    """t with each structural array equal to prev's replaced by prev's own (memory: a thousand
+    ranks' steps differ only in their durations)."""
+    for name in _STRUCTURE + ("k",):
+        a, b = getattr(prev, name), getattr(t, name)
+        if a.shape == b.shape and np.array_equal(a, b):
+            setattr(t, name, a)
+    return t
 
 
 class _NodeRows:
@@ -365,14 +392,10 @@ class _NodeRows:
         dcar, dtgt = dcar[lo:hi] - base, dtgt[lo:hi] - base
         dep_ptr = np.r_[0, np.cumsum(np.bincount(dcar, minlength=count))].astype(np.int64)
         dur = np.where(is_marker, 0.0, self.transfer[node_row])
-        kx = self.k[node_row]
-
-        def ids():
-            return [("arrive", rr, TYPES[t], kv) if m else (rr, TYPES[t], kv)
-                    for rr, t, kv, m in zip(r.tolist(), self.tc[node_row].tolist(), kx.tolist(),
-                                            is_marker.tolist())]
-        return NodeTable(lane.astype(np.int64), lanes, dur, optype.astype(np.int64), optypes,
-                         kind.astype(np.int64), kinds, r, self.dp[node_row],
-                         self.stage[node_row], is_marker,
-                         np.ones(count, bool), np.ones(count, bool), np.ones(count, bool), group,
-                         list(groups), dep_ptr, dtgt.astype(np.int64), ids)
+        t = NodeTable(lane.astype(np.int64), lanes, dur, optype.astype(np.int64), optypes,
+                      kind.astype(np.int64), kinds, r, self.dp[node_row], self.stage[node_row],
+                      is_marker, np.ones(count, bool), np.ones(count, bool), np.ones(count, bool),
+                      group, list(groups), dep_ptr, dtgt.astype(np.int64), None)
+        t.k = self.k[node_row]                  # the op's index among its type's on its rank
+        t.ids = partial(_ids, t)
+        return t
