@@ -13,9 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from partui.analysis.bytedance_graph import COMM_TYPES
 from partui.analysis.events import TraceError
 from partui.analysis.graph_replay import Cycle, ReplayPlan, replay_dense, replay_one_kept
-from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
+from partui.analysis.opgraph import StepGraph, step_time
 
 # what `partui blame` defines beneath its tables (the words: partui.analysis.definitions)
 FIGURES = ("recorded_s", "replayed_s", "ideal_s", "slowdown", "by dp rank", "by stage", "by op type",

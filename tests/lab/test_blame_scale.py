@@ -4,12 +4,11 @@ alike), and blame on the tiling agrees with blame on the source figure by figure
 tiled twice keeps the test small; the bench runs SE to 1,024 ranks."""
 import os
 
-import pandas as pd
 import pytest
 
 from partui.analysis.blame import analyse
+from partui.analysis.bytedance_graph import bytedance_graphs
 from partui.analysis.op_table import read_op_table
-from partui.analysis.opgraph import bytedance_graphs
 from partui.bench.blame_scale import main, tile
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",

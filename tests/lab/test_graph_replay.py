@@ -84,7 +84,7 @@ def test_a_cycle_is_refused_naming_the_step():
 
 def test_blame_reads_the_same_whichever_way_kept_columns_replay(monkeypatch):
     """by worker and by dp rank: changed rows only (many values) or dense (few), same figures."""
-    import partui.analysis.blame as blame
+    from partui.analysis import blame
     graphs = [random_graph(7, ranks=6, ops=16) for _ in range(2)]
     for g in graphs:
         g.recorded = 10.0
