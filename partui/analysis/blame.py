@@ -89,13 +89,13 @@ def _first_seen(graphs) -> list:
     return list(seen)
 
 
-def _recorded(t, typ: dict) -> np.ndarray:
+def recorded_per_node(t, typ: dict) -> np.ndarray:
     """as_recorded for every node of a table."""
     cap = np.array([typ.get(x, np.inf) for x in t.optypes] or [np.inf])[t.optype]
     return np.where(t.measured, t.dur, np.minimum(t.dur, np.where(np.isinf(cap), t.dur, cap)))
 
 
-def _typical(t, typ: dict) -> np.ndarray:
+def typical_per_node(t, typ: dict) -> np.ndarray:
     return np.array([typ.get(x, 0.0) for x in t.optypes] or [0.0])[t.optype]
 
 
@@ -182,7 +182,7 @@ def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
         shapes.setdefault(shape_of(g), []).append(g)
     out = {}
     for key, gs in shapes.items():
-        durs = np.median([_recorded(g.table, typ) for g in gs], axis=0)
+        durs = np.median([recorded_per_node(g.table, typ) for g in gs], axis=0)
         t = replace(gs[0].table, dur=durs.astype(float), measured=np.ones(len(durs), bool))
         out[key] = StepGraph(gs[0].step, None, dict(gs[0].starts), gs[0].recorded, gs[0].typical,
                              table=t)
@@ -215,8 +215,8 @@ def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
     top = np.array(sorted({w[0] for w in scored[:n_top]}))
     rem = replay_steps(graphs, lambda g: np.where(np.isin(g.table.rank, top),
-                                                   _typical(g.table, typ),
-                                                   _recorded(g.table, typ))[:, None])[:, 0]
+                                                   typical_per_node(g.table, typ),
+                                                   recorded_per_node(g.table, typ))[:, None])[:, 0]
     t_rem = float(over_steps(graphs)(rem))
     m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
     return m_w, top.tolist()
@@ -276,8 +276,8 @@ def replay_columns(graphs: list[StepGraph], typ: dict, columns, kept: dict) -> n
     for plan, idx in _plans(graphs).values():
         t0 = graphs[idx[0]].table
         starts = graphs[idx[0]].lane_starts()
-        ide = _typical(t0, typ)
-        recs = [_recorded(graphs[i].table, typ) for i in idx]
+        ide = typical_per_node(t0, typ)
+        recs = [recorded_per_node(graphs[i].table, typ) for i in idx]
         dense = np.array(_dense_steps(plan, starts, [columns(graphs[i], r, ide)
                                                      for i, r in zip(idx, recs)]))
         if out is None:

@@ -3,6 +3,8 @@ the independent oracle: random step graphs (lanes, dependencies, collectives, as
 later) replayed both ways give the same step time bit for bit, column by column; the kept-column
 replay (only one label value recorded, the rest typical) equals the dense replay of the same
 columns; a cycle is refused naming the step."""
+import os
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,29 @@ def test_blame_reads_the_same_whichever_way_kept_columns_replay(monkeypatch):
     dense = analyse(graphs)
     for section in ("summary", "by dp rank", "by worker", "by stage", "by op type"):
         assert sparse[section].equals(dense[section]), section
+
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",
+                    "bytedance-straggler", "trace-SE.parquet")
+
+
+@pytest.mark.skipif(not os.path.isfile(REAL), reason="../shared/real-traces is absent")
+def test_a_real_jobs_what_ifs_equal_the_event_loops():
+    """ByteDance's SE job (64 workers): each step as recorded, and one worker's what-if (only its
+    ops recorded, the rest typical: the changed-rows replay), against the event loop, bit for bit."""
+    from partui.analysis.blame import recorded_per_node, typical_durations, typical_per_node
+    from partui.analysis.bytedance_graph import bytedance_graphs
+    from partui.analysis.op_table import read_op_table
+    graphs = bytedance_graphs(read_op_table(REAL))[:3]
+    typ = typical_durations(graphs)
+    t = graphs[0].table
+    plan = ReplayPlan(t)
+    starts = graphs[0].lane_starts()
+    ide = typical_per_node(t, typ)
+    rec = np.stack([recorded_per_node(g.table, typ) for g in graphs], axis=1)
+    _t, e0 = replay_dense(plan, ide[:, None], starts)
+    got = replay_one_kept(plan, e0[:, 0], ide, rec, t.rank, [80])
+    for s, g in enumerate(graphs):
+        dense, _e = replay_dense(plan, rec[:, [s]], starts)
+        assert dense[0] == step_time(g.replay(rec[:, s]))
+        assert got[0, s] == step_time(g.replay(np.where(t.rank == 80, rec[:, s], ide)))
