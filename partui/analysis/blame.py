@@ -96,6 +96,7 @@ def recorded_per_node(t, typ: dict) -> np.ndarray:
 
 
 def typical_per_node(t, typ: dict) -> np.ndarray:
+    """Each node's type's typical duration (0 for a type with none: markers)."""
     return np.array([typ.get(x, 0.0) for x in t.optypes] or [0.0])[t.optype]
 
 
