@@ -130,6 +130,7 @@ def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
         lanes.setdefault(op.lane, []).append(op)
         if op.group is not None:
             need[op.group] = need.get(op.group, 0) + 1
+    given = dict(need)                  # group id -> how many ops carry it
     for op in ops:
         if op.group is not None and op.group_size is not None:
             need[op.group] = op.group_size
@@ -139,6 +140,8 @@ def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
     pc = {lane: 0 for lane in lanes}
     timed: dict = {}
     arrived: dict = {}                  # group id -> [(reached, op id)]
+    last_arrival: dict = {}             # group id -> (last arrival, its member), once complete
+    asking: set = set()                 # ops whose start is being worked out (a cycle's guard)
 
     def dep_time(d: Dep):
         if d.op not in timed:
@@ -149,24 +152,51 @@ def _run(ops: list[Op], starts: dict | None, pick) -> Replay:
     def start_of(i):
         t = timed[i]
         if t.start is None:
+            if i in asking:
+                return None                     # it waits, through others, on itself: a cycle
             op = by_id[i]
             start, cause = t.reached, ("lane", t.lane_prev)    # the first candidate wins ties
-            for d in op.after:
-                at = dep_time(d)
-                if at is None:
-                    return None
+            asking.add(i)
+            try:
+                ats = []
+                for d in op.after:
+                    at = dep_time(d)
+                    if at is None:
+                        return None
+                    ats.append(at)
+            finally:
+                asking.discard(i)
+            for d, at in zip(op.after, ats):
                 start, won = pick(start, at)
                 if won:
                     cause = ("dep", d.op)
             if op.group is not None:
-                if len(arrived[op.group]) < need[op.group]:
+                last = group_last(op.group)
+                if last is None:
                     return None
-                for at, who in arrived[op.group]:
-                    start, won = pick(start, at)
-                    if won:
-                        cause = ("group", who)
+                start, won = pick(start, last[0])
+                if won:
+                    cause = ("group", last[1])
             t.start, t.cause = start, cause
         return t.start
+
+    def group_last(g):
+        """(the last arrival, the first member to arrive then), once every member arrived:
+        reduced once per group, so a member's start costs O(1) however large its group (the
+        same time and cause as comparing each arrival in turn, first one winning ties)."""
+        if g in last_arrival:
+            return last_arrival[g]
+        got = arrived[g]
+        if len(got) < need[g]:
+            return None
+        at, who = got[0]
+        for t, w in got[1:]:
+            at, won = pick(at, t)
+            if won:
+                who = w
+        if len(got) == given[g]:        # no member left to arrive: the answer is final
+            last_arrival[g] = (at, who)
+        return at, who
 
     def end_of(i):
         t = timed[i]

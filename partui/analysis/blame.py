@@ -13,7 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from partui.analysis.opgraph import COMM_TYPES, StepGraph, step_time
+from partui.analysis.bytedance_graph import COMM_TYPES
+from partui.analysis.events import TraceError
+from partui.analysis.graph_replay import Cycle, ReplayPlan, replay_dense, replay_one_kept
+from partui.analysis.opgraph import StepGraph, step_time
 
 # what `partui blame` defines beneath its tables (the words: partui.analysis.definitions)
 FIGURES = ("recorded_s", "replayed_s", "ideal_s", "slowdown", "by dp rank", "by stage", "by op type",
@@ -27,6 +30,8 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
     stage whose medians sum least (with two dp ranks a median cannot leave a straggler out; the
     least median per place, rank by rank, would build a step faster than any rank ran), comm at
     the median of its measured transfers (all of them where none is measured)."""
+    if not graphs or graphs[0].typical != "fastest":
+        return _typical_paper(graphs)
     per: dict = {}
     measured: dict = {}
     for g in graphs:
@@ -35,9 +40,6 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
                 per.setdefault(n.optype, {}).setdefault(n.rank, []).append(n.dur)
                 if n.measured:
                     measured.setdefault(n.optype, []).append(n.dur)
-    if not graphs or graphs[0].typical != "fastest":
-        return {t: float(np.median(sum(v.values(), [])) if t in COMM_TYPES else
-                         np.mean(sum(v.values(), []))) for t, v in per.items()}
     med = {t: {r: float(np.median(x)) for r, x in v.items()} for t, v in per.items()}
     total: dict = {}                                   # ("busy", stage) -> {rank: sum of medians}
     for t, v in med.items():
@@ -50,6 +52,54 @@ def typical_durations(graphs: list[StepGraph]) -> dict:
             else v.get(fastest[t[:2]], min(v.values())) for t, v in med.items()}
 
 
+def _typical_paper(graphs: list[StepGraph]) -> dict:
+    """typical_durations' "paper" rule over the graphs' tables: the values of a type taken rank
+    by rank (first seen first), each rank's in step and node order, as a list of nodes would."""
+    names: list = []
+    code_of: dict = {}
+    dur, opt, rank = [], [], []
+    for g in graphs:
+        t = g.table
+        remap = np.array([code_of.setdefault(x, len(code_of)) for x in t.optypes] or [0])
+        keep = ~t.marker
+        dur.append(t.dur[keep])
+        opt.append(remap[t.optype[keep]])
+        rank.append(t.rank[keep])
+    names = list(code_of)
+    if not dur:
+        return {}
+    dur, opt, rank = np.concatenate(dur), np.concatenate(opt), np.concatenate(rank)
+    pair, _ = pd.factorize(opt * (int(rank.max()) + 1 if len(rank) else 1) + rank)
+    order = np.lexsort((pair, opt))
+    dur, opt = dur[order], opt[order]
+    cut = np.r_[0, np.flatnonzero(opt[1:] != opt[:-1]) + 1, len(opt)]
+    out = {}
+    for lo, hi in zip(cut[:-1], cut[1:]):
+        t = names[int(opt[lo])]
+        out[t] = float(np.median(dur[lo:hi]) if t in COMM_TYPES else np.mean(dur[lo:hi]))
+    return {t: out[t] for t in _first_seen(graphs) if t in out}
+
+
+def _first_seen(graphs) -> list:
+    seen: dict = {}
+    for g in graphs:
+        t = g.table
+        for c in pd.unique(t.optype[~t.marker]):
+            seen.setdefault(t.optypes[int(c)], None)
+    return list(seen)
+
+
+def recorded_per_node(t, typ: dict) -> np.ndarray:
+    """as_recorded for every node of a table."""
+    cap = np.array([typ.get(x, np.inf) for x in t.optypes] or [np.inf])[t.optype]
+    return np.where(t.measured, t.dur, np.minimum(t.dur, np.where(np.isinf(cap), t.dur, cap)))
+
+
+def typical_per_node(t, typ: dict) -> np.ndarray:
+    """Each node's type's typical duration (0 for a type with none: markers)."""
+    return np.array([typ.get(x, 0.0) for x in t.optypes] or [0.0])[t.optype]
+
+
 def as_recorded(n, typ: dict) -> float:
     """A node's duration "as recorded": its own; where the trace only bounds it (a partui comm op
     whose wait began after the last issue), the lesser of that bound and its type's typical: the
@@ -58,37 +108,47 @@ def as_recorded(n, typ: dict) -> float:
     return n.dur if n.measured else min(n.dur, typ.get(n.optype, n.dur))
 
 
+KEPT_FROM = 32        # values of a label from which its columns replay only their changed rows
+                      # (fewer: every row changes anyway; measured on AR 16 ranks and SE 64)
+
+
 def analyse(graphs: list[StepGraph]) -> dict:
     """Every figure of FIGURES: {"summary": frame, "by dp rank" / "by stage" / "by op type" /
     "by worker": frames, "critical path": frame}."""
     typ = typical_durations(graphs)
-    nodes0 = graphs[0].nodes
-    dps = sorted({n.dp for n in nodes0})
-    stages = sorted({n.stage for n in nodes0})
-    kinds = sorted({n.kind for g in graphs for n in g.nodes if not n.marker})
-    ranks = sorted({n.rank for n in nodes0})
+    t0 = graphs[0].table
+    dps = sorted(set(t0.dp.tolist()))
+    stages = sorted(set(t0.stage.tolist()))
+    kinds = sorted({g.table.kinds[c] for g in graphs
+                    for c in np.unique(g.table.kind[~g.table.marker])})
+    ranks = sorted(set(t0.rank.tolist()))
     last = max(stages)
-    cols = (["recorded", "ideal"] + [("dp", d) for d in dps] + [("stage", s) for s in stages]
-            + [("kind", k) for k in kinds] + [("rank", r) for r in ranks] + ["M_S"])
-    def columns(g):
-        rec = np.array([as_recorded(n, typ) for n in g.nodes])
-        ide = np.array([typ.get(n.optype, 0.0) for n in g.nodes])
-        label = {"dp": np.array([n.dp for n in g.nodes]), "stage": np.array([n.stage for n in g.nodes]),
-                 "kind": np.array([n.kind for n in g.nodes]),
-                 "rank": np.array([n.rank for n in g.nodes])}
-        durs = np.empty((len(g.nodes), len(cols)))
-        for j, c in enumerate(cols):
+    dense = ["recorded", "ideal"] + [("stage", v) for v in stages] + [("kind", k) for k in kinds] \
+        + ["M_S"]
+    # one column per value, only it recorded: replayed as changed rows where there are many
+    kept = {"dp": dps, "rank": ranks}
+    for label in ("dp", "rank"):
+        if len(kept[label]) < KEPT_FROM:
+            dense += [(label, v) for v in kept.pop(label)]
+
+    def columns(g, rec, ide):
+        t = g.table
+        code = {k: i for i, k in enumerate(t.kinds)}
+        durs = np.empty((len(t), len(dense)))
+        for j, c in enumerate(dense):
             if c == "recorded":
                 durs[:, j] = rec
             elif c == "ideal":
                 durs[:, j] = ide
             elif c == "M_S":
-                durs[:, j] = np.where(label["stage"] == last, ide, rec)
+                durs[:, j] = np.where(t.stage == last, ide, rec)
             else:
-                durs[:, j] = np.where(label[c[0]] == c[1], rec, ide)
+                hit = t.kind == code.get(c[1], -1) if c[0] == "kind" else getattr(t, c[0]) == c[1]
+                durs[:, j] = np.where(hit, rec, ide)
         return durs
     steps = median_steps(graphs, typ) if graphs[0].typical == "fastest" else graphs
-    times = replay_steps(steps, columns)              # steps x columns
+    times = replay_columns(steps, typ, columns, kept)
+    cols = dense + [(k, v) for k, vs in kept.items() for v in vs]
     mean = dict(zip(map(_key, cols), over_steps(graphs)(times, axis=0)))
     ideal = mean["ideal"]
 
@@ -112,8 +172,7 @@ def analyse(graphs: list[StepGraph]) -> dict:
     return {"summary": pd.DataFrame(summary, columns=["figure", "value"]),
             "by dp rank": by_dp, "by stage": by_stage, "by op type": by_kind, "by worker": by_rank,
             "critical path": slowest_path(graphs, times[:, 0] if steps is graphs else
-                                          replay_steps(graphs, lambda g: np.array(
-                                              [[n.dur] for n in g.nodes]))[:, 0])}
+                                          replay_steps(graphs, lambda g: g.table.dur[:, None])[:, 0])}
 
 
 def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
@@ -124,15 +183,19 @@ def median_steps(graphs: list[StepGraph], typ: dict) -> list[StepGraph]:
         shapes.setdefault(shape_of(g), []).append(g)
     out = {}
     for key, gs in shapes.items():
-        durs = np.median([[as_recorded(n, typ) for n in g.nodes] for g in gs], axis=0)
-        nodes = [replace(n, dur=float(d), measured=True) for n, d in zip(gs[0].nodes, durs)]
-        out[key] = StepGraph(gs[0].step, nodes, dict(gs[0].starts), gs[0].recorded, gs[0].typical)
+        durs = np.median([recorded_per_node(g.table, typ) for g in gs], axis=0)
+        t = replace(gs[0].table, dur=durs.astype(float), measured=np.ones(len(durs), bool))
+        out[key] = StepGraph(gs[0].step, None, dict(gs[0].starts), gs[0].recorded, gs[0].typical,
+                             table=t)
     return [out[shape_of(g)] for g in graphs]
 
 
-def shape_of(g: StepGraph) -> tuple:
-    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups."""
-    return tuple((n.id, n.lane, n.after, n.group, n.holds, n.eager) for n in g.nodes)
+def shape_of(g: StepGraph) -> bytes:
+    """What makes two steps' graphs replay alike: ops, lanes, dependencies, groups (worked out
+    once per graph)."""
+    if g.shape is None:
+        g.shape = g.table.shape_key() + repr(sorted(g.starts.items(), key=repr)).encode()
+    return g.shape
 
 
 def over_steps(graphs):
@@ -147,31 +210,88 @@ def _key(c):
 def _m_w(graphs, typ, by_dp, by_stage, replayed, ideal):
     dp_score = dict(zip(by_dp["dp_rank"], by_dp["slowdown"]))
     st_score = dict(zip(by_stage["stage"], by_stage["slowdown"]))
-    workers = sorted({(n.rank, n.dp, n.stage) for n in graphs[0].nodes})
+    t0 = graphs[0].table
+    workers = sorted(set(zip(t0.rank.tolist(), t0.dp.tolist(), t0.stage.tolist())))
     n_top = max(1, math.ceil(len(workers) * 3 / 100))
     scored = sorted(workers, key=lambda w: (-min(dp_score[w[1]], st_score[w[2]]), w[0]))
-    top = {w[0] for w in scored[:n_top]}
-    rem = replay_steps(graphs, lambda g: np.array(
-        [[typ.get(n.optype, 0.0) if n.rank in top else as_recorded(n, typ)] for n in g.nodes]))[:, 0]
+    top = np.array(sorted({w[0] for w in scored[:n_top]}))
+    rem = replay_steps(graphs, lambda g: np.where(np.isin(g.table.rank, top),
+                                                   typical_per_node(g.table, typ),
+                                                   recorded_per_node(g.table, typ))[:, None])[:, 0]
     t_rem = float(over_steps(graphs)(rem))
     m_w = (replayed - t_rem) / (replayed - ideal) if replayed > ideal else float("nan")
-    return m_w, sorted(top)
+    return m_w, top.tolist()
+
+
+CHUNK_CELLS = 2_000_000            # node x column cells replayed at once (16 MB of float64)
+
+
+def _plans(graphs: list[StepGraph]) -> dict:
+    """shape -> (its ReplayPlan, the indices of the steps of that shape); a shape's plan is built
+    once (kept on its first graph) however many passes replay it."""
+    shapes: dict = {}
+    for i, g in enumerate(graphs):
+        try:
+            key = shape_of(g)
+            if key not in shapes:
+                plan = next((x.plan for x in graphs if x.plan is not None and x.shape == key),
+                            None) if g.plan is None else g.plan
+                g.plan = plan or ReplayPlan(g.table)
+                shapes[key] = (g.plan, [])
+        except Cycle as e:
+            g.replay()                                # names what waits for what
+            raise TraceError(f"step {g.step}: the dependency graph cannot be replayed: {e}") from None
+        shapes[key][1].append(i)
+    return shapes
 
 
 def replay_steps(graphs: list[StepGraph], columns) -> np.ndarray:
     """(steps, columns) step times: columns(graph) -> (nodes, columns) durations. Steps whose
-    graphs have the same shape (ops, lanes, dependencies, groups) replay in one batched pass."""
-    shapes: dict = {}
-    for i, g in enumerate(graphs):
-        shapes.setdefault(shape_of(g), []).append(i)
+    graphs have the same shape replay together, a level of ops at a time."""
     out = [None] * len(graphs)
-    for idx in shapes.values():
-        durs = [columns(graphs[i]) for i in idx]
-        width = durs[0].shape[1]
-        t = step_time(graphs[idx[0]].replay(np.hstack(durs)))
-        for j, i in enumerate(idx):
-            out[i] = t[j * width:(j + 1) * width]
+    for plan, idx in _plans(graphs).values():
+        got = _dense_steps(plan, graphs[idx[0]].lane_starts(), [columns(graphs[i]) for i in idx])
+        for i, t in zip(idx, got):
+            out[i] = t
     return np.array(out)
+
+
+def _dense_steps(plan, starts, durs: list) -> list:
+    """Each step's (columns,) times from its (nodes, columns) durations, a few steps a pass."""
+    out = []
+    per = max(1, CHUNK_CELLS // max(1, plan.n * durs[0].shape[1]))
+    for lo in range(0, len(durs), per):
+        block = durs[lo:lo + per]
+        t, _e = replay_dense(plan, np.hstack(block), starts)
+        w = block[0].shape[1]
+        out += [t[j * w:(j + 1) * w] for j in range(len(block))]
+    return out
+
+
+def replay_columns(graphs: list[StepGraph], typ: dict, columns, kept: dict) -> np.ndarray:
+    """(steps, dense columns + one per kept value) step times: columns(g, rec, ide) the dense
+    ones; kept {label: values}: "only the ops of that label value recorded, the rest typical"
+    (graph_replay.replay_one_kept: only the rows a column changes are replayed)."""
+    n_kept = sum(len(v) for v in kept.values())
+    out = None
+    for plan, idx in _plans(graphs).values():
+        t0 = graphs[idx[0]].table
+        starts = graphs[idx[0]].lane_starts()
+        ide = typical_per_node(t0, typ)
+        recs = [recorded_per_node(graphs[i].table, typ) for i in idx]
+        dense = np.array(_dense_steps(plan, starts, [columns(graphs[i], r, ide)
+                                                     for i, r in zip(idx, recs)]))
+        if out is None:
+            out = np.empty((len(graphs), dense.shape[1] + n_kept))
+        out[idx, :dense.shape[1]] = dense
+        _t, e0 = replay_dense(plan, ide[:, None], starts)
+        rec = np.stack(recs, axis=1)
+        at = dense.shape[1]
+        for label, values in kept.items():
+            got = replay_one_kept(plan, e0[:, 0], ide, rec, getattr(t0, label), values)
+            out[idx, at:at + len(values)] = got.T
+            at += len(values)
+    return out
 
 
 def slowest_path(graphs: list[StepGraph], replayed: np.ndarray) -> pd.DataFrame:

@@ -79,11 +79,14 @@ def check_op_table(df: pd.DataFrame, path: str) -> None:
     if df["step"].isna().any():
         raise TraceError(f"{path}: {int(df['step'].isna().sum())} ops without a step id (column "
                          f"'step'): give every op its step")
-    steps = df.groupby("rank")["step"].agg(lambda s: frozenset(s.unique()))
-    every = frozenset().union(*steps)
-    for rank, have in steps.items():
-        if have != every:
-            lack = sorted(every - have)
+    pairs = df[["rank", "step"]].drop_duplicates()
+    counts = pairs.groupby("rank").size()                  # distinct steps per rank, ranks sorted
+    every = frozenset(pairs["step"].unique())
+    short = counts.index[counts.to_numpy() < len(every)]
+    if len(short):                                          # the first rank missing a step
+        rank = short[0]
+        lack = sorted(every - frozenset(pairs.loc[pairs["rank"] == rank, "step"]))
+        if lack:
             more = " ..." if len(lack) > SHOWN_ROWS else ""
             raise TraceError(f"{path}: rank {rank} lacks step(s) {lack[:SHOWN_ROWS]}{more} the other "
                              f"ranks recorded: give every rank the same steps")

@@ -1,49 +1,20 @@
 """One dependency graph of a recorded step across ranks, replayed on the replay core
 (planning/replay.py): a node per op, lanes in program order, cross-rank dependencies and
-collective groups. Builders: the op-level table of a Megatron-style job (the ByteDance straggler
-artifact's columns, parquet or csv: `read_op_table`, `bytedance_graphs`) and partui's own traces
-(partui.analysis.partui_graph).
-
-Rules of the ByteDance format's graph (the paper's dependency model, "Understanding Stragglers in
-Large Model Training Using What-if Analysis"), per step and rank:
-    lanes        compute (forward/backward compute in recorded order), one per p2p stream
-                 (forward-send, forward-recv, backward-send, backward-recv), post (params
-                 all-gather, gc, layernorm all-reduce, embedding all-reduce, grads reduce-scatter,
-                 clip, optimizer: the step's tail in that order)
-    p2p          the k-th forward-send of stage s pairs with the k-th forward-recv of stage s+1
-                 (backward: s with s-1), same dp rank; a send waits for its compute k; compute k
-                 waits for its recv k, recv k for compute k-1; the first backward send/recv for
-                 the forward compute two before the first backward compute
-    collectives  params all-gather and grads reduce-scatter: across the dp ranks of a stage;
-                 embedding all-reduce: first and last stage of a dp rank; clip: every rank
-    tail         the first forward compute waits for the params all-gather; gc (or the tail's
-                 first op) for the last compute to end
-A collective's members all end at the last member's arrival plus their own transfer time, the
-recorded end less the last member's recorded start (0 if negative); every other op lasts its
-recorded duration. Launch gaps (an op starting later than its dependencies allow) are not in the
-graph: replaying it as recorded gives the step without them.
+collective groups. Builders: the op-level table of a Megatron-style job
+(partui.analysis.bytedance_graph) and partui's own traces (partui.analysis.partui_graph), each a
+StepGraph: a list of Node, or the same as a NodeTable (partui.analysis.graph_replay: the arrays
+blame replays). A collective's members all end at the last member's arrival plus their own
+transfer time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from partui.analysis.events import TraceError
-from partui.analysis.op_table import OP_COLUMNS
+from partui.analysis.graph_replay import Cycle, NodeTable
 from planning.replay import Dep, Op, Stuck, later, run
-
-P2P = {"forward-send": ("forward-recv", 1), "forward-recv": ("forward-send", -1),
-       "backward-send": ("backward-recv", -1), "backward-recv": ("backward-send", 1)}
-TAIL = ("params-all-gather", "gc", "layernorm-grads-all-reduce", "embedding-grads-all-reduce",
-        "grads-reduce-scatter", "separate-grads-all-reduce", "optimizer-clip-main-grad", "optimizer")
-DP_SYNCED = ("params-all-gather", "grads-reduce-scatter", "separate-grads-all-reduce")
-# "typical" duration: the paper takes the mean for compute and the median for communication
-COMM_TYPES = set(P2P) | set(DP_SYNCED) | {"layernorm-grads-all-reduce",
-                                          "embedding-grads-all-reduce", "optimizer-clip-main-grad"}
-KIND_OF = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm",
-           "backward-send": "backward-pp-comm", "backward-recv": "backward-pp-comm"}
 
 
 @dataclass(slots=True)
@@ -65,17 +36,40 @@ class Node:
     measured: bool = True               # dur is the op's own, not only a bound on it (partui_graph)
 
 
-@dataclass
 class StepGraph:
-    step: int
-    nodes: list = field(default_factory=list)
-    starts: dict = field(default_factory=dict)      # lane -> start time (default 0)
-    recorded: float | None = None                   # the step's recorded time, s
-    typical: str = "paper"                          # how blame takes typical durations
-    # node id -> (rank, t0 µs, t1 µs, op_id): where a partui trace recorded it (blame_marks)
-    spans: dict = field(default_factory=dict)
+    """One step's graph: its nodes as a list of Node (built on demand) or as a NodeTable (the
+    arrays blame replays; built on demand from the nodes)."""
 
-    ops: list | None = None                         # the replay ops, built once
+    def __init__(self, step: int, nodes: list | None = None, starts: dict | None = None,
+                 recorded: float | None = None, typical: str = "paper", spans: dict | None = None,
+                 table: NodeTable | None = None):
+        self.step = step
+        self._nodes = list(nodes) if nodes is not None else None if table is not None else []
+        self.starts = starts if starts is not None else {}     # lane -> start time (default 0)
+        self.recorded = recorded                    # the step's recorded time, s
+        self.typical = typical                      # how blame takes typical durations
+        # node id -> (rank, t0 µs, t1 µs, op_id): where a partui trace recorded it (blame_marks)
+        self.spans = spans if spans is not None else {}
+        self._table = table
+        self.ops = None                             # the replay ops, built once
+        self.matched_by = "order"                   # partui traces: how ops pair across ranks
+        self.shape: bytes | None = None             # blame: what replays alike, and its plan
+        self.plan = None
+
+    @property
+    def nodes(self) -> list:
+        if self._nodes is None:
+            self._nodes = nodes_of(self._table)
+        return self._nodes
+
+    @property
+    def table(self) -> NodeTable:
+        if self._table is None:
+            self._table = table_of(self._nodes)
+        return self._table
+
+    def lane_starts(self) -> np.ndarray:
+        return np.array([float(self.starts.get(k, 0.0)) for k in self.table.lanes])
 
     def replay(self, durs=None):
         """The replay of this step with `durs`: one per node (default: as recorded), or a
@@ -92,6 +86,49 @@ class StepGraph:
             raise TraceError(f"step {self.step}: the dependency graph cannot be replayed: {e}") from None
 
 
+def _codes(values) -> tuple[np.ndarray, list]:
+    """Values -> (int codes, the distinct values in first-seen order)."""
+    seen: dict = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(values))
+    return codes, list(seen)
+
+
+def table_of(nodes: list) -> NodeTable:
+    """The NodeTable of a list of Node; a dependency on no node of the list raises Cycle (the
+    event loop then names it)."""
+    at = {n.id: i for i, n in enumerate(nodes)}
+    lane, lanes = _codes([n.lane for n in nodes])
+    optype, optypes = _codes([n.optype for n in nodes])
+    kind, kinds = _codes([n.kind for n in nodes])
+    gcodes, groups = _codes([n.group for n in nodes if n.group is not None])
+    group = np.full(len(nodes), -1, np.int64)
+    group[[i for i, n in enumerate(nodes) if n.group is not None]] = gcodes
+    try:
+        deps = [at[a] for n in nodes for a in n.after]
+    except KeyError as e:
+        raise Cycle(f"a dependency on {e.args[0]!r}, no op of the step") from None
+    col = lambda f, t: np.array([f(n) for n in nodes], t)
+    return NodeTable(lane, lanes, col(lambda n: n.dur, float), optype, optypes, kind, kinds,
+                     col(lambda n: n.rank, np.int64), col(lambda n: n.dp, np.int64),
+                     col(lambda n: n.stage, np.int64), col(lambda n: n.marker, bool),
+                     col(lambda n: n.measured, bool), col(lambda n: n.holds, bool),
+                     col(lambda n: n.eager, bool), group, groups,
+                     np.r_[0, np.cumsum([len(n.after) for n in nodes])].astype(np.int64),
+                     np.array(deps, np.int64), [n.id for n in nodes])
+
+
+def nodes_of(t: NodeTable) -> list:
+    ids = t.node_ids()
+    out = []
+    for i in range(len(t)):
+        deps = t.dep_idx[t.dep_ptr[i]:t.dep_ptr[i + 1]]
+        out.append(Node(ids[i], t.lanes[t.lane[i]], float(t.dur[i]), t.optypes[t.optype[i]],
+                        int(t.rank[i]), int(t.dp[i]), int(t.stage[i]), tuple(ids[j] for j in deps),
+                        t.groups[t.group[i]] if t.group[i] >= 0 else None, bool(t.holds[i]),
+                        bool(t.eager[i]), bool(t.marker[i]), t.kinds[t.kind[i]], bool(t.measured[i])))
+    return out
+
+
 def elementwise(current, candidate) -> tuple:
     """replay's `pick` for vector times: the later per column; won follows column 0."""
     c0 = current[0] if isinstance(current, np.ndarray) else current
@@ -104,117 +141,3 @@ def step_time(got):
     when the replay was batched."""
     return np.max(np.array([np.broadcast_to(v, np.shape(v)) for v in got.lane_end.values()],
                            dtype=object).tolist(), axis=0)
-
-
-def _transfer(df: pd.DataFrame, key: pd.Series) -> np.ndarray:
-    """Per op: recorded end less its group's last recorded start (0 if negative); a non-collective
-    keeps its duration."""
-    end = (df["start_ts"] + df["duration"]).to_numpy(float)
-    last = df.groupby(key)["start_ts"].transform("max").to_numpy(float)
-    out = np.maximum(end - last, 0.0)
-    return np.where(key.isna().to_numpy(), df["duration"].to_numpy(float), out)
-
-
-def _group_keys(df: pd.DataFrame) -> pd.Series:
-    """Per op: the collective it is a member of, as text (None: not a collective)."""
-    t = df["optype"]
-    s, st, dp, k = (df[c].astype("int64").astype(str) for c in ("step", "stage", "dp_rank", "k"))
-    direction = t.str.split("-").str[0]
-    delta = t.map({"forward-recv": -1, "backward-recv": 1}).fillna(0).astype("int64")
-    send_stage = (df["stage"].astype("int64") + delta).astype(str)
-    key = pd.Series(None, index=df.index, dtype=object)
-    p2p = t.isin(list(P2P))
-    key[p2p] = ("p2p|" + s + "|" + direction + "|" + send_stage + "|" + dp + "|" + k)[p2p]
-    dps = t.isin(DP_SYNCED)
-    key[dps] = (t + "|" + s + "|" + st + "|" + k)[dps]
-    emb = t.eq("embedding-grads-all-reduce")
-    key[emb] = (t + "|" + s + "|" + dp + "|" + k)[emb]
-    clip = t.eq("optimizer-clip-main-grad")
-    key[clip] = (t + "|" + s + "|" + k)[clip]
-    return key
-
-
-def bytedance_graphs(df: pd.DataFrame) -> list[StepGraph]:
-    """The step graphs of an op-level trace (read_op_table), one per step, in step order."""
-    df = df[list(OP_COLUMNS)].copy()
-    df["optype"] = df["optype"].astype(str).astype(object)
-    df = df[df["optype"] != "first-op"]
-    df = df.sort_values(["step", "rank", "start_ts", "seq_id"], kind="stable").reset_index(drop=True)
-    df["k"] = df.groupby(["step", "rank", "optype"]).cumcount()
-    key = _group_keys(df)
-    df["transfer"] = _transfer(df, key)
-    sizes = key.map(key.value_counts())
-    # a step's graph names its groups without the step, so same-shaped steps batch (blame)
-    parts = key.str.split("|", n=2)
-    df["group"] = (parts.str[0] + "|" + parts.str[2]).where(sizes >= 2, None)
-    df["end"] = df["start_ts"] + df["duration"]
-    rows = list(df[["rank", "dp_rank", "stage", "optype", "k", "start_ts", "end", "transfer",
-                    "group"]].itertuples(index=False, name="OpRow"))
-    steps = df["step"].to_numpy()
-    ranks = df["rank"].to_numpy()
-    cut = np.flatnonzero((steps[1:] != steps[:-1]) | (ranks[1:] != ranks[:-1])) + 1
-    graphs: dict = {}
-    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(df)]):
-        s = int(steps[lo])
-        g = graphs.get(s)
-        if g is None:
-            g = graphs[s] = StepGraph(s)
-        _rank_nodes(g.nodes, rows[lo:hi])
-    rec = df.groupby("step").agg(a=("start_ts", "min"), b=("end", "max"))
-    for s, g in graphs.items():
-        g.recorded = float(rec.loc[s, "b"] - rec.loc[s, "a"])
-    return [graphs[s] for s in sorted(graphs)]
-
-
-def _rank_nodes(out: list, rows: list) -> None:
-    r, d, st = int(rows[0].rank), int(rows[0].dp_rank), int(rows[0].stage)
-    ident = {id(x): (r, x.optype, int(x.k)) for x in rows}
-    comp = [x for x in rows if x.optype in ("forward-compute", "backward-compute")]
-    by = {}
-    for x in rows:
-        by.setdefault(x.optype, []).append(x)
-    after: dict = {}
-
-    def need(x, y):
-        if x is not None and y is not None:
-            after.setdefault(id(x), []).append(ident[id(y)])
-
-    def nth(t, i):
-        seq = by.get(t, [])
-        return seq[i] if 0 <= i < len(seq) else None
-
-    for t in P2P:
-        direction, kind = t.split("-")
-        for x in by.get(t, []):
-            if kind == "send":
-                need(x, nth(f"{direction}-compute", x.k))
-            else:
-                need(nth(f"{direction}-compute", x.k), x)
-                need(x, nth(f"{direction}-compute", x.k - 1))
-    first_b = next((i for i, x in enumerate(comp) if x.optype == "backward-compute"), None)
-    if first_b is not None and first_b >= 2:
-        for t in ("backward-send", "backward-recv"):
-            need(nth(t, 0), comp[first_b - 2])
-    need(nth("forward-compute", 0), nth("params-all-gather", 0))
-    post = sorted((x for x in rows if x.optype in TAIL), key=lambda x: (TAIL.index(x.optype), x.k))
-    tail = [x for x in post if x.optype != "params-all-gather"]
-    if comp and tail:                        # gc (the tail's first op) after the last compute
-        need(tail[0], max(comp, key=lambda x: x.end))
-    lanes = {"compute": comp, **{t: by.get(t, []) for t in P2P}, "post": post}
-    other = [x for x in rows if x.optype not in TAIL and x.optype not in P2P
-             and x.optype not in ("forward-compute", "backward-compute")]
-    if other:
-        raise TraceError(f"rank {r}: op type(s) {sorted({x.optype for x in other})} not in the "
-                         f"dependency model (known: compute, {', '.join(P2P)}, {', '.join(TAIL)})")
-    for name, seq in lanes.items():
-        lane = (r, name)
-        for x in seq:
-            nid = ident[id(x)]
-            deps = tuple(after.get(id(x), ()))
-            if x.group is not None:              # arrive (deps met), then the collective
-                out.append(Node(("arrive",) + nid, lane, 0.0, "arrive", r, d, st, deps, marker=True))
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, (), x.group,
-                                kind=KIND_OF.get(x.optype, x.optype)))
-            else:
-                out.append(Node(nid, lane, float(x.transfer), x.optype, r, d, st, deps,
-                                kind=KIND_OF.get(x.optype, x.optype)))

@@ -3,8 +3,10 @@ step as a program (partui.analysis.whatif.programs: busy stretches, comm issues 
 lane per rank.
     busy         a compute node lasting the recorded stretch (compute and the host work around it)
     comm issue   a collective member, grouped with the other members' issue of the same op
-                 (planning.link.match_key: the n-th op on a group, p2p by src, dst, tag): the
-                 group starts at the last member's issue; every member ends one transfer later
+                 (planning.link.match_key's group, p2p by src, dst, tag; which op of it: its
+                 Comms Id where every op carries one, else a collective's Seq, else the n-th
+                 on that key, `matching`): the group starts at the last member's issue; every
+                 member ends one transfer later
     wait         blocks the rank until its op ends
 A group's transfer: a member's wait end less the last issue (0 if negative) bounds it, and is it
 when that wait began by the last issue (it saw the whole transfer). A pipeline sends eagerly and
@@ -49,10 +51,44 @@ def partui_graphs(doc: dict) -> list[StepGraph]:
         if rs != every:
             lack = sorted(set(every) - set(rs))
             raise TraceError(f"rank {lack[0]} did not record step {s}: every rank needs the same steps")
-    return [_graph(s, progs[s], plan) for s in steps]
+    how = matching(progs)
+    graphs = [_graph(s, progs[s], plan, how) for s in steps]
+    for g in graphs:
+        g.matched_by = how
+    return graphs
 
 
-def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
+# the comm event args that name one op across its group's ranks (kernels/comm records them as
+# Kineto's torch.profiler traces do): its process group, its sequence number there, its id
+GROUP_NAME, SEQ, COMMS_ID = "Process Group Name", "Seq", "Comms Id"
+
+
+def matching(progs: dict) -> str:
+    """How the same op is found on each rank: "comms id" when every comm issue carries one (an
+    op's id is the same on every rank of its group, whatever order a rank issued it in); else
+    "seq" when every collective carries its Seq (p2p then by order); else "order" (the n-th op
+    of a kind on one group is the same op on every member: a reordered rank is then misread)."""
+    issues = [it[1] for p in progs.values() for r in p.values() for it in r["items"]
+              if it[0] == "issue"]
+    if issues and all(COMMS_ID in a for a in issues):
+        return "comms id"
+    coll = [a for a in issues if a["op"] not in ("send", "recv")]
+    if coll and all(SEQ in a for a in coll):
+        return "seq"
+    return "order"
+
+
+def identity(a: dict, how: str):
+    """The op's own identity under `how` (None: count it in order)."""
+    group = a.get(GROUP_NAME, a.get("group"))
+    if how == "comms id":
+        return ("comms id", group, a[COMMS_ID])
+    if how == "seq" and a["op"] not in ("send", "recv"):
+        return ("seq", group, a[SEQ])
+    return None
+
+
+def _graph(step: int, progs: dict, plan: Plan | None, how: str = "order") -> StepGraph:
     world = max(progs) + 1
     where = {r: coords(plan, r) if plan is not None else {"dp": r, "pp": 0} for r in progs}
     seq: dict = {}
@@ -68,8 +104,10 @@ def _graph(step: int, progs: dict, plan: Plan | None) -> StepGraph:
                 a = it[1]
                 base, kind, ranks = match_key(a["op"], r, a.get("peer"), a.get("tag", 0),
                                               a.get("group"), members(plan, a.get("group"), r, world))
-                n = seq[r, base] = seq.get((r, base), -1) + 1
-                key = base + (n,)
+                ident = identity(a, how)
+                if ident is None:
+                    ident = seq[r, base] = seq.get((r, base), -1) + 1
+                key = base + (ident,)
                 issued[r, a["op_id"]] = (key, at)
                 members_of.setdefault(key, []).append((r, at, a["op_id"]))
             elif it[0] == "wait":

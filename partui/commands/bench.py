@@ -5,7 +5,7 @@ import argparse
 import importlib
 
 BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "fb", "collectives", "trace", "app", "whatif",
-           "soak", "analysis", "blame")
+           "soak", "analysis", "blame", "blame-scale")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -18,4 +18,4 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     # a dispatch table: only the bench asked for is imported (each brings its own heavy peers)
-    return importlib.import_module(f"partui.bench.{args.what}").main(args.rest)
+    return importlib.import_module(f"partui.bench.{args.what.replace('-', '_')}").main(args.rest)

@@ -10,10 +10,10 @@ import sys
 
 from partui.analysis.blame import FIGURES, analyse
 from partui.analysis.blame_marks import write_marked
+from partui.analysis.bytedance_graph import bytedance_graphs
 from partui.analysis.definitions import BLAME, definitions_of, help_text
 from partui.analysis.events import TraceError
 from partui.analysis.op_table import read_op_table
-from partui.analysis.opgraph import bytedance_graphs
 from partui.analysis.partui_graph import partui_graphs
 from partui.analysis.reader import read_doc
 from partui.commands.paths import check_output_file
