@@ -157,7 +157,7 @@ def check_model(ckpt: str, man: dict, plan, cfg, training: dict) -> None:
                               f"{plan.dtype}: resume with --dtype {man['plan'].get('dtype')}")
     for key in ("optim", "seed"):
         a, b = man.get("training", {}).get(key), training.get(key)
-        if a is not None and a != b:
+        if a is not None and b is not None and a != b:
             why = "its optimizer state" if key == "optim" else "its data order"
             raise CheckpointError(f"{ckpt} was trained with {flag(key)} {a}, this run "
                                   f"{flag(key)} {b} ({why} would not carry on): resume with "
@@ -202,7 +202,7 @@ def check_resume(path: str, plan, cfg, training: dict) -> tuple[str, dict]:
     man = read_manifest(ckpt)
     check_files(ckpt, man)
     check_model(ckpt, man, plan, cfg, training)
-    check_tensors(ckpt, plan, cfg, training.get("optim", "adamw"))
+    check_tensors(ckpt, plan, cfg, training.get("optim") or man.get("training", {}).get("optim", "adamw"))
     return ckpt, man
 
 

@@ -36,9 +36,10 @@ DEEPSEEK = {
     "ds_zero2": {"dp": 2, "zero": 2},
     "ds_pp2": {"pp": 2, "schedule": "1f1b"},
 }
-MODEL_OF = {**{k: "tiny" for k in DENSE}, **{k: "tiny" for k in GSHARD},
+MIXED = {"zero2_bf16": {"dp": 2, "zero": 2, "dtype": "bf16"}}   # bf16 params, fp32 masters
+MODEL_OF = {**{k: "tiny" for k in (*DENSE, *GSHARD, *MIXED)},
             **{k: "deepseek-tiny" for k in DEEPSEEK}}
-FIELDS = {**DENSE, **GSHARD, **DEEPSEEK}
+FIELDS = {**DENSE, **GSHARD, **DEEPSEEK, **MIXED}
 
 
 def world(name: str, check: bool = False) -> World:

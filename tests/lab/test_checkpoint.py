@@ -14,7 +14,7 @@ from partui.checkpoint import saved_steps
 from partui.launch import RankError, WorldTimeout
 from planning.config import make_config
 from planning.mesh import Plan
-from tests.lab.checkpoint_helpers import FIELDS, differences, whole_state, world
+from tests.lab.checkpoint_helpers import differences, whole_state, world
 
 N, K = 3, 1
 SAME_PLAN = ["dp2", "zero1", "zero2", "zero3", "tp2sp", "pp1f1b", "interleaved", "dualpipe",
@@ -57,9 +57,6 @@ def test_same_plan_resume_is_bit_for_bit(name, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_bf16_masters_resume_bit_for_bit(tmp_path):
-    FIELDS["zero2_bf16"] = {"dp": 2, "zero": 2, "dtype": "bf16"}
-    from tests.lab import checkpoint_helpers
-    checkpoint_helpers.MODEL_OF["zero2_bf16"] = "tiny"
     straight, resumed, _, a, b = straight_and_resumed("zero2_bf16", tmp_path)
     assert resumed == straight[K:]
     sa, sb = whole_state(a, str(tmp_path)), whole_state(b, str(tmp_path))
