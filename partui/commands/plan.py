@@ -10,7 +10,9 @@ import json
 import sys
 
 from partui.commands.flags import add_plan_arguments, fields_from_args, flagify, microbatches_note
+from partui.checkpoint import check_resume
 from partui.plans import MODEL_FIELDS, build_plan
+from planning.mesh import Plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -65,9 +67,7 @@ def run(args) -> int:
 
 def show_reshard(args, plan, cfg) -> int:
     """The reshard map of `--resume DIR` onto this plan (partui.reshard_map); nothing launched."""
-    from partui.checkpoint import check_resume
-    from partui.reshard_map import reshard_map, reshard_text
-    from planning.mesh import Plan
+    from partui.reshard_map import reshard_map, reshard_text   # torch: only a valid plan's map
     try:
         ckpt, man = check_resume(args.resume, plan, cfg, {})   # the run's own seed / optim
     except ValueError as e:
