@@ -211,12 +211,14 @@ __all__ = ["CheckpointError", "resolve", "read_manifest", "begin", "commit", "ab
 
 
 def save_world(ctl, root: str, plan, cfg, model: str, training: dict, keep: int | None = None,
-               kill_rank: int | None = None) -> str:
+               kill_rank: int | None = None, fault: str | None = None) -> str:
     """Every rank writes its shards into a fresh folder; committed once all have replied.
-    `kill_rank`: that rank SIGKILLs itself after writing (a test of the commit)."""
+    `kill_rank`: that rank SIGKILLs itself after writing (a test of the commit); `fault`: a known
+    bug injected (kernels/checkpoint/faults.py, the labs)."""
     tmp = begin(root)
     try:
-        steps = ctl.call("save", {"path": os.path.abspath(tmp), "kill_rank": kill_rank})
+        steps = ctl.call("save", {"path": os.path.abspath(tmp), "kill_rank": kill_rank,
+                                  "fault": fault})
     except BaseException:
         abandon(tmp)
         raise

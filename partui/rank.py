@@ -135,12 +135,12 @@ def handle(state: dict, cmd: str, payload: dict):
     if cmd == "snapshot":
         return snapshot.take(eng, payload)
     if cmd == "save":                 # every rank at once into the folder the controller made
-        save_engine(eng, payload["path"], payload.get("dedup", True))
+        save_engine(eng, payload["path"], payload.get("fault"))
         if payload.get("kill_rank") == state["rank"]:   # a test's SIGKILL before the commit
             os.kill(os.getpid(), signal.SIGKILL)
         return eng.step_count
     if cmd == "load":                 # every rank at once, after setup: DCP reshards
-        load_engine(eng, payload["path"])
+        load_engine(eng, payload["path"], payload.get("fault"))
         return eng.step_count
     if cmd == "fault":
         state["fault_step"] = payload["step"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels.checkpoint import faults
 from kernels.comm.dcp import Boxes
 from kernels.dp.buckets import flat_blocks, prod
 from kernels.dp.sync import BucketedDP
@@ -114,14 +115,16 @@ def dense_boxes(sync, col: Collect) -> None:
             col.state(name, prm, key, [whole(prm, t)], t.dtype)
 
 
-def rank_state(eng, holds: bool, rng_ranks=None) -> dict:
+def rank_state(eng, holds: bool, rng_ranks=None, fault: str | None = None) -> dict:
     """This rank's state dict for DCP. holds=False: what it owns (save); True: what it holds
-    (load). rng_ranks: the ranks whose RNG state the file has (load; None: this rank's)."""
+    (load). rng_ranks: the ranks whose RNG state the file has (load; None: this rank's).
+    fault: a known bug to inject on save (kernels/checkpoint/faults.py; labs only)."""
     col = Collect()
     if isinstance(eng.sync, ZeroSync):
         zero_boxes(eng.sync, col, holds)
     else:
         dense_boxes(eng.sync, col)
+    faults.on_save(col, eng.params, fault)
     sd = col.state_dict()
     for b in selection_biases(eng.layers):          # whole on every rank holding the layer
         sd["model"][b["name"]] = b["tensor"]
