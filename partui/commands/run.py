@@ -192,7 +192,9 @@ def run(args) -> int:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
         try:
-            summary = run_joined(world, args.steps, print_line, profile=args.profile)
+            summary = run_joined(world, args.steps, print_line, profile=args.profile,
+                                 resume=getattr(args, "resume_from", None), save=args.save,
+                                 keep=args.keep or None)
         except ValueError as e:
             return fail(str(e))
         except RendezvousError as e:                   # most often: the rendezvous port is taken

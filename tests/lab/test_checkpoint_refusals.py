@@ -110,3 +110,24 @@ def test_checkpoint_flags_that_cannot_work_are_refused():
                         (["--steps", "0", "--resume", "x"], "only with --resume DIR --save DIR2")):
         proc = run_here("run", "--dp", 2, *argv)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(400)
+def test_the_same_checkpoint_path_under_torchrun(tmp_path):
+    """torchrun's ranks save through the same door (rank 0 commits); partui's own world resumes it
+    under another plan and its next step passes --check."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun not installed")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "partui", "run",
+                           "--dp", "2", "--zero", "3", "--steps", "2", "--save", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "step-00000002" / MANIFEST).exists()
+    res = run_here("run", "--tp", 2, "--resume", tmp_path, "--steps", 1, "--check", "--json",
+                   check_rc=0)
+    assert res.lines[0]["step"] == 2 and res.lines[-1]["summary"]["check"] == "passed"
