@@ -8,8 +8,8 @@ their initial zeros), and one world per plan loads other plans' checkpoints in t
 followed by its save, so a world is launched 2 x 17 times whatever the matrix. Which sources a
 target loads: by default a ring plus a hub (each group's first plan): the hub loads every other
 plan of its model, every other plan loads the hub's and its ring predecessor's; so every plan is
-saved-from and loaded-into, and each pair of plans is joined through the hub (56 reshards, ~6 min
-here). PARTUI_CKPT_MATRIX=full loads every other plan into every plan (272 reshards: 16 min on
+saved-from and loaded-into, and each pair of plans is joined through the hub (39 reshards, 9 min on the
+same loaded machine). PARTUI_CKPT_MATRIX=full loads every other plan into every plan (272 reshards: 16 min on
 2 cores shared with 7 other jobs), for a change to the checkpoint code itself."""
 import os
 
