@@ -12,7 +12,18 @@ import pytest
 
 from conftest import ROOT, run_here
 from partui.checkpoint import saved_steps
-from tests.lab.test_stuck_rank import _grandchildren
+
+
+def rank_pids(pid: int) -> list[int]:
+    """The ranks of `partui run` process `pid`: its fork server's children (from /proc)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        try:
+            parent[int(d)] = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    kids = {c for c, pp in parent.items() if pp == pid}
+    return sorted(c for c, pp in parent.items() if pp in kids)
 
 
 @pytest.mark.timeout(300)
@@ -26,7 +37,7 @@ def test_a_dead_rank_names_the_last_checkpoint_and_the_resume_command(tmp_path):
         deadline = time.monotonic() + 120
         while len(saved_steps(root)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        ranks = _grandchildren(p.pid)
+        ranks = rank_pids(p.pid)
         assert len(ranks) == 2, ranks
         os.kill(ranks[-1], signal.SIGKILL)
         _, err = p.communicate(timeout=60)
