@@ -71,14 +71,14 @@ class Saver:
 
     def hint(self) -> str:
         """After a bad end: the last good checkpoint and the command that resumes it."""
-        last = self.last or (saved_steps(self.args.save)[-1:] or [None])[0] if self.args.save \
-            else self.last
+        last = self.last
+        if last is None and self.args.save and saved_steps(self.args.save):
+            last = saved_steps(self.args.save)[-1]        # an earlier run's, in the same root
         if not last:
             return "no checkpoint was saved (add --save DIR --save-every N to keep progress)"
         argv = list(self.args.argv)
-        for flag_ in ("--resume",):
-            while flag_ in argv:
-                i = argv.index(flag_)
-                del argv[i:i + 2]
+        while "--resume" in argv:
+            i = argv.index("--resume")
+            del argv[i:i + 2]
         return (f"last checkpoint {last}; resume with: partui "
                 f"{shlex.join(argv + ['--resume', last])}")
