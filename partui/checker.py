@@ -8,6 +8,7 @@ import math
 import torch
 
 from kernels.check import Reference, assemble, compare_pieces
+from kernels.checkpoint.reference import load_reference
 from kernels.torch_reference import TorchReference
 from partui.plans import check_reference
 
@@ -44,6 +45,13 @@ class Checker:
                           if reference == "autograd" else
                           Reference(plan, cfg, seed, optim, lr, weight_decay, "hand", dtype=dtype))
         self.dtype = plan.dtype
+
+    def load(self, path: str) -> int:
+        """The reference resumed from the checkpoint the world loaded (its step)."""
+        if not isinstance(self.reference, Reference):
+            raise ValueError("--reference autograd cannot resume from a checkpoint: drop "
+                             "--reference autograd (the hand reference resumes)")
+        return load_reference(self.reference, path)
 
     def step(self, items: list[dict], line: dict) -> bool:
         """The next step of the world (its ranks' items, its step line); True when it failed."""

@@ -9,11 +9,14 @@ reaches the controller with its rank and traceback.
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import traceback
 
 import torch
 
 from kernels import comm
+from kernels.checkpoint import load_engine, save_engine
 from kernels.calibrate import install_link
 from kernels.engine import Engine
 from partui import snapshot
@@ -143,6 +146,14 @@ def handle(state: dict, cmd: str, payload: dict):
         return eng.runner.slow
     if cmd == "snapshot":
         return snapshot.take(eng, payload)
+    if cmd == "save":                 # every rank at once into the folder the controller made
+        save_engine(eng, payload["path"], payload.get("fault"))
+        if payload.get("kill_rank") == state["rank"]:   # a test's SIGKILL before the commit
+            os.kill(os.getpid(), signal.SIGKILL)
+        return eng.step_count
+    if cmd == "load":                 # every rank at once, after setup: DCP reshards
+        load_engine(eng, payload["path"], payload.get("fault"))
+        return eng.step_count
     if cmd == "fault":
         state["fault_step"] = payload["step"]
         return None

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import torch
 
 from kernels import comm
+from partui.checkpoint import commit, manifest_of
 from partui.controller import setup_payload
 from partui.rank import handle, new_state
 from partui.results import step_line, summarize
@@ -35,11 +37,15 @@ def gather(obj, device: str) -> list:
     return [json.loads(bytes(rows[r, :int(sizes[r])].tolist())) for r in range(n)]
 
 
-def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> dict | None:
+def run_joined(world, steps: int, on_step=None, profile: str | None = None,
+               resume: str | None = None, save: str | None = None,
+               keep: int | None = None) -> dict | None:
     """Train `world`'s plan (a partui.World holding a validated plan and its training options) for
     `steps` on torchrun's world; on rank 0 calls on_step(line) per step and returns the summary
     (with backend and wall_s), elsewhere None. ValueError when the world sizes differ. profile: a
-    folder each rank writes its torch.profiler file into (partui.profile)."""
+    folder each rank writes its torch.profiler file into (partui.profile). resume: a checkpoint
+    every rank loads first (checked by the caller); save: a save root every rank writes into at
+    the end (a folder all nodes share), committed by rank 0 once every rank has written."""
     plan, cfg = world.current_plan, world.cfg
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if plan.world != size:
@@ -58,6 +64,8 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
         state = new_state(rank)
         payload = setup_payload(plan, cfg, device=device, **world.training())
         infos = gather(handle(state, "setup", payload), device)
+        if resume:
+            handle(state, "load", {"path": os.path.abspath(resume)})
         launch_s, t1 = time.perf_counter() - t0, time.perf_counter()
         if profile:
             handle(state, "profile_start", {"dir": profile})
@@ -70,6 +78,8 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
                     on_step(lines[-1])
         if profile:
             handle(state, "profile_stop", {})
+        if save:
+            save_joined(world, state, save, keep)
     finally:
         comm.destroy()
     if rank != 0:
@@ -77,3 +87,20 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
     out = summarize(plan, cfg, infos, lines, launch_s)
     out.update(backend=backend, wall_s=time.perf_counter() - t1)
     return out
+
+
+def save_joined(world, state: dict, root: str, keep: int | None) -> str:
+    """Every rank writes into one partial folder (named by the step, so all agree on it without a
+    message), then rank 0 commits it (partui.checkpoint) after a barrier."""
+    step = state["engine"].step_count
+    tmp = os.path.join(os.path.abspath(root), f".partial-torchrun-{step}")
+    os.makedirs(tmp, exist_ok=True)
+    handle(state, "save", {"path": tmp})
+    comm.barrier()
+    final = ""
+    if comm.world_rank() == 0:
+        final = commit(tmp, root, manifest_of(step, world.current_plan, world.cfg, world.model,
+                                              world.training()), keep)
+        print(f"partui run: checkpoint {final}", file=sys.stderr, flush=True)
+    comm.barrier()
+    return final

@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 
+from partui.checkpoint import check_resume, save_world
 from partui.controller import Controller
 from partui.launch import RankError, WorldTimeout
 from partui.machine import usable_cpus
@@ -321,6 +322,30 @@ class World:
         if self.link:
             out["link"] = dict(self.link, describe=self.link_text())
         return out
+
+    # ---------------------------------------------------------------- checkpoints
+    def save(self, folder: str, keep: int | None = None, kill_rank: int | None = None,
+             fault: str | None = None) -> str:
+        """Checkpoint the live world between steps: every rank writes its own shards (DCP) into
+        folder/step-NNNNNNNN, committed once all have written; the oldest beyond `keep` go.
+        Returns the checkpoint's folder (partui.checkpoint). kill_rank / fault: the tests' and
+        labs' injected failures (a rank SIGKILLed after writing; kernels/checkpoint/faults.py)."""
+        with self._lock:
+            return self._guard(lambda c: save_world(c, folder, self.current_plan, self.cfg,
+                                                    self.model, self.training(), keep, kill_rank,
+                                                    fault))
+
+    def load(self, path: str, fault: str | None = None) -> int:
+        """Resume the live world (launched if not) from a checkpoint folder or save root, whatever
+        plan wrote it; the next step carries on from its step. A checkpoint this plan cannot
+        take raises CheckpointError (a ValueError) before any rank reads it."""
+        with self._lock:
+            ckpt, _ = check_resume(path, self.current_plan, self.cfg, self.training())
+            steps = self._guard(lambda c: c.call("load", {"path": os.path.abspath(ckpt),
+                                                          "fault": fault}))
+            if self.checker is not None:
+                self.checker.load(ckpt)
+            return steps[0]
 
     # ---------------------------------------------------------------- inspection
     def snapshot(self, full: list[str] | None = None) -> list[dict]:

@@ -10,7 +10,9 @@ import json
 import sys
 
 from partui.commands.flags import add_plan_arguments, fields_from_args, flagify, microbatches_note
+from partui.checkpoint import check_resume
 from partui.plans import MODEL_FIELDS, build_plan
+from planning.mesh import Plan
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,6 +23,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="one JSON object: the plan, the model and a list of ranks")
     p.add_argument("--trace", metavar="TRACE",
                    help="a partui trace of this plan: its measured memory beside the prediction")
+    p.add_argument("--resume", metavar="DIR",
+                   help="a checkpoint (or --save DIR): per tensor, which saved ranks supply which "
+                        "pieces to which of this plan's ranks, and the bytes each reads")
     p.set_defaults(func=run)
     return p
 
@@ -33,6 +38,8 @@ def run(args) -> int:
     except ValueError as e:                       # PlanError too: one line, in flags
         print(f"partui plan: {flagify(str(e))}", file=sys.stderr)
         return 2
+    if args.resume:
+        return show_reshard(args, plan, cfg)
     from partui.layout import layout_text, memory_text, plan_layout  # torch: only once the plan is valid
     measured = None
     if args.trace:
@@ -55,4 +62,21 @@ def run(args) -> int:
         note = microbatches_note(args, plan)
         print(layout_text(plan, cfg, ranks) + "\n\n" + memory_text(ranks, measured)
               + (f"\n{note}" if note else ""))
+    return 0
+
+
+def show_reshard(args, plan, cfg) -> int:
+    """The reshard map of `--resume DIR` onto this plan (partui.reshard_map); nothing launched."""
+    from partui.reshard_map import reshard_map, reshard_text   # torch: only a valid plan's map
+    try:
+        ckpt, man = check_resume(args.resume, plan, cfg, {})   # the run's own seed / optim
+    except ValueError as e:
+        print(f"partui plan: {e}", file=sys.stderr)
+        return 2
+    doc = reshard_map(ckpt, plan, cfg)
+    if args.json:
+        print(json.dumps({"checkpoint": ckpt, "saved_plan": man["plan"], "plan": plan.to_dict(),
+                          **doc}))
+    else:
+        print(reshard_text(doc, Plan.from_dict(man["plan"]).describe(), plan.describe()))
     return 0

@@ -12,6 +12,7 @@ import sys
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify, microbatches_note,
                                    world_options)
 from partui.commands.paths import check_output_file, prove_writable
+from partui.commands.resume import Saver, add_checkpoint_arguments, check_checkpoint_options
 from partui.launch import RankError, WorldTimeout
 from partui.machine import under_torchrun, usable_cpus
 from partui.results import line_text, public, summary_text
@@ -28,6 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --trace: mark the slowest step's critical path across ranks in the "
                         "saved trace (partui blame's; args.critical_path and one flow chain, for "
                         "Perfetto)")
+    add_checkpoint_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -53,7 +55,7 @@ def parse_steps(spec: str | None, steps: int) -> set[int]:
 
 def check_run_options(args) -> None:
     """The flags that are not plan fields, refused before anything launches."""
-    if args.steps < 1:
+    if args.steps < 1 and not (args.steps == 0 and args.resume):
         raise ValueError(f"--steps {args.steps}: a run takes 1 step or more; try --steps 5")
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
         raise ValueError(f"--timeout {args.timeout:g}: seconds any command may take must be > 0; "
@@ -165,6 +167,7 @@ def run(args) -> int:
         if args.profile:
             args.profile = check_profile_dir(args.profile)
         trace_steps = cap_trace_steps(asked, args.trace_uncapped)
+        check_checkpoint_options(args, world)        # a checkpoint it cannot take: before launch
     except ValueError as e:                       # PlanError too: one line, in flags
         return fail(flagify(str(e)))
     if args.trace_steps and not args.trace:
@@ -189,7 +192,9 @@ def run(args) -> int:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
         try:
-            summary = run_joined(world, args.steps, print_line, profile=args.profile)
+            summary = run_joined(world, args.steps, print_line, profile=args.profile,
+                                 resume=getattr(args, "resume_from", None), save=args.save,
+                                 keep=args.keep or None)
         except ValueError as e:
             return fail(str(e))
         except RendezvousError as e:                   # most often: the rendezvous port is taken
@@ -198,13 +203,23 @@ def run(args) -> int:
             print_summary(summary, world, args.json, microbatches_note(args, world.current_plan))
         return 0
     command = "partui " + " ".join(args.argv)
+    saver = Saver(world, args)
     try:
         with world:
             world.launch()
+            if args.resume:
+                print(f"partui run: resumed {args.resume_from} at step {world.load(args.resume_from)}",
+                      file=sys.stderr, flush=True)
+            if args.steps == 0:                    # a reshard: load under this plan, save, no step
+                saver.finish(None)
+                return 0
             if args.profile:
                 world.profile(args.profile)
             try:
-                traced_run(world, args.steps, asked, trace_steps, not args.trace_full, print_line)
+                traced_run(world, args.steps, asked, trace_steps, not args.trace_full,
+                           lambda ln: (print_line(ln), saver.after(ln)))
+                if args.save:
+                    saver.finish(world.history[-1]["step"] + 1)
                 if args.trace:
                     world.trace_save(args.trace, command=command)
                     if args.critical_path:   # pandas and the analysis: only a marked trace
@@ -218,7 +233,8 @@ def run(args) -> int:
                 say_profiled(world.profile(None))
             summary = world.summary()
     except (RankError, WorldTimeout) as e:
-        return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip(), 1)
+        return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip() +
+                    (f"\npartui run: {saver.hint()}" if args.save or args.resume else ""), 1)
     except OSError as e:                          # the save itself (the partial line said where)
         if isinstance(e, BrokenPipeError):
             raise

@@ -52,6 +52,10 @@ LOCAL_IMPORTS_ALLOWED = {
         "torch (~3 s): a refused `partui run` answers before it loads",
     ("partui/commands/run.py", "partui.analysis.blame_marks"):
         "pandas and torch: only `--critical-path` marks a trace, after the run",
+    ("partui/commands/plan.py", "partui.reshard_map"):
+        "the reshard map builds each rank's engine (torch): a refused plan answers before it loads",
+    ("partui/checkpoint.py", "kernels.comm"):
+        "DCP's index needs torch: read only after the torch-free checks pass (World stays light)",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
     ("partui/tables.py", "partui.analysis.definitions"):

@@ -80,11 +80,31 @@ class CommandsMixin:
             self._report_worker()
         elif cmd.verb == "link":
             self._link(a["text"], a["ranks_per_node"])
+        elif cmd.verb in ("save", "load"):
+            self._checkpoint(cmd.verb, a["path"])
         elif cmd.verb == "slow":
             if not self.world.launched:
                 self.notify("launch a world first: slow acts on its running ranks")
             elif self._begin():
                 self._slow_worker(a)
+
+    def _checkpoint(self, verb: str, path: str) -> None:
+        if not self.world.launched:
+            self.notify(f"launch a world first: {verb} acts on its running ranks")
+        elif self._begin():
+            self._checkpoint_worker(verb, path)
+
+    @work(thread=True, group="world")
+    def _checkpoint_worker(self, verb: str, path: str) -> None:
+        """World.save / World.load between steps (partui.checkpoint)."""
+        try:
+            said = (f"saved {self.world.save(path)}" if verb == "save" else
+                    f"resumed at step {self.world.load(path)} from {path}")
+            self.call_from_thread(self.notify, said, title=verb)
+        except (ValueError, RankError, WorldTimeout) as e:
+            self.call_from_thread(self.notify, str(e), title=verb, severity="error")
+        finally:
+            self.call_from_thread(self._step_done)
 
     def _link(self, text, ranks_per_node) -> None:
         """Switch the emulated link between steps (a launched world), or set it for the next."""

@@ -16,7 +16,7 @@ from planning.field_spec import FieldSpec, PlanError
 from planning.slow_spec import WHO, parse_slow
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
-         "slow", "help", "quit")
+         "slow", "save", "load", "help", "quit")
 EXAMPLES = {  # command -> what it does (the palette's help line)
     "plan zero2 dp=2": "plan ZeRO-2 over 2 ranks and launch it",
     "launch": "start the planned world",
@@ -38,6 +38,8 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "slow 1=1.5": "a straggler: rank 1's compute 1.5x as long from the next step",
     "slow stage 0=2": "every rank of pipeline stage 0 computes 2x as long from the next step",
     "slow off": "no straggler from the next step",
+    "save ckpt": "checkpoint the world into ckpt/step-N (torch DCP, each rank its shards)",
+    "load ckpt": "resume from a checkpoint saved under any plan (its newest step)",
     "help": "keys and commands",
     "quit": "tear the world down and leave",
 }
@@ -138,6 +140,10 @@ def parse(text: str) -> Command:
                                 "ranks_per_node": rpn})
     if verb == "slow":
         return Command("slow", slow_keywords(rest))
+    if verb in ("save", "load"):
+        if len(rest) != 1:
+            raise CommandError(f"{verb} needs one folder: `{verb} ckpt`")
+        return Command(verb, {"path": rest[0]})
     return Command(verb)
 
 
