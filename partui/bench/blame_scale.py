@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from partui.analysis.op_table import meta_path, read_meta
 from partui.bench.harness import print_rows
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "real-traces" / "bytedance-straggler"
@@ -37,7 +38,6 @@ def tile(source: str, ranks: int, folder: str) -> str:
     workers; return its path."""
     import pandas as pd
 
-    from partui.analysis.op_table import meta_path, read_meta
     df = pd.read_parquet(source)
     meta = read_meta(meta_path(source))
     world, dps = world_of(df, meta), int(df["dp_rank"].max()) + 1
@@ -138,7 +138,6 @@ def run_blame_scale(ranks: int = 1024, source: str | None = None, folder: str | 
             shutil.rmtree(folder, ignore_errors=True)
     import pandas as pd
 
-    from partui.analysis.op_table import meta_path, read_meta
     world = world_of(pd.read_parquet(source, columns=["rank"]), read_meta(meta_path(source)))
     culprits = {k: (rows["source"]["summary"][k], rows["tiled"]["summary"][k]) for k in CULPRITS}
     out = {"culprits": culprits, "same_culprits": all(a == b for a, b in culprits.values())}
