@@ -150,6 +150,9 @@ def check_profile_dir(folder: str) -> str:
     """Create `folder` if needed and prove it writable, before anything launches; ValueError naming
     the folder and a fix otherwise. Returns its absolute path."""
     path = os.path.abspath(folder)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--profile {folder} is a file: --profile takes a folder (one "
+                         f"torch.profiler trace per rank, DIR/rank-N.json), e.g. --profile prof/")
     prove_writable(path, f"--profile {folder}", "--profile prof/", create=True)
     return path
 

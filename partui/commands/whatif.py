@@ -15,6 +15,7 @@ from kernels.calibrate import matmul_flops
 from kernels.recompute import forward_share
 from partui.analysis import TraceError, read_doc
 from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
+from partui.analysis.partui_format import is_partui
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
@@ -61,6 +62,19 @@ def measured_step_ms(doc: dict) -> float:
     return sum(per[k] for k in keep) / len(keep)
 
 
+def read_partui_trace(path: str) -> dict:
+    """The trace at `path`, or TraceError when it is not one partui recorded: whatif replays the
+    plan and model its metadata names (a torch.profiler trace or any other JSON has neither)."""
+    doc = read_doc(path)
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    if not (is_partui(doc) if isinstance(doc, dict) else False) or not isinstance(meta, dict) \
+            or not isinstance(meta.get("model"), dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a partui trace (whatif replays the plan and model in the "
+                         f"metadata of a trace partui run records); record one: partui run --dp 2 "
+                         f"--trace traces/run.json")
+    return doc
+
+
 def link_for(args, doc: dict) -> LinkModel:
     if parse_link(args.link)[1] is not None:
         return build_link(args.link, args.ranks_per_node)
@@ -88,7 +102,7 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        doc = read_doc(args.trace)
+        doc = read_partui_trace(args.trace)
         world = ((doc.get("metadata") or {}).get("plan") or {}).get("world") or 1
         check_link(args.link, args.ranks_per_node, world)
         if args.compute_scale <= 0:
@@ -97,7 +111,7 @@ def run(args) -> int:
         if args.pp is not None or args.microbatches is not None:
             return _repipe(args, doc, link)
         table = predict(doc, link, args.compute_scale, args.floor)
-        measured = measured_step_ms(read_doc(args.measured)) if args.measured else None
+        measured = measured_step_ms(read_partui_trace(args.measured)) if args.measured else None
     except (TraceError, ValueError, OSError) as e:
         print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
         return 2
@@ -131,7 +145,7 @@ def recompute_report(args) -> int:
     under recompute) and the compute it adds (the recorded block forwards, or their share that
     selective runs again)."""
     try:
-        doc = read_doc(args.trace)
+        doc = read_partui_trace(args.trace)
         meta = doc.get("metadata") or {}
         if "plan" not in meta or "model" not in meta:
             raise TraceError(f"{args.trace}: no plan / model in its metadata: record it with "
