@@ -152,8 +152,8 @@ def check_profile_dir(folder: str) -> str:
     path = os.path.abspath(folder)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"--profile {folder} is a file: --profile takes a folder (one "
-                         f"torch.profiler trace per rank, DIR/rank-N.json), e.g. --profile prof/")
-    prove_writable(path, f"--profile {folder}", "--profile prof/", create=True)
+                         f"torch.profiler trace per rank, DIR/rank-N.json), e.g. --profile traces/prof/")
+    prove_writable(path, f"--profile {folder}", "--profile traces/prof/", create=True)
     return path
 
 
