@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 # subcommand -> (module with add_parser(subparsers) and run(args), help). A dispatch table: only the
@@ -41,7 +42,7 @@ def build_parser(command: str | None = None, parsers: dict | None = None) -> arg
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    argv = argv or ["app"]
+    argv = joined_negatives(argv or ["app"])
     command = next((a for a in argv if not a.startswith("-")), None)
     parsers: dict = {}
     args, unknown = build_parser(command if command in COMMANDS else None,
@@ -64,6 +65,22 @@ def main(argv=None) -> int:
     except BrokenPipeError:       # `partui ... | head`: the reader has what it wanted
         quiet_stdout()
         return 0
+
+
+NEGATIVE = re.compile(r"-(\d|\.\d|inf|nan|infinity)", re.IGNORECASE)
+
+
+def joined_negatives(argv: list[str]) -> list[str]:
+    """`--lr -inf`, `--trace-steps -1:2` as `--lr=-inf`: argparse takes a value that starts with '-'
+    and is not a plain negative number for a flag, and answers "expected one argument" without
+    saying what is wrong with the value; joined, the flag's own check names it."""
+    out: list[str] = []
+    for word in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1] and NEGATIVE.match(word)):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
 
 
 def version() -> str:

@@ -13,8 +13,8 @@ import pandas as pd
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
-from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, KINETO_CPU_TERMS, MEMORY, REPORT,
-                                         ROUTING, TERMS, definitions, help_text, legend)
+from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, definitions,
+                                         help_text, legend)
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
@@ -22,10 +22,9 @@ from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.commands.paths import check_output_file
+from partui.commands.report_rows import ROWS, head_of, refuse_op_tables, rows_shown, terms_of
 
 FORMATS = ("table", "csv", "json", "markdown")
-ROWS = 40          # --by pair is a row per all-to-all: 150 on a small DualPipeV trace
-TABLE_SUFFIXES = (".parquet", ".csv")   # op tables: blame's input, not a trace
 ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
 
 
@@ -98,15 +97,6 @@ def cpu_only_note(df: pd.DataFrame) -> str | None:
             f"trace): analysing its CPU ops instead (aten::* compute, gloo:* / c10d::* comm)")
 
 
-def terms_of(df: pd.DataFrame) -> tuple[str, ...]:
-    """The terms a report defines: a torch.profiler trace on CPU without partui's own ranges is
-    read by op names (aten, gloo, c10d), so partui's span terms would not describe it."""
-    ours = "partui" in df.columns and df["partui"].notna().any()
-    if df.attrs.get("format") == "kineto" and not (df["device"] == "gpu").any() and not ours:
-        return KINETO_CPU_TERMS
-    return TERMS
-
-
 def _cell(v) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v)
 
@@ -148,41 +138,12 @@ def _verdict(t: pd.DataFrame) -> str:
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
-def rows_shown(rows: str) -> int | None:
-    """--rows as a count (None: all); ValueError naming the fix."""
-    if rows == "all":
-        return None
-    try:
-        n = int(rows)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"--rows {rows}: rows to print are 1 or more, or all; e.g. --rows {ROWS} "
-                         f"or --rows all")
-    return n
-
-
-def head_of(table: pd.DataFrame, limit: int | None, fmt: str) -> tuple[pd.DataFrame, str]:
-    """(the rows to print, the line saying how many were left out: '' when none)."""
-    if limit is None or fmt not in ("table", "markdown") or len(table) <= limit:
-        return table, ""
-    return table.head(limit), (f"... {len(table) - limit} more rows not shown (the first {limit} "
-                               f"of {len(table)}; --rows all prints every one)")
-
-
 def run(args) -> int:
     try:
         limit = rows_shown(args.rows)
+        refuse_op_tables(args.trace, args.vs)
     except ValueError as exc:
         print(f"partui report: {exc}", file=sys.stderr)
-        return 2
-    tables = [p for p in (args.trace, args.vs) if p and str(p).endswith(TABLE_SUFFIXES)
-              and os.path.isfile(p)]            # a missing one: the reader's "no such file"
-    if tables:
-        table_path = tables[0]
-        print(f"partui report: {table_path} is an op table, not a trace: partui blame reads "
-              f"tables (partui blame {table_path}); report reads a trace (.json or .json.gz)",
-              file=sys.stderr)
         return 2
     if args.plot:
         try:       # matplotlib would add .png to a bare name and write beside it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import pandas as pd
@@ -105,8 +106,9 @@ def run(args) -> int:
         doc = read_partui_trace(args.trace)
         world = ((doc.get("metadata") or {}).get("plan") or {}).get("world") or 1
         check_link(args.link, args.ranks_per_node, world)
-        if args.compute_scale <= 0:
-            raise ValueError(f"--compute-scale {args.compute_scale} must be > 0, e.g. 0.5")
+        if not (args.compute_scale > 0 and math.isfinite(args.compute_scale)):   # nan: no comparison holds
+            raise ValueError(f"--compute-scale {args.compute_scale} must be a finite number > 0, "
+                             f"e.g. --compute-scale 0.5")
         link = link_for(args, doc)
         if args.pp is not None or args.microbatches is not None:
             return _repipe(args, doc, link)
