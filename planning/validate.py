@@ -203,8 +203,10 @@ def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
         _pipeline_checks(plan, cfg, need, local)
     else:   # another schedule at pp 1 would run single, the schedule unused: a fix never says so
         need(plan.schedule == DEFAULT_SCHEDULE,
-             f"schedule={plan.schedule} orders a pipeline's stages, but there is none (pp 1)",
-             [{"pp": 2}, {"schedule": DEFAULT_SCHEDULE}])
+             f"schedule={plan.schedule} orders a pipeline's stages, but there is none (pp 1)"
+             f"{'' if plan.schedule in SCHEDULES else ' and no such schedule'}",
+             [*([{"pp": 2, "microbatches": least_microbatches(plan.schedule, 2, local)}]
+                if plan.schedule in SCHEDULES else []), {"schedule": DEFAULT_SCHEDULE}])
     _cp_checks(plan, cfg, need)
     _ep_checks(plan, cfg, need, local, dp_is)
 

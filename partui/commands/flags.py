@@ -160,14 +160,9 @@ def check_flag_values(args) -> None:
         raise ValueError("--world 0: a world is 1 rank or more; leave --world out to take the "
                          "product of the dims (or set --world 2)")
     schedule, pp = getattr(args, "schedule", None), getattr(args, "pp", None)
-    if schedule is not None and (pp or 1) == 1:        # it would run single, schedule unused
-        known = schedule in mesh.SCHEDULES
-        raise ValueError(
-            (f"--schedule {schedule} orders a pipeline's stages, but there is none (pp 1)" if known
-             else f"unknown schedule {schedule!r} (the schedule choices: "
-                  f"{', '.join(mesh.SCHEDULES)})")
-            + f": set --pp 2{'' if known else ' --schedule ' + mesh.DEFAULT_SCHEDULE} (or drop "
-              f"--schedule)")
+    if schedule == mesh.DEFAULT_SCHEDULE and (pp or 1) == 1:   # validate refuses the others at pp 1;
+        raise ValueError(f"--schedule {schedule} orders a pipeline's stages, but there is none "  # the
+                         f"(pp 1): set --pp 2 (or drop --schedule)")   # default it cannot tell given
     check_preset_routing(args)
     lr, wd = getattr(args, "lr", None), getattr(args, "weight_decay", None)
     if lr is not None and not (lr > 0 and math.isfinite(lr)):

@@ -16,7 +16,7 @@ from kernels.calibrate import matmul_flops
 from kernels.recompute import forward_share
 from partui.analysis import TraceError, read_doc
 from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
-from partui.analysis.partui_format import is_partui
+from partui.analysis.kineto import is_kineto
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
@@ -63,16 +63,19 @@ def measured_step_ms(doc: dict) -> float:
     return sum(per[k] for k in keep) / len(keep)
 
 
+RECORD = "record one: partui run --dp 2 --trace traces/run.json"
+
+
 def read_partui_trace(path: str) -> dict:
-    """The trace at `path`, or TraceError when it is not one partui recorded: whatif replays the
-    plan and model its metadata names (a torch.profiler trace or any other JSON has neither)."""
+    """The trace at `path`, or TraceError when it is not one whatif can replay: any JSON without a
+    traceEvents list, and a torch.profiler trace (its ops have no partui op graph to replay)."""
     doc = read_doc(path)
-    meta = doc.get("metadata") if isinstance(doc, dict) else None
-    if not (is_partui(doc) if isinstance(doc, dict) else False) or not isinstance(meta, dict) \
-            or not isinstance(meta.get("model"), dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{path}: not a partui trace (whatif replays the plan and model in the "
-                         f"metadata of a trace partui run records); record one: partui run --dp 2 "
-                         f"--trace traces/run.json")
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a partui trace (no traceEvents list): whatif replays a trace "
+                         f"partui run records; {RECORD}")
+    if is_kineto(doc):
+        raise TraceError(f"{path}: not a partui trace but a torch.profiler one, whose ops have no "
+                         f"partui op graph to replay (partui report reads it); {RECORD}")
     return doc
 
 
@@ -82,6 +85,9 @@ def link_for(args, doc: dict) -> LinkModel:
     meta = doc.get("metadata") or {}
     flops = (meta.get("link") or {}).get("cpu_flops") or 0.0
     if not flops:                      # calibrate here, on the trace's model, one thread
+        if not isinstance(meta.get("model"), dict):
+            raise TraceError(f"no model in the trace's metadata to scale --link {args.link} to this "
+                             f"CPU by: give --link alpha_us=A,gbps=B, or {RECORD}")
         torch.set_num_threads(1)
         cfg = ModelConfig(**meta["model"])
         world = (meta.get("plan") or {}).get("world") or 1
@@ -91,6 +97,8 @@ def link_for(args, doc: dict) -> LinkModel:
 
 def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False) -> pd.DataFrame:
     """Per rank, the mean over the recorded steps (warm-up out) of the replay's figures."""
+    if not steps_of(doc):
+        raise TraceError(f"no step spans in the trace to replay; {RECORD}")
     frames = [replay(doc, link, scale, s, floor) for s in steps_of(doc)]
     return pd.concat(frames).groupby("rank", as_index=False).mean()
 

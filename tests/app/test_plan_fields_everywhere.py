@@ -75,7 +75,7 @@ def test_nothing_refuses_a_plan_field():
 
 
 def test_a_bad_field_is_refused_at_construction_with_fixes_that_validate():
-    with pytest.raises(PlanError, match="unknown EP dispatch 'random': pick ep_dispatch in uneven, even"):
+    with pytest.raises(PlanError, match=r"unknown EP dispatch 'random' \(the EP dispatch choices: uneven, even\): pick ep_dispatch in uneven, even"):
         Plan(ep_dispatch="random")
     with pytest.raises(PlanError) as e:
         build_plan(world=-4, tp=2)        # both fixes validate with tp 2 (0: derived)

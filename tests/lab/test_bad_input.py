@@ -172,7 +172,7 @@ BAD_INPUTS = [  # (argv, words the message must hold): each refused before anyth
     ('whatif {S} --link warp', 'is not a preset or a spec'),
     ('bench nope', "invalid choice: 'nope'"),
     ('nope', "invalid choice: 'nope'"),
-    ('whatif {S} --link h800 --compute-scale -1', '--compute-scale -1.0 must be > 0'),
+    ('whatif {S} --link h800 --compute-scale -1', '--compute-scale -1.0 must be a finite number > 0'),
     ('whatif {S} --link h800 --pp 0', '--pp 0 must be >= 1'),
     ('whatif {S} --link h800 --microbatches 3', 'set --microbatches 4'),
     ('whatif nothing.json --link h800', 'no such file or directory'),

@@ -21,7 +21,7 @@ MORE_INPUTS = [  # (argv, words the last stderr line must hold)
     ('plan --world 100000', 'world 100000 must be <= 65536: pick world in 1, 2, 4, 8'),
     ('plan --dp 100000', 'dp 100000 must be <= 65536: pick dp in 1, 2, 4, 8'),
     ('plan --schedule foo', "(the schedule choices: gpipe, 1f1b, interleaved, zb1p, dualpipe, dualpipev): "
-                            "set --pp 2 --schedule 1f1b"),
+                            "set --schedule 1f1b"),
     ('plan --pp 2 --schedule foo', "(the schedule choices: gpipe, 1f1b, interleaved, zb1p, dualpipe, "
                                    "dualpipev): pick schedule in gpipe, 1f1b, zb1p, dualpipe"),
     ('plan --model deepseek-tiny --moe gshard',
@@ -41,7 +41,9 @@ MORE_INPUTS = [  # (argv, words the last stderr line must hold)
     ('report README.md', 'README.md: not valid JSON'),
     # ---- item 9: conflicts refused
     ('plan --schedule dualpipe', "--schedule dualpipe orders a pipeline's stages, but there is none "
-                                 "(pp 1): set --pp 2 (or drop --schedule)"),
+                                 "(pp 1): set --pp 2 --microbatches 4 or --schedule 1f1b"),
+    ('plan --schedule 1f1b', "--schedule 1f1b orders a pipeline's stages, but there is none (pp 1): set "
+                             "--pp 2 (or drop --schedule)"),
     ('run --schedule zb1p', "--schedule zb1p orders a pipeline's stages, but there is none"),
     ('plan --pp 1 --schedule gpipe', "--schedule gpipe orders a pipeline's stages"),
     ('--foo', 'partui: error: unrecognized arguments: --foo; the commands: run, plan'),
