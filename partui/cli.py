@@ -1,9 +1,11 @@
-"""partui: the app (no arguments), and `run`, `plan`, `report`, `simulate`, `bench`, `repl` headless."""
+"""partui: the app (no arguments), and `run`, `plan`, `report`, `simulate`, `whatif`, `blame`,
+`bench`, `repl` headless."""
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import re
 import sys
 
 # subcommand -> (module with add_parser(subparsers) and run(args), help). A dispatch table: only the
@@ -26,6 +28,7 @@ def build_parser(command: str | None = None, parsers: dict | None = None) -> arg
     """The parser, with the full subparser of `command` (its module imported) and the others named;
     `parsers` (when given) receives name -> subparser."""
     ap = argparse.ArgumentParser(prog="partui", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"partui {version()}")
     sub = ap.add_subparsers(dest="cmd")
     for name, (module, help_text) in COMMANDS.items():
         if name == command:
@@ -39,13 +42,15 @@ def build_parser(command: str | None = None, parsers: dict | None = None) -> arg
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    argv = argv or ["app"]
+    argv = joined_negatives(argv or ["app"])
     command = next((a for a in argv if not a.startswith("-")), None)
     parsers: dict = {}
     args, unknown = build_parser(command if command in COMMANDS else None,
                                  parsers).parse_known_args(argv)
-    if args.cmd is None:
-        build_parser().print_help()
+    if args.cmd is None:          # flags with no command: name them, not the whole help
+        what = f"unrecognized arguments: {' '.join(unknown)}" if unknown else "name a command"
+        print(f"partui: error: {what}; the commands: {', '.join(COMMANDS)} (partui --help; "
+              f"partui run --help)", file=sys.stderr)
         return 2
     if unknown:                   # the command's own usage, not the top level's (exits 2)
         parsers[args.cmd].error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -60,6 +65,31 @@ def main(argv=None) -> int:
     except BrokenPipeError:       # `partui ... | head`: the reader has what it wanted
         quiet_stdout()
         return 0
+
+
+NEGATIVE = re.compile(r"-(\d|\.\d|inf|nan|infinity)", re.IGNORECASE)
+
+
+def joined_negatives(argv: list[str]) -> list[str]:
+    """`--lr -inf`, `--trace-steps -1:2` as `--lr=-inf`: argparse takes a value that starts with '-'
+    and is not a plain negative number for a flag, and answers "expected one argument" without
+    saying what is wrong with the value; joined, the flag's own check names it."""
+    out: list[str] = []
+    for word in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1] and NEGATIVE.match(word)):
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's), or say it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+    try:
+        return dist_version("partui")
+    except PackageNotFoundError:
+        return "(not installed: pip install -e . in the checkout)"
 
 
 def quiet_stdout() -> None:

@@ -16,8 +16,10 @@ classifies as partui's own traces do; the record_function ranges keep theirs as 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
 
 import torch
@@ -28,6 +30,30 @@ from kernels.comm import events
 from partui.tracefile import COMM_TID, assign_comm_lanes
 
 TAG = " #~"  # joins a range's name to its args' key until export (Kineto writes names as given)
+
+
+KINETO_LOG = ("USDT:", "STAGE:")   # Kineto's own progress lines (profiler_start, Warm Up, ...)
+
+
+@contextlib.contextmanager
+def without_kineto_log():
+    """Kineto writes its progress lines (`USDT: ... profiler_start`) straight to fd 2 from C++, and
+    no setting of its log level turns them off on CPU: fd 2 goes to a file meanwhile, and every
+    other line written then is passed on afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [ln for ln in caught.read().splitlines(True)
+                    if not ln.startswith(tuple(k.encode() for k in KINETO_LOG))]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def rank_file(folder: str, rank: int) -> str:
@@ -55,7 +81,8 @@ class RankProfile:
         return record_function(key)
 
     def start(self) -> "RankProfile":
-        self.profiler.start()
+        with without_kineto_log():
+            self.profiler.start()
         events.set_regions(self.region)
         return self
 
@@ -63,7 +90,8 @@ class RankProfile:
         """Uninstall, export and write DIR/rank-N.json atomically (a half-written file never
         replaces a good one); returns its path."""
         events.set_regions(None)
-        self.profiler.stop()
+        with without_kineto_log():
+            self.profiler.stop()
         fd, raw = tempfile.mkstemp(dir=self.folder, prefix=f".rank-{self.rank}-", suffix=".tmp")
         os.close(fd)
         try:

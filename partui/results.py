@@ -188,6 +188,8 @@ def summary_text(summary: dict, describe: str) -> str:
     mean = summary["mean_step_ms"]
     return (f"{describe} · world {summary['world']} · {summary['steps']} step{'s' if summary['steps'] != 1 else ''} · final loss "
             f"{summary['final_loss']:.4f} · mean step {mean:.1f} ms"
+            + (f" (steps 1-{summary['steps'] - 1}; step 0, the warm-up, left out)"
+               if summary["steps"] > 1 else " (step 0, the only one)")
             + (f" · check {'FAILED' if summary['check'] == 'failed' else 'passed'}"
                if "check" in summary else "")
             + (f" · trace {summary['trace']}" if summary.get("trace") else "")

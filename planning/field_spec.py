@@ -71,14 +71,19 @@ class FieldSpec:
                     [{self.name: self.default}] if self.default is not None else [])
         if self.kind is float and not math.isfinite(value):   # nan passes every comparison
             return f"{label} {value} is not a finite number", self.finite_fixes()
-        if self.choices and value not in self.choices:
-            return (f"unknown {label} {value!r}", [{self.name: c} for c in self.choices])
+        if self.choices and value not in self.choices:   # every choice named; the fixes: those valid here
+            return (f"unknown {label} {value!r} (the {label} choices: "
+                    f"{', '.join(map(str, self.choices))})", [{self.name: c} for c in self.choices])
         for bound, sign in ((self.ge, ">="), (self.gt, ">")):
             if bound is not None and (value < bound if sign == ">=" else value <= bound):
-                flipped = [{self.name: -value}] if -value > bound else []
-                floor = ([{self.name: self.default}] if self.default != value else
-                         [{self.name: bound}] if sign == ">=" else [])
-                return f"{label} {value} must be {sign} {bound}", flipped + floor
+                # a number first (the value's opposite, else one above a strict bound), then the
+                # default (None: leave the flag out), so no fix offered is only "unset it"
+                above = self.kind(bound + 1) if sign == ">" and self.default is None else None
+                number = -value if -value > bound else above
+                fixes = [{self.name: number}] if number is not None else []
+                fixes += ([{self.name: self.default}] if self.default != value else
+                          [{self.name: bound}] if sign == ">=" else [])
+                return f"{label} {value} must be {sign} {bound}", fixes
         if self.le is not None and value > self.le:
             return (f"{label} {value} must be <= {self.le}",
                     [{self.name: self.default}] if self.default else [])   # 0 / None: derived
@@ -135,7 +140,8 @@ def _section(cls, name: str) -> str:
 def fix_text(fixes: list[dict]) -> str:
     """`pick tp in 1, 2, 4` when every fix sets the same one field, else `set a=1 b=2 or c=3`."""
     keys = {tuple(f) for f in fixes}
-    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1:
+    unset = any(v is None for f in fixes for v in f.values())   # `x=None`: leave it out, said apart
+    if len(keys) == 1 and len(next(iter(keys))) == 1 and len(fixes) > 1 and not unset:
         name = next(iter(keys))[0]
         values = [f[name] for f in fixes]
         if all(isinstance(v, int) for v in values):

@@ -20,6 +20,9 @@ PLAN_FIELDS = set(Plan.__dataclass_fields__)
 OTHER_DIMS = tuple(d for d in DIMS if d != "dp")   # the dims a world size is divided by to give dp
 MAX_FIXES = 4
 MAX_LISTED = 8     # `pick top_k in 1, 2, 3, 4`: a list of one field's values names every valid one
+# fields whose 0 means "derive it" (the CLI refuses --world 0 and --dp 0: leave the flag out): a
+# list of the field's valid values replaces a fix that only sets it to 0
+DERIVED_BY_ZERO = ("world", "dp")
 # the last resort of a rejection whose own candidates fix nothing: every change of one or two of
 # these fields to these values (dims up to 8, the worlds this lab runs), singles first
 BROAD = {"world": (0, 1, 2, 3, 4, 6, 8), "dp": (0, 1, 2, 3, 4), "tp": (1, 2, 3, 4, 8),
@@ -198,6 +201,12 @@ def _grid_checks(plan: Plan, cfg, need: _Checks, derived_dp: bool) -> None:
     _tp_checks(plan, cfg, need)
     if plan.pp > 1:
         _pipeline_checks(plan, cfg, need, local)
+    else:   # another schedule at pp 1 would run single, the schedule unused: a fix never says so
+        need(plan.schedule == DEFAULT_SCHEDULE,
+             f"schedule={plan.schedule} orders a pipeline's stages, but there is none (pp 1)"
+             f"{'' if plan.schedule in SCHEDULES else ' and no such schedule'}",
+             [*([{"pp": 2, "microbatches": least_microbatches(plan.schedule, 2, local)}]
+                if plan.schedule in SCHEDULES else []), {"schedule": DEFAULT_SCHEDULE}])
     _cp_checks(plan, cfg, need)
     _ep_checks(plan, cfg, need, local, dp_is)
 
@@ -330,7 +339,9 @@ def plan_for_model(fields: dict, cfg: ModelConfig, suggest: bool = True) -> tupl
         if isinstance(fields.get(e.field), int):   # the field's small values: every valid one listed
             small = [fix for fix in ({e.field: v} for v in range(1, 2 * MAX_LISTED + 1))
                      if _fields_valid({**fields, **fix}, cfg)][:MAX_LISTED]
-            if len(small) > len(e.fixes) and all(fix in small for fix in e.fixes):
+            derived = e.field in DERIVED_BY_ZERO
+            if small and (len(small) > len(e.fixes) or derived) and all(
+                    fix in small or (derived and not fix[e.field]) for fix in e.fixes):
                 e.fixes = small
         e.args = (f"{e.problem}: {fix_text(e.fixes)}" if e.fixes else
                   f"{e.problem}: no value of {e.field} makes this plan valid; change the others first",)

@@ -11,6 +11,7 @@ import torch
 
 from kernels import comm
 from kernels.layers.base import Ctx
+from kernels.tp.regions import ReduceFromTP
 
 
 class VocabParallelCrossEntropy:
@@ -28,7 +29,10 @@ class VocabParallelCrossEntropy:
         local_t = torch.where(inside, local_t, torch.zeros_like(local_t))
         z_t = z.gather(-1, local_t[:, None]) * inside[:, None].to(z.dtype)       # [N, 1]
         stats = torch.cat([torch.exp(z).sum(-1, keepdim=True), z_t], dim=-1)    # [N, 2]
-        comm.all_reduce(stats, self.group)          # sum-exp and target logit over the vocab
+        # sum-exp and target logit over the vocab: Megatron's g (all-reduce forward, identity
+        # backward), so `backward=autograd` differentiates through it as one op (each rank's part
+        # of the sum enters with weight 1) instead of torch's "silently incorrect" fallback
+        stats = ReduceFromTP(self.group).forward(stats)[0]
         lse = torch.log(stats[:, :1])               # [N, 1]
         loss = (lse - stats[:, 1:]).sum() / denom
         return loss, Ctx(z=z, lse=lse, local_t=local_t, inside=inside, denom=denom)

@@ -71,6 +71,11 @@ _RECORDS = (
            "as that span's compute, so the track says where one stretched a span"),
     figure("window", "", REPORT, "a rank's step spans, summed; time between steps (the controller, a "
            "user deciding) enters no figure; without step spans, the rank's first to last event"),
+    figure("torch.profiler CPU traces", "", REPORT, "a CPU-only torch.profiler trace (no GPU kernel, "
+           "none of partui's own ranges) is read by op names: compute is the aten::* CPU ops, merged; "
+           "comm in flight is the gloo:* ranges (on gloo's thread) and the c10d::* calls, merged; no op "
+           "is a wait; a rank's window is its ProfilerStep#N spans, summed (without them its first to "
+           "last event)"),
     figure("torch.profiler GPU traces", "", REPORT, "compute is every kernel that is not comm, on any "
            "stream, merged; comm in flight is the comm kernels (a family of comm_kernels.FAMILIES: "
            "NCCL, RCCL, DeepEP, NVSHMEM, peer-to-peer memcpy, or --comm-kernels REGEX), merged; other "
@@ -351,6 +356,7 @@ for _f in _RECORDS:
                          f"second meaning a name of its own")
     FIGURES[_f.name] = _f
 TERMS = ("compute", "wait", "comm in flight", "python", "gc", "window", "torch.profiler GPU traces")
+KINETO_CPU_TERMS = ("torch.profiler CPU traces",)   # a CPU Kineto trace without partui's ranges
 EXPERT = re.compile(r"e\d+")   # --routing's per-expert columns e0, e1, ...: one record, eN
 
 
@@ -369,12 +375,12 @@ def definitions_of(names) -> dict[str, str]:
     return {n: figure_of(n).definition for n in names}
 
 
-def definitions(columns) -> dict[str, str]:
+def definitions(columns, terms: tuple[str, ...] = TERMS) -> dict[str, str]:
     """The json form and a frame's attrs["definitions"]: the terms and the present columns."""
     present = [c for c in columns if figure_of(c) is not None]
     if any(EXPERT.fullmatch(str(c)) for c in present):
         present = [c for c in present if not EXPERT.fullmatch(str(c))] + ["eN"]
-    return definitions_of(list(dict.fromkeys([*TERMS, *present])))
+    return definitions_of(list(dict.fromkeys([*terms, *present])))
 
 
 def defined(frame):
@@ -383,9 +389,9 @@ def defined(frame):
     return frame
 
 
-def legend(columns) -> list[str]:
+def legend(columns, terms: tuple[str, ...] = TERMS) -> list[str]:
     """Lines defining the terms and every column present."""
-    return ["definitions:"] + [f"  {k}: {v}" for k, v in definitions(columns).items()]
+    return ["definitions:"] + [f"  {k}: {v}" for k, v in definitions(columns, terms).items()]
 
 
 def view_figures(*views: str) -> list[str]:

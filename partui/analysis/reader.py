@@ -58,6 +58,8 @@ def decode(raw: bytes):
 
 
 def read_doc(path: str) -> dict:
+    if os.path.isdir(path):
+        raise TraceError(f"{path} is a folder: name one trace file in it (.json or .json.gz)")
     if not os.path.isfile(path):
         raise TraceError(f"{path}: no such file or directory")
     try:

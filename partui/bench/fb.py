@@ -27,6 +27,7 @@ from kernels.context import build_groups
 from kernels.engine import Engine
 from partui import launch
 from partui.analysis import fb_pair_a2a, frame
+from partui.bench.args import whole_at_least_one
 from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
 from partui.bench.own_device import cores_verdict, own_device
@@ -49,15 +50,15 @@ def parse(argv):
     ap.add_argument("--schedules", default=",".join(SCHEDULES), help=f"comma list of "
                     f"{', '.join(SCHEDULES)}")
     ap.add_argument("--model", default="small")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=8, help="global batch of 1F1B and DualPipeV")
-    ap.add_argument("--microbatches", type=int, default=4, help="1F1B and DualPipeV")
-    ap.add_argument("--dualpipe-batch", type=int, default=16)
-    ap.add_argument("--dualpipe-microbatches", type=int, default=8)
+    ap.add_argument("--layers", type=whole_at_least_one("--layers", 4), default=4)
+    ap.add_argument("--seq", type=whole_at_least_one("--seq", 256), default=256)
+    ap.add_argument("--batch", type=whole_at_least_one("--batch", 8), default=8, help="global batch of 1F1B and DualPipeV")
+    ap.add_argument("--microbatches", type=whole_at_least_one("--microbatches", 4), default=4, help="1F1B and DualPipeV")
+    ap.add_argument("--dualpipe-batch", type=whole_at_least_one("--dualpipe-batch", 16), default=16)
+    ap.add_argument("--dualpipe-microbatches", type=whole_at_least_one("--dualpipe-microbatches", 8), default=8)
     ap.add_argument("--experts", type=int, default=4)
     ap.add_argument("--ep-dispatch", default="even", choices=("uneven", "even"))
-    ap.add_argument("--steps", type=int, default=3, help="measured steps per variant")
+    ap.add_argument("--steps", type=whole_at_least_one("--steps", 3), default=3, help="measured steps per variant")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds for one world")
     ap.add_argument("--link", default="alpha_us=100,gbps=0.035", metavar="PRESET|SPEC",

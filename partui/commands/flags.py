@@ -13,6 +13,8 @@ import re
 from partui.plans import MODEL_FIELDS
 from planning import mesh
 from planning.config import PRESETS as MODEL_PRESETS
+from planning.moe_families import DEEPSEEK_ONLY
+from planning.validate import DERIVED_BY_ZERO
 
 PLAN_FLAGS = tuple(spec.name for spec in mesh.field_specs())   # generated: the Plan's own fields
 TRAINING_FLAGS = ("seed", "optim", "lr", "weight_decay", "backward")
@@ -43,8 +45,14 @@ def flagify(msg: str) -> str:
         field, value = m.group(1), m.group(2)
         if field in SWITCHES:
             return FLAG_OF[field] if value == "True" else f"no {FLAG_OF[field]}"
+        if value == "None" or (field in DERIVED_BY_ZERO and value == "0"):   # the flag left out
+            return f"no {FLAG_OF[field]}"
         return f"{FLAG_OF[field]} {value}"
-    return _BARE.sub(lambda m: FLAG_OF[m.group(1)], _ASSIGN.sub(assign, msg))
+    text = _BARE.sub(lambda m: FLAG_OF[m.group(1)], _ASSIGN.sub(assign, msg))
+    return _LEFT_OUT.sub(r"\1 and no ", text)     # `--tp 1 no --world` -> `--tp 1 and no --world`
+
+
+_LEFT_OUT = re.compile(r"(--[\w-]+(?: [\w.+-]+)?) no (?=--)")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,7 +73,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         # line, naming a fix) stays the one answer to a bad value
         flag, text = "--" + spec.name.replace("_", "-"), spec.help
         if "default" not in text and spec.kind is not bool:
-            text += f" (default {spec.default})"
+            text += f" (default {spec.default})" if spec.default not in ("", None) else " (default: off)"
         if spec.kind is bool:
             g.add_argument(flag, action="store_true", default=None, help=text)
             continue
@@ -94,7 +102,8 @@ def add_training_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--lr", type=float, default=None, metavar="LR",
                    help="learning rate, > 0 (default: the optimizer's)")
     t.add_argument("--weight-decay", type=float, default=None, metavar="WD",
-                   help="AdamW weight decay, >= 0 (default: the optimizer's)")
+                   help="weight decay, >= 0, decoupled (w *= 1 - lr x WD each step) in "
+                        "AdamW and SGD alike (default: the optimizer's, AdamW 0.01, SGD 0)")
     p.add_argument("--json", action="store_true", help="one JSON object per step, then a summary")
     p.add_argument("--check", action="store_true",
                    help="compare the loss, every gradient and every parameter with the "
@@ -147,12 +156,37 @@ def check_flag_values(args) -> None:
     if getattr(args, "dp", None) == 0:
         raise ValueError("--dp 0: data-parallel ranks are 1 or more; leave --dp out to derive it "
                          "from --world")
+    if getattr(args, "world", None) == 0:
+        raise ValueError("--world 0: a world is 1 rank or more; leave --world out to take the "
+                         "product of the dims (or set --world 2)")
+    schedule, pp = getattr(args, "schedule", None), getattr(args, "pp", None)
+    if schedule == mesh.DEFAULT_SCHEDULE and (pp or 1) == 1:   # validate refuses the others at pp 1;
+        raise ValueError(f"--schedule {schedule} orders a pipeline's stages, but there is none "  # the
+                         f"(pp 1): set --pp 2 (or drop --schedule)")   # default it cannot tell given
+    check_preset_routing(args)
     lr, wd = getattr(args, "lr", None), getattr(args, "weight_decay", None)
     if lr is not None and not (lr > 0 and math.isfinite(lr)):
         raise ValueError(f"--lr {lr:g}: the learning rate must be > 0 (and finite); try --lr 1e-3")
     if wd is not None and not (wd >= 0 and math.isfinite(wd)):
         raise ValueError(f"--weight-decay {wd:g}: weight decay must be >= 0 (and finite); try "
                          f"--weight-decay 0.01")
+
+
+
+def check_preset_routing(args) -> None:
+    """`--model deepseek-tiny --moe gshard`: the preset's own DeepSeek fields (none typed) would be
+    blamed on flags the user never gave; name the preset instead."""
+    preset = MODEL_PRESETS.get(getattr(args, "model", None))
+    moe = getattr(args, "moe", None)
+    if preset is None or moe is None or moe == preset.moe or not preset.experts:
+        return
+    typed = [f for f in DEEPSEEK_ONLY if getattr(args, f, None) is not None]
+    if moe == "gshard" and not typed:
+        own = ", ".join(f"{f.replace('_', ' ')} {getattr(preset, f)}" for f in DEEPSEEK_ONLY
+                        if getattr(preset, f) != DEEPSEEK_ONLY[f])
+        raise ValueError(f"--model {args.model} routes the DeepSeek way ({own}), but --moe gshard: "
+                         f"drop --moe gshard, or set --model tiny --experts {preset.experts} "
+                         f"--moe gshard")
 
 
 def world_options(args) -> dict:

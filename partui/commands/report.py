@@ -23,6 +23,7 @@ from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.commands.paths import check_output_file
+from partui.commands.report_rows import ROWS, head_of, refuse_op_tables, rows_shown, terms_of
 
 FORMATS = ("table", "csv", "json", "markdown")
 ROUTING_DIGITS = {"balance_loss": 8, "bias_min": 6, "bias_max": 6}   # small by design (alpha 1e-4)
@@ -40,6 +41,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None,
                    help="--by schedule: which traced step (default: the last)")
     p.add_argument("--format", default="table", choices=FORMATS)
+    p.add_argument("--rows", default=str(ROWS), metavar="N|all",
+                   help=f"rows of a long table to print (table and markdown; csv and json hold "
+                        f"all), the summary still over every row (default {ROWS}; all: every one)")
     p.add_argument("--vs", metavar="OTHER", help="a second trace to set beside this one")
     p.add_argument("--plot", metavar="FILE.png", help="draw a per-rank timeline to this file (.png, "
                    ".svg or .pdf)")
@@ -136,6 +140,12 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def run(args) -> int:
+    try:
+        limit = rows_shown(args.rows)
+        refuse_op_tables(args.trace, args.vs)
+    except ValueError as exc:
+        print(f"partui report: {exc}", file=sys.stderr)
+        return 2
     if args.plot:
         try:       # matplotlib would add .png to a bare name and write beside it
             check_output_file(args.plot, "--plot", PLOT_SUFFIXES, "timeline.png")
@@ -174,7 +184,8 @@ def run(args) -> int:
             table = overlap(df, args.by)
             if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
                 table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
-        out = render(table, args.format)
+        shown_rows, left_out = head_of(table, limit, args.format)
+        out = render(shown_rows, args.format) + (f"\n{left_out}" if left_out else "")
         gpu_blocks = gpu_sections(df, args.format) if other is None and args.by == "rank" else []
         if args.format == "json" and gpu_blocks:
             doc = {**json.loads(out), **dict(gpu_blocks)}
@@ -196,7 +207,8 @@ def run(args) -> int:
             other is None and args.by == "rank") else []
         shown = list(table.columns) + ([c for _, t in gpu_blocks for c in t.split("\n", 1)[0].split()]
                                        if args.format == "table" else [])
-        notes = [n for n in notes if n] + family_lines(df) + legend(list(dict.fromkeys(shown)))
+        notes = [n for n in notes if n] + family_lines(df) + legend(list(dict.fromkeys(shown)),
+                                                                   terms_of(df))
         if args.format in ("table", "markdown"):
             out += "\n" + "\n".join(notes)
         elif args.format == "csv":  # stdout stays plain CSV

@@ -55,6 +55,10 @@ def parse_steps(spec: str | None, steps: int) -> set[int]:
 
 def check_run_options(args) -> None:
     """The flags that are not plan fields, refused before anything launches."""
+    rpn = args.ranks_per_node
+    if rpn is not None and rpn < 1:       # before World(), which checks it against no world yet
+        raise ValueError(f"--ranks-per-node {rpn}: ranks on one node are 1 or more (a divisor of "
+                         f"the world); leave it out for one node, or e.g. --ranks-per-node 2")
     if args.steps < 1 and not (args.steps == 0 and args.resume):
         raise ValueError(f"--steps {args.steps}: a run takes 1 step or more; try --steps 5")
     if not (args.timeout > 0 and math.isfinite(args.timeout)):
@@ -152,14 +156,17 @@ def check_profile_dir(folder: str) -> str:
     """Create `folder` if needed and prove it writable, before anything launches; ValueError naming
     the folder and a fix otherwise. Returns its absolute path."""
     path = os.path.abspath(folder)
-    prove_writable(path, f"--profile {folder}", "--profile prof/", create=True)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--profile {folder} is a file: --profile takes a folder (one "
+                         f"torch.profiler trace per rank, DIR/rank-N.json), e.g. --profile traces/prof/")
+    prove_writable(path, f"--profile {folder}", "--profile traces/prof/", create=True)
     return path
 
 
 def run(args) -> int:
     try:
-        world = World(**world_options(args))
         check_run_options(args)
+        world = World(**world_options(args))
         world.plan("custom", args.model, **fields_from_args(args))
         asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:

@@ -29,6 +29,9 @@ def _items(text: str, keys: tuple, what: str, example: str) -> dict:
         if not sep or key is None:
             raise ValueError(f"bad {what} item {item!r}: write NAME=NUMBER with NAME one of {', '.join(keys)}, "
                              f"e.g. --{what} {example}")
+        if key in values:                  # the second would silently win
+            raise ValueError(f"{what} {key} is given twice ({text}): give each name once, e.g. "
+                             f"--{what} {example}")
         try:
             values[key] = float(number)
         except ValueError:

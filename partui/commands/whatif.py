@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import pandas as pd
@@ -15,6 +16,7 @@ from kernels.calibrate import matmul_flops
 from kernels.recompute import forward_share
 from partui.analysis import TraceError, read_doc
 from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
+from partui.analysis.kineto import is_kineto
 from partui.analysis.whatif import replay, steps_of
 from partui.analysis.whatif_pipe import repipe
 from partui.analysis.whatif_recompute import recompute_table
@@ -61,12 +63,31 @@ def measured_step_ms(doc: dict) -> float:
     return sum(per[k] for k in keep) / len(keep)
 
 
+RECORD = "record one: partui run --dp 2 --trace traces/run.json"
+
+
+def read_partui_trace(path: str) -> dict:
+    """The trace at `path`, or TraceError when it is not one whatif can replay: any JSON without a
+    traceEvents list, and a torch.profiler trace (its ops have no partui op graph to replay)."""
+    doc = read_doc(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a partui trace (no traceEvents list): whatif replays a trace "
+                         f"partui run records; {RECORD}")
+    if is_kineto(doc):
+        raise TraceError(f"{path}: not a partui trace but a torch.profiler one, whose ops have no "
+                         f"partui op graph to replay (partui report reads it); {RECORD}")
+    return doc
+
+
 def link_for(args, doc: dict) -> LinkModel:
     if parse_link(args.link)[1] is not None:
         return build_link(args.link, args.ranks_per_node)
     meta = doc.get("metadata") or {}
     flops = (meta.get("link") or {}).get("cpu_flops") or 0.0
     if not flops:                      # calibrate here, on the trace's model, one thread
+        if not isinstance(meta.get("model"), dict):
+            raise TraceError(f"no model in the trace's metadata to scale --link {args.link} to this "
+                             f"CPU by: give --link alpha_us=A,gbps=B, or {RECORD}")
         torch.set_num_threads(1)
         cfg = ModelConfig(**meta["model"])
         world = (meta.get("plan") or {}).get("world") or 1
@@ -76,6 +97,8 @@ def link_for(args, doc: dict) -> LinkModel:
 
 def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False) -> pd.DataFrame:
     """Per rank, the mean over the recorded steps (warm-up out) of the replay's figures."""
+    if not steps_of(doc):
+        raise TraceError(f"no step spans in the trace to replay; {RECORD}")
     frames = [replay(doc, link, scale, s, floor) for s in steps_of(doc)]
     return pd.concat(frames).groupby("rank", as_index=False).mean()
 
@@ -88,16 +111,17 @@ def run(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        doc = read_doc(args.trace)
+        doc = read_partui_trace(args.trace)
         world = ((doc.get("metadata") or {}).get("plan") or {}).get("world") or 1
         check_link(args.link, args.ranks_per_node, world)
-        if args.compute_scale <= 0:
-            raise ValueError(f"--compute-scale {args.compute_scale} must be > 0, e.g. 0.5")
+        if not (args.compute_scale > 0 and math.isfinite(args.compute_scale)):   # nan: no comparison holds
+            raise ValueError(f"--compute-scale {args.compute_scale} must be a finite number > 0, "
+                             f"e.g. --compute-scale 0.5")
         link = link_for(args, doc)
         if args.pp is not None or args.microbatches is not None:
             return _repipe(args, doc, link)
         table = predict(doc, link, args.compute_scale, args.floor)
-        measured = measured_step_ms(read_doc(args.measured)) if args.measured else None
+        measured = measured_step_ms(read_partui_trace(args.measured)) if args.measured else None
     except (TraceError, ValueError, OSError) as e:
         print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
         return 2
@@ -131,7 +155,7 @@ def recompute_report(args) -> int:
     under recompute) and the compute it adds (the recorded block forwards, or their share that
     selective runs again)."""
     try:
-        doc = read_doc(args.trace)
+        doc = read_partui_trace(args.trace)
         meta = doc.get("metadata") or {}
         if "plan" not in meta or "model" not in meta:
             raise TraceError(f"{args.trace}: no plan / model in its metadata: record it with "

@@ -75,12 +75,12 @@ def test_nothing_refuses_a_plan_field():
 
 
 def test_a_bad_field_is_refused_at_construction_with_fixes_that_validate():
-    with pytest.raises(PlanError, match="unknown EP dispatch 'random': pick ep_dispatch in uneven, even"):
+    with pytest.raises(PlanError, match=r"unknown EP dispatch 'random' \(the EP dispatch choices: uneven, even\): pick ep_dispatch in uneven, even"):
         Plan(ep_dispatch="random")
     with pytest.raises(PlanError) as e:
-        build_plan(world=-4, tp=2)        # both fixes validate with tp 2 (0: derived)
-    assert str(e.value) == "world -4 must be >= 0: pick world in 0, 4"
-    assert e.value.fixes == [{"world": 4}, {"world": 0}]
+        build_plan(world=-4, tp=2)        # world's valid sizes with tp 2 (0, derived, is no size to type)
+    assert str(e.value) == "world -4 must be >= 0: pick world in 2, 4, 8, 16"
+    assert e.value.fixes == [{"world": 2}, {"world": 4}, {"world": 8}, {"world": 16}]
     # microbatches follow the schedule (the Plan's default); interleaved would need virtual stages,
     # dualpipev 4 stages of the tiny model's 2 layers
     with pytest.raises(PlanError, match="pick schedule in gpipe, 1f1b, zb1p, dualpipe$"):
