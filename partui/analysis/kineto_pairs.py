@@ -158,8 +158,8 @@ def kineto_pair_summary(table: pd.DataFrame) -> str:
     comm, under, exposed = (table[c].sum() for c in ("a2a_ms", "a2a_under_ms", "a2a_exposed_ms"))
     sides = "".join(sorted(set(table["annotation"].str.extract(r"\(([FBW])\)", expand=False).dropna())))
     return (f"F&B parts: {len(table)} annotations over {table['layer_k'].nunique()} layers (sides {sides}); their "
-            f"comm kernels {comm:.3f} ms, under other parts' compute {under:.3f} ms "
-            f"({_pct(under, comm)}), exposed {exposed:.3f} ms (no compute kernel running)")
+            f"comm kernels {comm:.3f} ms = under compute {under:.3f} ms ({_pct(under, comm)}) + exposed "
+            f"{exposed:.3f} ms ({_pct(exposed, comm)}, no compute kernel running)")
 
 
 def is_part_trace(df: pd.DataFrame) -> bool:

@@ -101,9 +101,10 @@ def pair_summary(table: pd.DataFrame) -> str:
         return ("no all-to-all inside an F&B pair (a pipeline with experts: an FB span, or a forward then a "
                 "backward; run with --pp, --experts and --fb-overlap)")
     flight, other, exposed = (table[c].sum() for c in ("in_flight_ms", "under_other_ms", "exposed_ms"))
-    return (f"F&B pairs: {len(table)} all-to-alls in flight {flight:.3f} ms, under the other microbatch "
-            f"{other:.3f} ms ({_pct(other, flight)}), exposed {exposed:.3f} ms "
-            f"({_pct(exposed, flight)} of in flight)")
+    own = max(0.0, flight - other - exposed)   # the rest: busy, but with its own microbatch's compute
+    return (f"F&B pairs: {len(table)} all-to-alls in flight {flight:.3f} ms = under the other microbatch "
+            f"{other:.3f} ms ({_pct(other, flight)}) + under their own microbatch's compute {own:.3f} ms "
+            f"({_pct(own, flight)}) + exposed {exposed:.3f} ms ({_pct(exposed, flight)})")
 
 
 def _pct(part: float, whole: float) -> str:

@@ -35,8 +35,10 @@ def test_pair_a2a_by_hand():
     assert list(t["under_other_ms"] * 1e3) == pytest.approx([0, 2, 5, 0])
     assert list(t["exposed_ms"] * 1e3) == pytest.approx([0, 8, 6, 10])
     assert list(t["under"]) == ["", "COMBINE B mb1 L2", "MLP F mb3 L1", ""]
-    assert pair_summary(t) == ("F&B pairs: 4 all-to-alls in flight 0.056 ms, under the other microbatch "
-                               "0.007 ms (12.5%), exposed 0.024 ms (42.9% of in flight)")
+    # the three shares add up: 7 + 25 + 24 = 56 us (the 25: in flight under its own side's compute)
+    assert pair_summary(t) == ("F&B pairs: 4 all-to-alls in flight 0.056 ms = under the other microbatch "
+                               "0.007 ms (12.5%) + under their own microbatch's compute 0.025 ms (44.6%) "
+                               "+ exposed 0.024 ms (42.9%)")
 
 
 def test_no_pairs_says_how_to_get_them():
