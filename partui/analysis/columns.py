@@ -21,6 +21,7 @@ from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
 SPACED_GAP = re.compile(rb"\}\s+,|\},\s+\{")  # a gap between events with white space in it
+SPLIT_MIN = 1 << 20  # a refused batch is halved down to about this size (bytes)
 NUMBER_ARGS = tuple(k for k in ARG_KEYS if k not in TEXT_ARGS)
 TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
 
@@ -56,14 +57,34 @@ class Columns:
 
     def add_text(self, text: bytes) -> bool:
         """One batch of comma-separated events; False when it is not whole events (a false cut)."""
-        if self.arrow is not None and self._add_arrow(text):
-            return True
-        try:
-            events = self.decode(b"[" + text + b"]")
-        except ValueError:
+        parts = self._decoded(text)
+        if parts is None:
             return False
-        self.add_events(events)
+        for arrow, part in parts:  # all decoded before any is kept: a failed batch leaves nothing
+            if arrow:
+                self._add_table(part)
+            else:
+                self.add_events(part)
         return True
+
+    def _decoded(self, text: bytes) -> list | None:
+        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order; a batch
+        pyarrow refuses (a text pid, say torch.profiler's "Spans") is halved, down to SPLIT_MIN,
+        so only the pieces holding such events take the slower dicts; None: not whole events."""
+        if self.arrow is not None:
+            table = self._arrow_table(text)
+            if table is not None:
+                return [(True, table)]
+            middle = BETWEEN.search(text, len(text) // 2) if len(text) > SPLIT_MIN else None
+            if middle is not None:
+                first = self._decoded(text[:middle.start() + 1])
+                second = self._decoded(text[middle.end() - 1:]) if first is not None else None
+                if second is not None:
+                    return first + second
+        try:  # a false cut at the middle: the whole batch as one
+            return [(False, self.decode(b"[" + text + b"]"))]
+        except ValueError:
+            return None
 
     def add_events(self, events: list) -> None:
         """Decoded event dicts (a batch pyarrow could not type, or the events after the last cut)."""
@@ -76,7 +97,7 @@ class Columns:
         for key in self.chunks:
             self.chunks[key].append(part[key])
 
-    def _add_arrow(self, text: bytes) -> bool:
+    def _arrow_table(self, text: bytes):
         pa, pj, pc, options = self.arrow
         try:
             spaced = SPACED_GAP.search(text) is not None  # compact JSON (partui's): a plain replace, 4x faster
@@ -84,12 +105,18 @@ class Columns:
             table = pj.read_json(io.BytesIO(lines), parse_options=options,
                                  read_options=pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20)))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return False
+            return None
+        meta = table.filter(pc.equal(table.column("ph"), "M"))
+        if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), "thread_name"),
+                                            pc.is_null(meta.column("args")))).as_py():
+            return None  # a thread_name without args: the dict reader says what it does
+        return table
+
+    def _add_table(self, table) -> None:
+        pa, pj, pc, options = self.arrow
         ph = table.column("ph")
         meta = table.filter(pc.and_(pc.equal(ph, "M"), pc.equal(table.column("name"), "thread_name")))
         if meta.num_rows:
-            if meta.column("args").null_count:
-                return False  # a thread_name without args: the dict reader says what it does
             label = pc.struct_field(meta.column("args"), "name").to_pylist()
             self.names.update(zip(zip(meta.column("pid").to_pylist(), meta.column("tid").to_pylist()), label))
         xs = table.filter(pc.equal(ph, "X"))
@@ -99,7 +126,6 @@ class Columns:
             self.chunks[key].append(_numpy(col, key))
         self.events += table.num_rows
         self.batches["arrow"] += 1
-        return True
 
     def frame(self) -> pd.DataFrame:
         """The slices table (events.slices' columns, dtypes and category order) of every batch."""

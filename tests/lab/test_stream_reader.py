@@ -73,6 +73,20 @@ def test_a_pretty_printed_gzipped_kineto_trace_with_text_pids_is_the_whole_read(
     assert got["tid"].dtype == object  # ids stay as read: ints and text
 
 
+def test_a_refused_batch_is_halved_so_only_the_piece_with_a_text_pid_takes_dicts(tmp_path, monkeypatch):
+    if columns.arrow_reader() is None:
+        pytest.skip("pyarrow is not installed")
+    monkeypatch.setattr(json_stream, "BLOCK", 1 << 16)
+    monkeypatch.setattr(columns, "SPLIT_MIN", 2048)
+    doc = synthetic_kineto(1500)
+    doc["traceEvents"].insert(700, {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+                                    "tid": "PyTorch Profiler", "ts": 1.0, "dur": 5e3})
+    path = write(tmp_path / "rank0.json", doc, indent=1)
+    got, batches = streamed(path)
+    assert batches["dicts"] <= 2 and batches["arrow"] > 10  # the text pid's few events, the tail
+    same(got, whole(path))
+
+
 def test_false_cuts_inside_strings_and_nested_lists_cost_time_not_events(tmp_path, small_blocks):
     doc = synthetic_trace(400, ranks=1)
     for i, e in enumerate(doc["traceEvents"]):
