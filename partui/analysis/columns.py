@@ -157,18 +157,23 @@ def _join(parts: list, key: str):
 
 
 def _text(parts: list) -> pd.Categorical:
-    """One categorical of arrow strings and decoded values, categories sorted as _labels sorts them."""
-    if all(not isinstance(p, (list, np.ndarray)) for p in parts) and parts:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+    """One categorical of arrow strings and decoded values, categories sorted as events.labels
+    sorts them: in arrow when every value is text (decoded batches' too), else as objects."""
+    arrow = arrow_reader()
+    if arrow is not None and parts:
+        pa, pc = arrow[0], arrow[2]
+        try:  # a decoded batch's text as arrow strings; numbers among them (odd traces) stay objects
+            parts = [pa.array(p, type=pa.string(), from_pandas=True) if isinstance(p, (list, np.ndarray)) else p
+                     for p in parts]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+    if arrow is not None and parts and all(not isinstance(p, (list, np.ndarray)) for p in parts):
         coded = pc.dictionary_encode(pa.chunked_array(parts, type=pa.string())).combine_chunks()
         uniques = np.array(coded.dictionary.to_pylist(), dtype=object)
         codes = coded.indices.fill_null(-1).to_numpy().astype(np.int64)
-        order = np.argsort(uniques, kind="stable") if len(uniques) else np.zeros(0, np.int64)
-        rank = np.empty(len(uniques), dtype=np.int64)
-        rank[order] = np.arange(len(uniques))
-        codes = np.append(rank, -1)[codes]  # -1 (missing) takes the appended -1
-        return pd.Categorical.from_codes(codes, pd.Index(uniques[order], dtype=object))
+        cats = labels(uniques).categories  # the few distinct names, ordered and typed as labels does
+        place = np.append(cats.get_indexer(uniques), -1)
+        return pd.Categorical.from_codes(place[codes], cats)  # -1 (missing) takes the appended -1
     values = [p.to_numpy(zero_copy_only=False) if not isinstance(p, (list, np.ndarray)) else np.asarray(p, dtype=object)
               for p in parts]
     return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))

@@ -231,12 +231,13 @@ def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def load(path: str, comm_kernels=(), progress: bool | None = None) -> pd.DataFrame:
+def load(path: str, comm_kernels=(), progress: bool | None = False) -> pd.DataFrame:
     """Events of a partui or torch.profiler trace; `df.attrs` holds format and metadata. A
     directory of per-rank torch.profiler traces (HTA's input) is read as one multi-rank trace.
     comm_kernels: regexes naming more GPU comm kernels (beside comm_kernels.FAMILIES).
-    progress: a line on stderr while a long read runs (None: when stderr is a terminal; False
-    for `--format json` and pipes). A trace read before opens from its cache (trace_cache)."""
+    progress: a line on stderr while a long read runs: None shows it when stderr is a terminal (the
+    CLI's table output), False never (the default: the app's screen, `--format json`, library
+    callers). A trace read before opens from its cache (trace_cache)."""
     comm_kernels = tuple(comm_kernels or ())
     families(comm_kernels)  # a bad pattern fails here, before the file is read
     folder = os.path.isdir(path)

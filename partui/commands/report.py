@@ -155,7 +155,7 @@ def run(args) -> int:
             return 2
         return 0
     try:
-        quiet = False if args.format == "json" else None  # progress on a terminal, never in json
+        quiet = False if args.format == "json" else None  # progress on a terminal (None), never in json
         df = load(args.trace, args.comm_kernels, progress=quiet)
         other = load(args.vs, args.comm_kernels, progress=quiet) if args.vs else None
         if other is not None:

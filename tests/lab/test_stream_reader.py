@@ -163,7 +163,8 @@ def test_progress_shows_on_a_terminal_after_the_delay_and_never_in_a_pipe(tmp_pa
     shown.done()
     assert out.getvalue().endswith("\r\x1b[K")
     path = write(tmp_path / "t.json", synthetic_trace(300, ranks=1))
-    reader.load(path)  # pytest's stderr is no terminal
+    reader.load(path, progress=None)  # on a terminal only: pytest's stderr is none
+    reader.load(path, progress=False)
     assert capsys.readouterr().err == ""
     quiet = progress.Progress("x", enabled=False, stream=out)
     quiet.show("nothing")
