@@ -228,8 +228,10 @@ def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
     """Every case, each in its own process, each figure beside its goal (see module doc)."""
     me = ["-m", "partui.bench.analysis", "--case"]
     cold = {"PARTUI_TRACE_CACHE": "0"}
+    write = ["-m", "partui.bench.analysis", "--write"]  # in a child: this process stays small, and
+    # a child's peak RSS starts at its parent's (Linux keeps the high-water mark across fork and exec)
     path = os.path.join(folder, "partui.json")
-    write_atomic(path, synthetic_trace(n))
+    child(write + ["partui", path, str(n)])
     got, _, rss = child(me + ["partui", path], cold)
     print(f"partui trace, {got['events']:,} slices ({os.path.getsize(path) / 2**20:.0f} MB): load "
           f"{got['load_s']:.2f} s; load and analyse (per rank, step, op) {got['cpu_s']:.2f} s CPU, "
@@ -238,7 +240,7 @@ def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
     got, _, rss = child(me + ["partui", path])
     print(f"  again, from its parquet cache: {got['load_s']:.2f} s load, " + beside(got["wall_s"], rss, (None, None)))
     path = os.path.join(folder, "kineto.json")
-    write_atomic(path, synthetic_kineto(n))
+    child(write + ["kineto", path, str(n)])
     got, _, rss = child(me + ["kineto", path], cold)
     print(f"torch.profiler trace, {n:,} kernels ({os.path.getsize(path) / 2**20:.0f} MB): load {got['load_s']:.2f} s; "
           f"load and report {got['cpu_s']:.2f} s CPU, " + beside(got["wall_s"], rss, GOALS["kineto"]))
@@ -246,12 +248,12 @@ def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
     if big_gb > 0:
         tile = 100_000
         one = os.path.join(folder, "tile.json")
-        per = write_tiles(one, tile, 1)
-        tiles = max(int(big_gb * 2**30 // per), 1)
+        child(write + ["tiles", one, f"{tile}x1"])
+        tiles = max(int(big_gb * 2**30 // os.path.getsize(one)), 1)
         big = os.path.join(folder, "big.json")
         t0 = time.perf_counter()
-        size = write_tiles(big, tile, tiles)
-        wrote = time.perf_counter() - t0
+        child(write + ["tiles", big, f"{tile}x{tiles}"])
+        size, wrote = os.path.getsize(big), time.perf_counter() - t0
         small, _, _ = child(me + ["kineto", one], cold)
         got, _, rss = child(me + ["kineto", big], cold)
         bad = scaled_mismatch(got["figures"], small["figures"], tiles)
@@ -309,9 +311,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--real", default=REAL if os.path.isfile(REAL) else None,
                     help="a real torch.profiler trace file for report vs HTA (default: HTA's nccl_data test trace)")
     ap.add_argument("--case", nargs=2, metavar=("CASE", "PATH"), help=argparse.SUPPRESS)  # one child's work
+    ap.add_argument("--write", nargs=3, metavar=("KIND", "PATH", "N"), help=argparse.SUPPRESS)  # a child's trace
     args = ap.parse_args(argv)
     if args.case:
         print(json.dumps(one_case(*args.case)))
+        return 0
+    if args.write:
+        kind, path, size = args.write
+        if kind == "tiles":
+            write_tiles(path, *map(int, size.split("x")))
+        else:
+            write_atomic(path, (synthetic_trace if kind == "partui" else synthetic_kineto)(int(size)))
         return 0
     n = int(args.events.replace("_", ""))
     if args.kineto:
