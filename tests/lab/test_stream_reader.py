@@ -51,7 +51,9 @@ def write(path, doc, indent=None):
 @pytest.mark.parametrize("arrow", [True, False])
 def test_a_partui_trace_read_in_many_batches_is_the_whole_read(tmp_path, small_blocks, monkeypatch, arrow):
     if not arrow:
+        monkeypatch.setattr(reader, "arrow_reader", lambda: None)
         monkeypatch.setattr(columns, "arrow_reader", lambda: None)
+        monkeypatch.setattr(reader, "WHOLE_WITHOUT_ARROW", 0)  # stream even a small file
     elif columns.arrow_reader() is None:
         pytest.skip("pyarrow is not installed")
     path = write(tmp_path / "t.json", synthetic_trace(3000, ranks=2))
@@ -59,6 +61,13 @@ def test_a_partui_trace_read_in_many_batches_is_the_whole_read(tmp_path, small_b
     assert batches["arrow" if arrow else "dicts"] > 20  # it did stream, through that decoder
     same(got, whole(path))
     assert len(got) == sum(1 for e in json.load(open(path))["traceEvents"] if e["ph"] == "X")
+
+
+def test_without_pyarrow_a_file_under_the_bound_is_decoded_whole(tmp_path, small_blocks, monkeypatch):
+    monkeypatch.setattr(reader, "arrow_reader", lambda: None)
+    path = write(tmp_path / "t.json", synthetic_trace(600, ranks=1))
+    monkeypatch.setattr(reader, "read_streamed", lambda *a: pytest.fail("streamed"))
+    same(reader.read_table(path), whole(path))
 
 
 def test_a_pretty_printed_gzipped_kineto_trace_with_text_pids_is_the_whole_read(tmp_path, small_blocks):
