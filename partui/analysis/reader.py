@@ -107,7 +107,8 @@ def read_table(path: str, comm_kernels=(), progress: Progress | None = None) -> 
     """One trace file into the analysis table: streamed when it can be, else decoded whole."""
     if not os.path.isfile(path):
         raise TraceError(f"{path}: no such file or directory")
-    whole = arrow_reader() is None and os.path.getsize(path) < WHOLE_WITHOUT_ARROW
+    size = os.path.getsize(path)
+    whole = size < STREAM_MIN or (size < WHOLE_WITHOUT_ARROW and arrow_reader() is None)
     streamed = None if whole else read_streamed(path, progress)
     if streamed is None:
         return frame(read_doc(path), path, comm_kernels)
@@ -230,8 +231,11 @@ def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# without pyarrow, batches of dicts cost ~1.6x the CPU of one whole decode (measured on the
-# million-event bench trace): a file under this size is decoded whole, a bigger one streamed
+# a file under STREAM_MIN is decoded whole: its dicts fit in memory, and one decode is quicker than
+# batches (DeepSeek's trace repeated 25 times, 62 MB: 5.4 s whole, 13.6 s in batches, each copy's
+# text pids sending pieces to dicts); without pyarrow, batches of dicts cost ~1.6x the CPU of one
+# whole decode (the million-event bench trace), so only files past WHOLE_WITHOUT_ARROW stream
+STREAM_MIN = 96 << 20
 WHOLE_WITHOUT_ARROW = 512 << 20
 
 

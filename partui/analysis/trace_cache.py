@@ -38,13 +38,13 @@ def stamp(path: str, files: list[str], comm_kernels) -> dict:
 
 
 def enabled(files: list[str]) -> bool:
-    if os.environ.get("PARTUI_TRACE_CACHE", "1") == "0":
+    if os.environ.get("PARTUI_TRACE_CACHE", "1") == "0" or sum(os.path.getsize(f) for f in files) < MIN_BYTES:
         return False
     try:
         import pyarrow  # noqa: F401  optional: parquet needs it
     except ImportError:
         return False
-    return sum(os.path.getsize(f) for f in files) >= MIN_BYTES
+    return True
 
 
 def get(path: str, files: list[str], comm_kernels) -> pd.DataFrame | None:

@@ -39,6 +39,7 @@ def streamed(path: str) -> tuple[pd.DataFrame, dict]:
 @pytest.fixture
 def small_blocks(monkeypatch):
     monkeypatch.setattr(json_stream, "BLOCK", 4096)  # dozens of batches from a small trace
+    monkeypatch.setattr(reader, "STREAM_MIN", 0)  # streamed, however small
 
 
 def write(path, doc, indent=None):
@@ -86,6 +87,7 @@ def test_a_refused_batch_is_halved_so_only_the_piece_with_a_text_pid_takes_dicts
     if columns.arrow_reader() is None:
         pytest.skip("pyarrow is not installed")
     monkeypatch.setattr(json_stream, "BLOCK", 1 << 16)
+    monkeypatch.setattr(reader, "STREAM_MIN", 0)
     monkeypatch.setattr(columns, "SPLIT_MIN", 2048)
     doc = synthetic_kineto(1500)
     doc["traceEvents"].insert(700, {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
@@ -151,6 +153,12 @@ def test_the_cache_is_read_again_and_never_trusted_over_a_changed_trace(tmp_path
         f.write(b"garbage")
     same(reader.load(path), whole(path))
     assert len(calls) == 3 and reader.load(path) is not None and len(calls) == 3
+
+
+def test_a_small_file_is_decoded_whole(tmp_path, monkeypatch):
+    path = write(tmp_path / "t.json", synthetic_trace(300, ranks=1))
+    monkeypatch.setattr(reader, "read_streamed", lambda *a: pytest.fail("streamed"))
+    same(reader.read_table(path), whole(path))
 
 
 def test_no_cache_when_turned_off_or_for_small_traces(tmp_path, monkeypatch):
