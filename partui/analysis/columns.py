@@ -129,7 +129,9 @@ class Columns:
 
     def frame(self) -> pd.DataFrame:
         """The slices table (events.slices' columns, dtypes and category order) of every batch."""
-        return table({k: _join(v, k) for k, v in self.chunks.items()})
+        joined = {k: _join(self.chunks.pop(k), k) for k in list(self.chunks)}  # each batch's parts freed
+        self.chunks = {k: [] for k in FIELDS}  # as soon as its column is joined, not after all of them
+        return table(joined)
 
 
 def _numpy(col, key: str):
