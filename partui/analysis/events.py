@@ -22,7 +22,7 @@ class TraceError(ValueError):
     """A file that cannot be analysed; the message names the file and the problem."""
 
 
-def _numbers(values: list) -> np.ndarray:
+def numbers(values) -> np.ndarray:
     """float64 of a column read from JSON: None -> NaN; anything not a number -> NaN too."""
     try:
         return np.array(values, dtype=float)
@@ -30,44 +30,61 @@ def _numbers(values: list) -> np.ndarray:
         return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
 
 
-def _labels(values) -> pd.Categorical:
+def labels(values) -> pd.Categorical:
     """A string column as a categorical: few distinct names, so comparisons test codes, not strings."""
     values = np.array(values, dtype=object)
     try:
-        codes, labels = pd.factorize(values, sort=True)  # ~2x faster than pd.Categorical(list)
+        codes, uniques = pd.factorize(values, sort=True)  # ~2x faster than pd.Categorical(list)
     except TypeError:  # labels of mixed types (text and numbers) do not sort
-        codes, labels = pd.factorize(values)
-    return pd.Categorical.from_codes(codes, labels)
+        codes, uniques = pd.factorize(values)
+    return pd.Categorical.from_codes(codes, uniques)
 
 
-def slices(events: list) -> pd.DataFrame:
-    """The complete ('X') events as a frame with their args spread into columns, built column by
-    column from the decoded dicts (no per-event row objects); string columns are categoricals."""
+def slice_columns(events: list) -> dict:
+    """The complete ('X') events' fields and args as columns of values, built column by column
+    from the decoded dicts (no per-event row objects): text as objects, numbers as floats."""
     xs = [e for e in events if e.get("ph") == "X"]
     args = list(map(dict.get, xs, repeat("args"), repeat(EMPTY)))  # no args: NaN
     if set(map(type, args)) != {dict}:
         args = [a if isinstance(a, dict) else EMPTY for a in args]
     cols = {f: [e.get(f) for e in xs] for f in TOP_FIELDS}  # a comprehension per field: the fastest here
-    ts = _numbers(cols["ts"])
-    keep = ~np.isnan(ts)
-    dur = np.nan_to_num(_numbers(cols["dur"]), nan=0.0)
-    df = pd.DataFrame({"name": _labels(cols["name"]), "cat": _labels(cols["cat"]),
-                       "pid": _ids(cols["pid"]), "tid": _ids(cols["tid"]),
-                       "ts": ts, "dur": dur})
+    out = {"name": np.array(cols["name"], dtype=object), "cat": np.array(cols["cat"], dtype=object),
+           "pid": ids(cols["pid"]), "tid": ids(cols["tid"]),
+           "ts": numbers(cols["ts"]), "dur": numbers(cols["dur"])}
     present = set().union(*args)  # one C-level pass; absent keys cost no per-event lookup
     for key in ARG_KEYS:
         if key not in present:
-            df[key] = pd.Categorical([None] * len(df)) if key in TEXT_ARGS else np.full(len(df), np.nan)
+            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else np.full(len(xs), np.nan)
             continue
         got = [a.get(key) for a in args]
-        df[key] = _labels(got) if key in TEXT_ARGS else _numbers(got)
+        out[key] = np.array(got, dtype=object) if key in TEXT_ARGS else numbers(got)
+    return out
+
+
+def table(cols: dict) -> pd.DataFrame:
+    """The slices table of complete events' columns (slice_columns' or columns.Columns'): text as
+    categoricals, a missing duration 0, rows without a time dropped, and each slice's end."""
+    ts = cols["ts"]
+    keep = ~np.isnan(ts)
+    text = lambda v: v if isinstance(v, pd.Categorical) else labels(v)  # noqa: E731
+    df = pd.DataFrame({"name": text(cols["name"]), "cat": text(cols["cat"]),
+                       "pid": cols["pid"], "tid": cols["tid"],
+                       "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)})
+    for key in ARG_KEYS:
+        df[key] = text(cols[key]) if key in TEXT_ARGS else cols[key]
     if not keep.all():
         df = df[keep].reset_index(drop=True)
     df["end"] = df["ts"].to_numpy() + df["dur"].to_numpy()
     return df
 
 
-def _ids(values: list) -> np.ndarray:
+def slices(events: list) -> pd.DataFrame:
+    """The complete ('X') events as a frame with their args spread into columns; string columns
+    are categoricals."""
+    return table(slice_columns(events))
+
+
+def ids(values) -> np.ndarray:
     """pids / tids: int64 when every one is an int (partui's), else as read (Kineto's may be text)."""
     try:
         return np.array(values, dtype=np.int64)
@@ -80,17 +97,17 @@ def thread_names(events: list) -> dict:
             if e.get("ph") == "M" and e.get("name") == "thread_name" and "args" in e}
 
 
-def track_names(df: pd.DataFrame, events: list) -> pd.Categorical:
-    """Each slice's thread name, else its tid as text: looked up once per distinct (pid, tid)."""
-    names = thread_names(events)
+def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:
+    """Each slice's thread name (names: thread_names' (pid, tid) -> name), else its tid as text:
+    looked up once per distinct (pid, tid)."""
     pcode, pids = pd.factorize(df["pid"].to_numpy())
     tcode, tids = pd.factorize(df["tid"].to_numpy())
     pair = pcode.astype(np.int64) * max(len(tids), 1) + tcode
     inverse, combo = pd.factorize(pair)  # hashing: a few distinct pairs among a million
-    labels = [names.get((pids[c // max(len(tids), 1)], tids[c % max(len(tids), 1)]),
-                        str(tids[c % max(len(tids), 1)])) for c in combo]
-    uniq = list(dict.fromkeys(labels))
-    code = np.array([uniq.index(x) for x in labels], dtype=np.int64)
+    named = [names.get((pids[c // max(len(tids), 1)], tids[c % max(len(tids), 1)]),
+                       str(tids[c % max(len(tids), 1)])) for c in combo]
+    uniq = list(dict.fromkeys(named))
+    code = np.array([uniq.index(x) for x in named], dtype=np.int64)
     return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int64), uniq)
 
 
@@ -98,7 +115,7 @@ def finish(df: pd.DataFrame) -> pd.DataFrame:
     """The reader's columns, kinds as a categorical, rows in (rank, ts) order."""
     for col in ("name", "cat", "op", "group", "track", "kind", "device"):
         if not isinstance(df[col].dtype, pd.CategoricalDtype):
-            df[col] = _labels(df[col].to_numpy(dtype=object))
+            df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
     order = np.lexsort((df["ts"].to_numpy(), df["rank"].to_numpy()))  # stable: ties keep file order
     return df[COLUMNS].take(order).reset_index(drop=True)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.comm_kernels import family_of
-from partui.analysis.events import finish, slices, track_names
+from partui.analysis.events import finish, slices, thread_names, track_names
 from partui.analysis.gpu_steps import kernel_steps
 from partui.analysis.partui_format import CONTAINER_CATS, WAIT_CATS
 
@@ -30,8 +30,13 @@ def is_kineto(doc: dict) -> bool:
 
 def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
     events = doc["traceEvents"]
-    df = slices(events)
-    df["track"] = track_names(df, events)
+    return kineto_table(slices(events), thread_names(events), doc, comm_kernels)
+
+
+def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> pd.DataFrame:
+    """The analysis table of a trace's slices (events.slices), thread names (events.thread_names)
+    and its other keys (doc: distributedInfo)."""
+    df["track"] = track_names(df, names)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
     # every string test runs once per distinct name or category (a few thousand), then spreads by code

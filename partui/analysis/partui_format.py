@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from partui.analysis.events import finish, slices, track_names
+from partui.analysis.events import finish, slices, thread_names, track_names
 from partui.tracefile import FORMAT
 from planning.intervals import CONTAINER_CATS as SPAN_CONTAINERS
 from planning.intervals import WAIT_CATS
@@ -23,8 +23,12 @@ def is_partui(doc: dict) -> bool:
 
 def partui_frame(doc: dict) -> pd.DataFrame:
     events = doc["traceEvents"]
-    df = slices(events)
-    df["track"] = track_names(df, events)
+    return partui_table(slices(events), thread_names(events))
+
+
+def partui_table(df: pd.DataFrame, names: dict, doc: dict | None = None, comm_kernels=()) -> pd.DataFrame:
+    """The analysis table of a trace's slices (events.slices) and thread names (events.thread_names)."""
+    df["track"] = track_names(df, names)
     df["rank"] = df["pid"]
     names = pd.unique(df["track"].to_numpy(dtype=object))  # a few names: test those, not each row
     on_compute = df["track"].isin([n for n in names if str(n).startswith("compute")])

@@ -3,14 +3,22 @@
 trace` runs it too); and a synthetic torch.profiler (Kineto) GPU trace of n kernels, loaded and
 reported as `partui report` does for a GPU trace (overlap, GPU-side figures, streams, families, HTA's).
 
-    partui bench analysis 1000000                # both cases, each line saying what it counts
-    partui bench analysis --kineto 1000000       # the Kineto case alone
+    partui bench analysis 1000000                # every case, each in its own process, beside its goal
+    partui bench analysis 1000000 --big-gb 0     # without the multi-GB trace
+    partui bench analysis --kineto 1000000       # the Kineto case alone, in this process
+
+The cases: the partui trace (load and analyse; then again from its parquet cache), the torch.profiler
+trace, a multi-GB torch.profiler trace written tile by tile (its figures checked against one tile's,
+scaled), `partui report` on a real trace whole-process (against HTA's when HTA is installed),
+`report --by pair` on DeepSeek's trace repeated 25 times, and `partui bench blame-scale` where it exists.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +28,12 @@ import numpy as np
 from partui.analysis import hta_overlap, load, overlap_views
 from partui.analysis.comm_kernels import family_table
 from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.bench.analysis_scale import repeat_trace, report_figures, scaled_mismatch, write_tiles
 from partui.tracefile import FORMAT, write_atomic
 from planning.pipeline.catalog import DEFAULT_SCHEDULE
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces", "hta-tests",
+                    "nccl_data.json.gz")  # HTA's own test trace, one rank of a real NCCL job
 
 
 def synthetic_trace(n_events: int, ranks: int = 8, seed: int = 0) -> dict:
@@ -160,16 +172,165 @@ def describe_kineto(res: dict) -> str:
         f"(goal under 5 s, quiet machine)"])
 
 
+GOALS = {"partui": (5.0, 800), "kineto": (5.0, None), "big": (None, 1536), "report/hta": 0.25, "pairs": 2.0,
+         "blame-scale": 20.0}  # wall s, peak RSS MB (issue 36's done-when, a quiet 2-core machine)
+
+
+def child(argv: list[str], env: dict | None = None) -> tuple[dict, float, float]:
+    """Run `python ARGV` as its own process: (its last stdout line as JSON, or {}, with `process_cpu_s`
+    (user + system seconds of the whole process); its wall seconds; its peak RSS in MB, from the
+    kernel's accounting of that process alone)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=err, env=dict(os.environ, **(env or {})))
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage (communicate would reap it first)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0), err.seek(0)
+        out, err = out.read(), err.read()
+    rss = usage.ru_maxrss / 1024  # Linux: KiB
+    cpu = usage.ru_utime + usage.ru_stime
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err.decode()[-2000:]}")
+    lines = out.decode().strip().splitlines()
+    try:
+        got = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        got = {"output": out.decode()}
+    got = got if isinstance(got, dict) else {"output": out.decode()}
+    return dict(got, process_cpu_s=cpu), wall, rss
+
+
+def one_case(case: str, path: str) -> dict:
+    """In a child process: load and analyse one trace, timed in-process (wall, CPU)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    df = load(path, progress=False)
+    t1, c1 = time.perf_counter(), time.process_time()
+    out = {"events": len(df), "load_s": t1 - t0}
+    if case == "partui":
+        views = overlap_views(df)
+        out["rows"] = [len(views[v]) for v in ("rank", "step", "op")]
+    else:
+        out["figures"] = report_figures(df)
+        hta_overlap(df)
+    t2, c2 = time.perf_counter(), time.process_time()
+    out.update(wall_s=t2 - t0, cpu_s=c2 - c0)
+    return out
+
+
+def beside(wall: float, rss: float, goal: tuple) -> str:
+    s, mb = goal
+    return (f"{wall:.2f} s wall" + (f" (goal <= {s:g} s)" if s else "") + f", peak RSS {rss:.0f} MB"
+            + (f" (goal <= {mb} MB)" if mb else ""))
+
+
+def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
+    """Every case, each in its own process, each figure beside its goal (see module doc)."""
+    me = ["-m", "partui.bench.analysis", "--case"]
+    cold = {"PARTUI_TRACE_CACHE": "0"}
+    write = ["-m", "partui.bench.analysis", "--write"]  # in a child: this process stays small, and
+    # a child's peak RSS starts at its parent's (Linux keeps the high-water mark across fork and exec)
+    path = os.path.join(folder, "partui.json")
+    child(write + ["partui", path, str(n)])
+    got, _, rss = child(me + ["partui", path], cold)
+    print(f"partui trace, {got['events']:,} slices ({os.path.getsize(path) / 2**20:.0f} MB): load "
+          f"{got['load_s']:.2f} s; load and analyse (per rank, step, op) {got['cpu_s']:.2f} s CPU, "
+          + beside(got["wall_s"], rss, GOALS["partui"]))
+    child(me + ["partui", path])  # writes the cache
+    got, _, rss = child(me + ["partui", path])
+    print(f"  again, from its parquet cache: {got['load_s']:.2f} s load, " + beside(got["wall_s"], rss, (None, None)))
+    path = os.path.join(folder, "kineto.json")
+    child(write + ["kineto", path, str(n)])
+    got, _, rss = child(me + ["kineto", path], cold)
+    print(f"torch.profiler trace, {n:,} kernels ({os.path.getsize(path) / 2**20:.0f} MB): load {got['load_s']:.2f} s; "
+          f"load and report {got['cpu_s']:.2f} s CPU, " + beside(got["wall_s"], rss, GOALS["kineto"]))
+    os.unlink(path)
+    if big_gb > 0:
+        tile = 100_000
+        one = os.path.join(folder, "tile.json")
+        child(write + ["tiles", one, f"{tile}x1"])
+        tiles = max(int(big_gb * 2**30 // os.path.getsize(one)), 1)
+        big = os.path.join(folder, "big.json")
+        t0 = time.perf_counter()
+        child(write + ["tiles", big, f"{tile}x{tiles}"])
+        size, wrote = os.path.getsize(big), time.perf_counter() - t0
+        small, _, _ = child(me + ["kineto", one], cold)
+        got, _, rss = child(me + ["kineto", big], cold)
+        bad = scaled_mismatch(got["figures"], small["figures"], tiles)
+        print(f"torch.profiler trace of {size / 2**30:.2f} GB ({tiles} x {tile:,} kernels, pretty-printed; written "
+              f"in {wrote:.0f} s): load {got['load_s']:.1f} s, load and report " + beside(got["wall_s"], rss, GOALS["big"]))
+        print(f"  its {len(small['figures'])} additive report figures equal {tiles} x one tile's: "
+              + ("yes" if not bad else "NO: " + "; ".join(bad[:3])))
+        os.unlink(big)
+    if real:
+        cases(real, folder)
+
+
+def cases(real: str, folder: str) -> None:
+    """`partui report` whole process on a real trace (beside HTA's, when installed), `--by pair` on
+    DeepSeek's trace repeated 25 times, and `partui bench blame-scale` when that bench exists."""
+    got, wall, rss = child(["-m", "partui", "report", real, "--format", "json"])
+    line = (f"partui report {os.path.basename(real)} (whole process): {wall:.2f} s wall, "
+            f"{got['process_cpu_s']:.2f} s CPU, peak RSS {rss:.0f} MB")
+    try:
+        import hta  # noqa: F401  optional: HTA itself
+    except ImportError:
+        print(line + "; HTA is not installed (pip install HolisticTraceAnalysis): no ratio")
+    else:
+        alone = os.path.join(folder, "hta")  # HTA reads a directory of rank files
+        os.makedirs(alone, exist_ok=True)
+        os.symlink(os.path.abspath(real), os.path.join(alone, "rank0" + (".json.gz" if real.endswith(".gz") else ".json")))
+        hta_got, hta_wall, _ = child(["-c", "import sys; from hta.trace_analysis import TraceAnalysis; "
+                                "TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap()", alone])
+        print(line + f"; HTA get_comm_comp_overlap {hta_wall:.2f} s wall, {hta_got['process_cpu_s']:.2f} s CPU: "
+              f"ratio {wall / hta_wall:.2f} wall, {got['process_cpu_s'] / hta_got['process_cpu_s']:.2f} CPU "
+              f"(goal <= {GOALS['report/hta']})")
+    deepseek = os.path.join(os.path.dirname(os.path.dirname(real.rstrip("/"))), "deepseek-profile-data", "train.json.gz")
+    if os.path.isfile(deepseek):
+        tiled = repeat_trace(deepseek, os.path.join(folder, "pairs25.json"), 25)
+        got, wall, rss = child(["-m", "partui", "report", tiled, "--by", "pair", "--format", "json"],
+                               {"PARTUI_TRACE_CACHE": "0"})
+        print(f"partui report --by pair, DeepSeek's trace x 25 (whole process): {wall:.2f} s wall "
+              f"(goal <= {GOALS['pairs']} s), {got['process_cpu_s']:.2f} s CPU, peak RSS {rss:.0f} MB")
+    from partui.commands.bench import BENCHES
+    if "blame-scale" not in BENCHES:
+        print("blame at 1,024 ranks: `partui bench blame-scale` is not on this branch")
+        return
+    got, wall, rss = child(["-m", "partui", "bench", "blame-scale"])
+    print(f"partui bench blame-scale (whole process): {wall:.1f} s wall (goal <= {GOALS['blame-scale']} s), "
+          f"{got['process_cpu_s']:.1f} s CPU, peak RSS {rss:.0f} MB\n  " + str(got.get("output", "")).strip().replace("\n", "\n  "))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="partui bench analysis", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("events", nargs="?", default="1000000", help="events of the partui trace, kernels of the Kineto one")
-    ap.add_argument("--kineto", action="store_true", help="the Kineto case alone")
+    ap.add_argument("--kineto", action="store_true", help="the Kineto case alone, in this process")
+    ap.add_argument("--big-gb", type=float, default=3.0, help="size of the torch.profiler trace written on the "
+                    "fly (GB; 0: none)")
+    ap.add_argument("--real", default=REAL if os.path.isfile(REAL) else None,
+                    help="a real torch.profiler trace file for report vs HTA (default: HTA's nccl_data test trace)")
+    ap.add_argument("--case", nargs=2, metavar=("CASE", "PATH"), help=argparse.SUPPRESS)  # one child's work
+    ap.add_argument("--write", nargs=3, metavar=("KIND", "PATH", "N"), help=argparse.SUPPRESS)  # a child's trace
     args = ap.parse_args(argv)
+    if args.case:
+        print(json.dumps(one_case(*args.case)))
+        return 0
+    if args.write:
+        kind, path, size = args.write
+        if kind == "tiles":
+            write_tiles(path, *map(int, size.split("x")))
+        else:
+            write_atomic(path, (synthetic_trace if kind == "partui" else synthetic_kineto)(int(size)))
+        return 0
     n = int(args.events.replace("_", ""))
-    if not args.kineto:
-        print(describe(bench_analysis(n)))
-    print(describe_kineto(bench_kineto(n)))
+    if args.kineto:
+        print(describe_kineto(bench_kineto(n)))
+        return 0
+    print("partui bench analysis: each case in its own process; wall and CPU seconds in that process, its peak "
+          "RSS; goals are issue 36's, for a quiet 2-core machine")
+    with tempfile.TemporaryDirectory() as folder:
+        run_all(n, args.big_gb, args.real, folder)
     return 0
 
 

@@ -166,8 +166,9 @@ def run(args) -> int:
             return 2
         return 0
     try:
-        df = load(args.trace, args.comm_kernels)
-        other = load(args.vs, args.comm_kernels) if args.vs else None
+        quiet = False if args.format == "json" else None  # progress on a terminal (None), never in json
+        df = load(args.trace, args.comm_kernels, progress=quiet)
+        other = load(args.vs, args.comm_kernels, progress=quiet) if args.vs else None
         if other is not None:
             table = compare(df, other)
         elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs

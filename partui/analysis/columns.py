@@ -1,0 +1,181 @@
+"""A batch of trace events into columns, and batches into the slices table of events.slices.
+
+A batch is decoded by pyarrow's JSON reader straight into typed columns, in C++, when pyarrow is
+installed and the batch fits the schema (ints where partui and torch.profiler write ints, floats,
+strings); any other batch is decoded by orjson / json into dicts and read as events.slices reads
+a document. Either way each batch leaves only its complete ('X') events' columns and its thread
+names: memory grows with the rows kept, not the bytes read. `Columns.frame` then builds the same
+table, with the same dtypes and category order, as events.slices of the whole document.
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pandas as pd
+
+from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, slice_columns, table, \
+    thread_names
+from partui.analysis.json_stream import BETWEEN
+
+FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
+SPACED_GAP = re.compile(rb"\}\s+,|\},\s+\{")  # a gap between events with white space in it
+SPLIT_MIN = 1 << 20  # a refused batch is halved down to about this size (bytes)
+NUMBER_ARGS = tuple(k for k in ARG_KEYS if k not in TEXT_ARGS)
+TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
+
+
+def arrow_reader():
+    """(pyarrow, pyarrow.json, pyarrow.compute, the events' schema), or None without pyarrow."""
+    try:  # optional: the C++ decoder (pyproject's `fast` extra); without it, dicts
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+    except ImportError:
+        return None
+    args = pa.struct([(k, pa.float64()) for k in NUMBER_ARGS] + [(k, pa.string()) for k in TEXT_ARGS]
+                     + [("name", pa.string())])  # name: a thread_name metadata event's
+    schema = pa.schema([("ph", pa.string()), ("name", pa.string()), ("cat", pa.string()),
+                        ("pid", pa.int64()), ("tid", pa.int64()), ("ts", pa.float64()),
+                        ("dur", pa.float64()), ("args", args)])
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
+                              newlines_in_values=True)  # torch.profiler pretty-prints its events
+    return pa, pj, pc, options
+
+
+class Columns:
+    """The complete events' columns of the batches read so far, and their thread names."""
+
+    def __init__(self, decode, use_arrow: bool = True):
+        self.decode = decode
+        self.arrow = arrow_reader() if use_arrow else None
+        self.chunks: dict[str, list] = {k: [] for k in FIELDS}
+        self.names: dict = {}
+        self.events = 0  # every event, of any phase (an empty trace is refused)
+        self.batches = {"arrow": 0, "dicts": 0}  # how each batch was decoded (the tests check)
+
+    def add_text(self, text: bytes) -> bool:
+        """One batch of comma-separated events; False when it is not whole events (a false cut)."""
+        parts = self._decoded(text)
+        if parts is None:
+            return False
+        for arrow, part in parts:  # all decoded before any is kept: a failed batch leaves nothing
+            if arrow:
+                self._add_table(part)
+            else:
+                self.add_events(part)
+        return True
+
+    def _decoded(self, text: bytes) -> list | None:
+        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order; a batch
+        pyarrow refuses (a text pid, say torch.profiler's "Spans") is halved, down to SPLIT_MIN,
+        so only the pieces holding such events take the slower dicts; None: not whole events."""
+        if self.arrow is not None:
+            table = self._arrow_table(text)
+            if table is not None:
+                return [(True, table)]
+            middle = BETWEEN.search(text, len(text) // 2) if len(text) > SPLIT_MIN else None
+            if middle is not None:
+                first = self._decoded(text[:middle.start() + 1])
+                second = self._decoded(text[middle.end() - 1:]) if first is not None else None
+                if second is not None:
+                    return first + second
+        try:  # a false cut at the middle: the whole batch as one
+            return [(False, self.decode(b"[" + text + b"]"))]
+        except ValueError:
+            return None
+
+    def add_events(self, events: list) -> None:
+        """Decoded event dicts (a batch pyarrow could not type, or the events after the last cut)."""
+        if set(map(type, events)) - {dict}:
+            raise TypeError("an event that is not a JSON object")  # the whole-file read names it
+        self.events += len(events)
+        self.batches["dicts"] += 1
+        self.names.update(thread_names(events))
+        part = slice_columns(events)
+        for key in self.chunks:
+            self.chunks[key].append(part[key])
+
+    def _arrow_table(self, text: bytes):
+        pa, pj, pc, options = self.arrow
+        try:
+            spaced = SPACED_GAP.search(text) is not None  # compact JSON (partui's): a plain replace, 4x faster
+            lines = BETWEEN.sub(b"}\n{", text) if spaced else text.replace(b"},{", b"}\n{")
+            table = pj.read_json(io.BytesIO(lines), parse_options=options,
+                                 read_options=pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20)))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        meta = table.filter(pc.equal(table.column("ph"), "M"))
+        if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), "thread_name"),
+                                            pc.is_null(meta.column("args")))).as_py():
+            return None  # a thread_name without args: the dict reader says what it does
+        return table
+
+    def _add_table(self, table) -> None:
+        pa, pj, pc, options = self.arrow
+        ph = table.column("ph")
+        meta = table.filter(pc.and_(pc.equal(ph, "M"), pc.equal(table.column("name"), "thread_name")))
+        if meta.num_rows:
+            label = pc.struct_field(meta.column("args"), "name").to_pylist()
+            self.names.update(zip(zip(meta.column("pid").to_pylist(), meta.column("tid").to_pylist()), label))
+        xs = table.filter(pc.equal(ph, "X"))
+        args = xs.column("args").combine_chunks()
+        for key in FIELDS:
+            col = xs.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
+            self.chunks[key].append(_numpy(col, key))
+        self.events += table.num_rows
+        self.batches["arrow"] += 1
+
+    def frame(self) -> pd.DataFrame:
+        """The slices table (events.slices' columns, dtypes and category order) of every batch."""
+        joined = {k: _join(self.chunks.pop(k), k) for k in list(self.chunks)}  # each batch's parts freed
+        self.chunks = {k: [] for k in FIELDS}  # as soon as its column is joined, not after all of them
+        return table(joined)
+
+
+def _numpy(col, key: str):
+    """An arrow column as events.slices' values: floats (null -> NaN), ids (int64, or objects
+    when one is missing) and text (arrow strings, kept for one encoding at the end)."""
+    if key in TEXT_COLUMNS:
+        return col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    if key in ("pid", "tid"):
+        if col.null_count:
+            return np.array(col.to_pylist(), dtype=object)
+        return col.to_numpy()
+    return col.to_numpy(zero_copy_only=False).astype(float, copy=False)
+
+
+def _join(parts: list, key: str):
+    if key in TEXT_COLUMNS:
+        return _text(parts)
+    if key in ("pid", "tid"):
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        if all(getattr(p, "dtype", None) == np.int64 for p in parts):
+            return np.concatenate(parts)
+        return ids(list(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _text(parts: list) -> pd.Categorical:
+    """One categorical of arrow strings and decoded values, categories sorted as events.labels
+    sorts them: in arrow when every value is text (decoded batches' too), else as objects."""
+    arrow = arrow_reader()
+    if arrow is not None and parts:
+        pa, pc = arrow[0], arrow[2]
+        try:  # a decoded batch's text as arrow strings; numbers among them (odd traces) stay objects
+            parts = [pa.array(p, type=pa.string(), from_pandas=True) if isinstance(p, (list, np.ndarray)) else p
+                     for p in parts]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+    if arrow is not None and parts and all(not isinstance(p, (list, np.ndarray)) for p in parts):
+        coded = pc.dictionary_encode(pa.chunked_array(parts, type=pa.string())).combine_chunks()
+        uniques = np.array(coded.dictionary.to_pylist(), dtype=object)
+        codes = coded.indices.fill_null(-1).to_numpy().astype(np.int64)
+        cats = labels(uniques).categories  # the few distinct names, ordered and typed as labels does
+        place = np.append(cats.get_indexer(uniques), -1)
+        return pd.Categorical.from_codes(place[codes], cats)  # -1 (missing) takes the appended -1
+    values = [p.to_numpy(zero_copy_only=False) if not isinstance(p, (list, np.ndarray)) else np.asarray(p, dtype=object)
+              for p in parts]
+    return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
