@@ -192,6 +192,10 @@ def load_rank_files(folder: str, comm_kernels=(), progress: Progress | None = No
     df = df.reset_index(drop=True)
     df.attrs.update(format="kineto", path=folder, metadata=Shared(ranks=sorted(seen)),
                     comm_kernels=tuple(comm_kernels), world_size=max(worlds.values()))
+    # a figure no rank's trace records (wait, bytes) stays unrecorded for the folder: '-' / null
+    unrecorded = set.intersection(*(set(f.attrs.get("unrecorded", ())) for f in frames))
+    if unrecorded:
+        df.attrs["unrecorded"] = tuple(sorted(unrecorded))
     return df
 
 

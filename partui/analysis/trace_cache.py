@@ -71,8 +71,9 @@ def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
     import pyarrow as pa
     import pyarrow.parquet as pq
     attrs = {"format": df.attrs.get("format"), "world_size": df.attrs.get("world_size"),
-             "metadata": dict(df.attrs.get("metadata") or {}),
-             "unrecorded": list(df.attrs.get("unrecorded") or ())}   # figures it cannot give: '-'/null
+             "metadata": dict(df.attrs.get("metadata") or {})}
+    if df.attrs.get("unrecorded"):                 # figures the trace cannot give: '-' / null
+        attrs["unrecorded"] = list(df.attrs["unrecorded"])
     where = cache_path(path)
     try:
         saved = json.dumps({"stamp": stamp(path, files, comm_kernels), "attrs": attrs}).encode()

@@ -292,10 +292,6 @@ def cases(real: str, folder: str) -> None:
                                {"PARTUI_TRACE_CACHE": "0"})
         print(f"partui report --by pair, DeepSeek's trace x 25 (whole process): {wall:.2f} s wall "
               f"(goal <= {GOALS['pairs']} s), {got['process_cpu_s']:.2f} s CPU, peak RSS {rss:.0f} MB")
-    from partui.commands.bench import BENCHES
-    if "blame-scale" not in BENCHES:
-        print("blame at 1,024 ranks: `partui bench blame-scale` is not on this branch")
-        return
     got, wall, rss = child(["-m", "partui", "bench", "blame-scale"])
     print(f"partui bench blame-scale (whole process): {wall:.1f} s wall (goal <= {GOALS['blame-scale']} s), "
           f"{got['process_cpu_s']:.1f} s CPU, peak RSS {rss:.0f} MB\n  " + str(got.get("output", "")).strip().replace("\n", "\n  "))
