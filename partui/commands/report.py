@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
+from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note
 from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, definitions,
@@ -23,6 +23,7 @@ from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.commands.paths import check_output_file
+from partui.commands.report_vs import compare, vs_verdict
 from partui.commands.report_rows import ROWS, head_of, refuse_op_tables, rows_shown, terms_of
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -102,40 +103,6 @@ def _cell(v) -> str:
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v)
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Two runs side by side: mean step time, overlap (in flight during compute) and time saved."""
-    rows = {}
-    for label, df in (("this", a), ("other", b)):
-        ov = overlap(df, "rank")
-        st = step_times(df)
-        rows[label] = {
-            "trace": df.attrs.get("path", label),
-            "world_step_ms": st["world_step_ms"].mean(),
-            "comm_ms": ov["comm_ms"].mean(),
-            "overlapped_ms": ov["overlapped_ms"].mean(),
-            "exposed_comm_ms": ov["exposed_comm_ms"].mean(),
-            "idle_ms": ov["idle_ms"].mean(),
-            "overlap_pct": ov["overlap_pct"].mean(),
-            "bubble_pct": ov["bubble_pct"].mean(),
-        }
-    t = pd.DataFrame(rows).T
-    metrics = [c for c in t.columns if c != "trace"]
-    diff = {c: float(t.loc["other", c]) - float(t.loc["this", c]) for c in metrics}
-    t.loc["other - this"] = {"trace": "difference", **diff}
-    t[metrics] = t[metrics].astype(float)
-    t.insert(0, "run", t.index)
-    return t.reset_index(drop=True)
-
-
-def _verdict(t: pd.DataFrame) -> str:
-    saved = t.loc[2, "world_step_ms"]
-    pct = 100 * saved / t.loc[1, "world_step_ms"] if t.loc[1, "world_step_ms"] else float("nan")
-    more = "saves" if saved > 0 else "costs"
-    return (f"this run {more} {abs(saved):.3f} ms a step ({abs(pct):.1f}% of the other's) "
-            f"with {t.loc[0, 'overlap_pct']:.1f}% comm in flight during compute vs "
-            f"{t.loc[1, 'overlap_pct']:.1f}%: on shared cores overlap in flight is not time saved")
-
-
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -203,7 +170,7 @@ def run(args) -> int:
             if is_part_trace(df):   # the planner's order and the recorded one in one model, beside the GPU's
                 out += "\n" + planner_beside(df, table)
         if other is not None and args.format in ("table", "markdown"):
-            out += "\n" + _verdict(table)
+            out += "\n" + vs_verdict(table)
         notes = [oversubscription_note(df), core_sharing_line(table)] if (
             other is None and args.by == "rank") else []
         shown = list(table.columns) + ([c for _, t in gpu_blocks for c in t.split("\n", 1)[0].split()]

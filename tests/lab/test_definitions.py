@@ -25,7 +25,7 @@ from partui.analysis.whatif_pipe import STAGE_COLUMNS
 from partui.analysis.whatif_recompute import COLUMNS as RECOMPUTE_COLUMNS
 from partui.app.widgets.trace_panel import PAIR_COLS, PIPE_COLS, REPORT_COLS, SAVED_COLS
 from partui.bench.analysis import synthetic_trace
-from partui.commands.report import compare
+from partui.commands.report_vs import compare
 from partui.tables import show_rows, step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
