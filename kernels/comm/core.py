@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from kernels.comm import emulate, events
 from kernels.comm.dry import ON_PAPER
+from kernels.comm.flight import recorder as flight
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
 from kernels.comm.poster import launch
 from kernels.comm.poster import stop as stop_posting
@@ -195,10 +196,23 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
-    """Record an op as issued now: one OpLog record, and comm_issue to the recorder."""
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, tensors=(),
+             **args) -> OpRecord:
+    """Record an op as issued now: its identity and place in the flight recorder (Seq, Comms Id,
+    the shapes and dtypes of `tensors`), one OpLog record, and comm_issue to the recorder, whose
+    args carry Kineto's "Process Group Name", "Seq" and "Comms Id"."""
     rec = OpRecord(next_op_id(), op, group.name if group else "world", int(nbytes), peer,
-                   events.now_ns(), tag=args.get("tag", 0))
+                   events.now_ns(), tag=args.get("tag", 0),
+                   shapes=tuple(tuple(t.shape) for t in tensors),
+                   dtypes=tuple(dtype_name(t) for t in tensors))
+    ranks = group.ranks if group is not None else range(world_size())
+    flight.identify(rec, ranks, world_rank())
+    rec.ranks = tuple(ranks)
+    args = {**args, "Process Group Name": rec.group, "Seq": rec.seq, "Comms Id": rec.comms_id}
     if emulate.model() is not None:
         ranks = group.ranks if group is not None else list(range(world_size()))
         rec.hold = emulate.on_issue(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),
@@ -208,7 +222,7 @@ def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args
     if r is not None and hasattr(r, "comm_issue"):
         r.comm_issue(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
     events.mark(f"{op} {rec.group}", "issue", rec.t_issue, op_id=rec.op_id, op=op,
-                group=rec.group, bytes=rec.nbytes, peer=peer)
+                group=rec.group, bytes=rec.nbytes, peer=peer, seq=rec.seq)
     return rec
 
 
@@ -247,7 +261,7 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
         return _done("all_reduce", group, t, async_op)
     if hand := _hand_impl("all_reduce", group):
         return hand(t, group or world_group(), op, async_op)
-    rec = issue_op("all_reduce", group, tensor_bytes(t), None, reduce=op)
+    rec = issue_op("all_reduce", group, tensor_bytes(t), None, (t,), reduce=op)
     red = _REDUCE["sum" if op == "avg" else op]
     work = launch(group, lambda: dist.all_reduce(t, op=red, group=_pg(group), async_op=True))
     if op == "avg":
@@ -264,7 +278,7 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op
         return _done("reduce_scatter", group, out, async_op)
     if hand := _hand_impl("reduce_scatter", group):
         return hand(out, inp, group or world_group(), op, async_op)
-    rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, reduce=op)
+    rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, (inp, out), reduce=op)
     red = _REDUCE["sum" if op == "avg" else op]
     work = launch(group, lambda: dist.reduce_scatter_single(out, inp, op=red, group=_pg(group),
                                                             async_op=True))
@@ -281,7 +295,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_
         return _done("all_gather", group, out, async_op)
     if hand := _hand_impl("all_gather", group):
         return hand(out, inp, group or world_group(), async_op)
-    rec = issue_op("all_gather", group, tensor_bytes(out), None)
+    rec = issue_op("all_gather", group, tensor_bytes(out), None, (inp, out))
     work = launch(group, lambda: dist.all_gather_single(out, inp, group=_pg(group), async_op=True))
     return _run(rec, work, out, async_op)
 
@@ -292,7 +306,7 @@ def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = F
         return _done("broadcast", group, t, async_op)
     if hand := _hand_impl("broadcast", group):
         return hand(t, src, group or world_group(), async_op)
-    rec = issue_op("broadcast", group, tensor_bytes(t), src)
+    rec = issue_op("broadcast", group, tensor_bytes(t), src, (t,))
     work = launch(group, lambda: dist.broadcast(t, src=src, group=_pg(group), async_op=True))
     return _run(rec, work, t, async_op)
 
@@ -306,7 +320,7 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
         return _done("all_to_all", group, out, async_op)
     if hand := _hand_impl("all_to_all_single", group):
         return hand(out, inp, group or world_group(), out_splits, in_splits, async_op)
-    rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None)
+    rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None, (inp, out))
     work = launch(group, lambda: dist.all_to_all_single(
         out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=_pg(group),
         async_op=True))
