@@ -13,9 +13,10 @@ import traceback
 import torch
 
 from kernels import comm
+from kernels.comm import faults, flight
 from kernels.calibrate import install_link
 from kernels.engine import Engine
-from partui import snapshot
+from partui import flight_watch, snapshot
 from partui.profile import RankProfile
 from partui.trace import RankTracer
 from planning.config import ModelConfig
@@ -52,9 +53,11 @@ def new_state(rank: int) -> dict:
     return {"engine": None, "tracer": None, "profile": None, "fault_step": None, "rank": rank}
 
 
-def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
+def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict, watch=None) -> None:
     """A held rank: join, then answer the controller's commands until shutdown."""
     torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
+    if watch is not None and opts.get("flight_dir"):
+        flight_watch.start(rank, watch, opts["flight_dir"])
     try:
         if rendezvous:
             join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))
@@ -102,6 +105,9 @@ def _link(eng, spec: dict | None) -> dict | None:
 
 def handle(state: dict, cmd: str, payload: dict):
     if cmd == "setup":
+        comm.set_validate(bool(payload.get("validate_comms")))   # before the engine makes groups
+        faults.arm(*(payload.get("fault") or (None,)))
+        flight.recorder.clear()
         eng = Engine(Plan.from_dict(payload["plan"]), ModelConfig(**payload["cfg"]),
                      rank=state["rank"], seed=payload.get("seed", 0),
                      optim=payload.get("optim", "adamw"), lr=payload.get("lr"),
@@ -121,6 +127,7 @@ def handle(state: dict, cmd: str, payload: dict):
             if state["fault_step"] is not None and eng.step_count == state["fault_step"]:
                 state["fault_step"] = None
                 raise InjectedFault(f"injected fault at step {eng.step_count}")
+            flight.recorder.step = eng.step_count
             out.append(snapshot.step_item(eng, check=payload.get("check", False)))
         return out
     if cmd == "link":                 # between steps: every rank at once (it is collective)

@@ -7,6 +7,9 @@
     handles.py      in-flight op handles and the always-on op log
     poster.py       the comm thread that posts a marked group's ops (the caller does not pay)
     events.py       the recorder hook (compute spans, comm ops, counters)
+    flight.py       every op's identity (Seq, Comms Id) and the ring of each rank's last ops
+    faults.py       faults on purpose (--fault): which op misbehaves, and how
+    validate.py     --validate-comms: each collective's op, sizes, dtypes compared before it runs
 
 This package gathers the API (`from kernels import comm; comm.all_reduce(...)`); the modules
 inside import each other directly, never through here.
@@ -28,6 +31,7 @@ from kernels.comm.core import (
                                new_groups,
                                reduce_scatter,
                                set_collectives,
+                               set_validate,
                                single_group,
                                store_client,
                                store_server,
@@ -53,7 +57,7 @@ from kernels.comm.poster import post_from_thread
 
 __all__ = ["COLLECTIVES", "Group", "RendezvousError", "all_gather", "all_reduce", "all_to_all_single",
            "barrier", "broadcast", "default_backend", "destroy", "dry_rank", "init", "is_initialized", "new_groups",
-           "reduce_scatter", "set_collectives", "single_group", "store_client", "store_server",
+           "reduce_scatter", "set_collectives", "set_validate", "single_group", "store_client", "store_server",
            "wait_all", "world_group", "world_rank", "world_size",
            "Handle", "OpLog", "OpRecord", "oplog",
            "HAND_TAG_BASE", "HAND_TAG_SPAN", "P2P", "batch_isend_irecv", "irecv", "isend",

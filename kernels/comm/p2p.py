@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from kernels.comm import events
-from kernels.comm.core import Group, issue_op, next_op_id, p2p_work_has_future, tensor_bytes
+from kernels.comm import events, faults
+from kernels.comm.core import Group, issue_op, next_op_id, p2p_work_has_future, tensor_bytes, world_rank
 from kernels.comm.flight import comms_id
-from kernels.comm.handles import Handle
+from kernels.comm.handles import Handle, OpRecord
 
 HAND_TAG_BASE = 1 << 24   # p2p tags from here on are reserved for hand collectives
 HAND_TAG_SPAN = 1 << 20   # 2**18 ops in flight per group x 4 phases (see lanes.op_tag)
@@ -42,6 +42,10 @@ def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -
 
 def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
     _check_tag(tag)
+    if faults.armed is not None and faults.take("recv", "p2p", 2, world_rank()) == "drop-recv":
+        # the fault: never posted, nothing records it; the caller waits on nothing and goes on
+        return Handle(OpRecord(next_op_id(), "recv", group.name if group else "world", 0, src,
+                               events.now_ns()), None, t)
     rec = issue_op("recv", group, tensor_bytes(t), src, (t,), tag=tag)
     return Handle(rec, dist.irecv(t, src, tag=tag), t, future=p2p_work_has_future())
 

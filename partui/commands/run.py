@@ -11,6 +11,7 @@ import sys
 
 from partui.commands.flags import (add_run_arguments, fields_from_args, flagify, microbatches_note,
                                    world_options)
+from partui.commands.fault_flags import add_flight_arguments, check_flight_options, flight_options
 from partui.commands.paths import check_output_file, prove_writable
 from partui.launch import RankError, WorldTimeout
 from partui.machine import under_torchrun, usable_cpus
@@ -28,6 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --trace: mark the slowest step's critical path across ranks in the "
                         "saved trace (partui blame's; args.critical_path and one flow chain, for "
                         "Perfetto)")
+    add_flight_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -156,9 +158,10 @@ def check_profile_dir(folder: str) -> str:
 
 def run(args) -> int:
     try:
-        world = World(**world_options(args))
+        world = World(**world_options(args), **flight_options(args))
         check_run_options(args)
         world.plan("custom", args.model, **fields_from_args(args))
+        check_flight_options(args, world.current_plan.world)
         asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:
             check_trace_path(args.trace)
@@ -185,6 +188,9 @@ def run(args) -> int:
         if args.link:
             return fail("--link emulates links between ranks sharing this host's clock; run "
                         "without torchrun (partui run --link ...)")
+        if args.fault or args.validate_comms:
+            return fail("--fault and --validate-comms work in partui's own worlds (the flight "
+                        "recorder's watcher is the controller's); run without torchrun")
         if args.check or args.trace:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")
@@ -216,6 +222,8 @@ def run(args) -> int:
                 raise
             if args.profile:
                 say_profiled(world.profile(None))
+            if args.fault:                    # the run survived its fault: what the recorder saw
+                print(world.doctor(f"end of run with --fault {args.fault}"), file=sys.stderr)
             summary = world.summary()
     except (RankError, WorldTimeout) as e:
         return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip(), 1)
