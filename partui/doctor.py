@@ -198,14 +198,15 @@ def render(v: dict) -> list[str]:
         for r in h.get("missing", []):
             w = v["where"].get(r)
             if w is None:
-                lines.append(f"  rank {r}: no flight record (dead or frozen)")
+                lines.append(f"  rank {r}: no flight record (died or frozen before its first op)")
                 continue
             lines.append(f"  rank {r} is at step {w['step']}, span {w['span'] or '-'}, last "
                          f"completed {w['last_completed'] or 'nothing'}, waiting on "
                          f"{w['waiting_on'] or 'nothing (idle or computing)'}")
     lines += [f"also: {_finding_line(f)}" for f in v["findings"][1:6]]
     if v.get("absent"):
-        lines.append(f"no flight record from rank(s) {v['absent']}")
+        lines.append(f"rank(s) {v['absent']} did not answer (died or frozen): their last ops, "
+                     f"where shown, come from the shared rows they left")
     return lines
 
 

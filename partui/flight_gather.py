@@ -12,6 +12,7 @@ import os
 import time
 
 from partui.doctor import render, verdict
+from planning.flight_codes import BLOCK, decode
 
 HANG_S = 5.0        # blocked this long with nothing issued anywhere: stopped (diagnosed in < 10 s)
 GATHER_S = 3.0      # how long the ranks' watchers get to write their records
@@ -19,7 +20,15 @@ SLOTS = 3           # per rank in the watch array (partui/flight_watch.py)
 
 
 def watch_size(world: int) -> int:
-    return 1 + SLOTS * world
+    return 1 + SLOTS * world + BLOCK * world
+
+
+def mirrored(watch, world: int, rank: int) -> dict:
+    """A rank's last ops from its shared rows (all a dead rank leaves): no span, no wait."""
+    at = 1 + SLOTS * world + rank * BLOCK
+    records = decode(watch[at:at + BLOCK])
+    return {"rank": rank, "step": records[-1]["step"] if records else None, "span": None,
+            "waiting": None, "groups": {}, "records": records, "from": "shared memory"}
 
 
 def stopped(watch, world: int, now_ns: int | None = None, hang_s: float = HANG_S) -> int | None:
@@ -51,7 +60,11 @@ def gather(watch, world: int, folder: str, alive, reason: str, timeout_s: float 
             continue
         with open(path) as f:
             ranks.append(json.load(f))
-    absent = sorted(set(range(world)) - {rk["rank"] for rk in ranks})
+    for r in sorted(set(range(world)) - {rk["rank"] for rk in ranks}):
+        if watch[1 + SLOTS * world + r * BLOCK]:       # it mirrored ops before it went quiet
+            ranks.append(mirrored(watch, world, r))
+    ranks.sort(key=lambda rk: rk["rank"])
+    absent = [r for r in pending if r < world] + [r for r in range(world) if not alive(r)]
     return {"format": "partui-flight", "world": world, "reason": reason, "ranks": ranks,
             "absent": absent}
 

@@ -3,7 +3,8 @@ time its current blocking wait began, the time of its last issued op) into the c
 `watch` array, and writes this rank's records to FOLDER/rank-N.json whenever the controller asks
 (its request counter moves). A thread, because a hung rank's main thread never returns to answer.
 
-watch layout (int64): [request, then per rank: waiting_since_ns, last_issue_ns, served_request].
+watch layout (int64): [request, then per rank: waiting_since_ns, last_issue_ns, served_request,
+then per rank a block of mirrored op rows (planning/flight_codes.py), which outlive the rank].
 """
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import threading
 import time
 
 from kernels.comm import flight
+from planning.flight_codes import BLOCK
 
 WATCH_S = 0.2     # how often the watcher publishes (the controller polls every second)
 SLOTS = 3         # per rank in the watch array
 
 
-def start(rank: int, watch, folder: str) -> threading.Thread:
+def start(rank: int, world: int, watch, folder: str) -> threading.Thread:
+    flight.recorder.attach_mirror(watch, 1 + SLOTS * world + rank * BLOCK)
     t = threading.Thread(target=_loop, args=(rank, watch, folder), daemon=True, name="flight")
     t.start()
     return t

@@ -57,7 +57,7 @@ def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict, watch=None)
     """A held rank: join, then answer the controller's commands until shutdown."""
     torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
     if watch is not None and opts.get("flight_dir"):
-        flight_watch.start(rank, watch, opts["flight_dir"])
+        flight_watch.start(rank, world, watch, opts["flight_dir"])
     try:
         if rendezvous:
             join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))

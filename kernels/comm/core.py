@@ -257,6 +257,7 @@ def _done(op, group, result, async_op):
     """A group of one: nothing moves, but the op still exists (recorded, zero bytes)."""
     rec = issue_op(op, group, 0, None)
     rec.t_complete = rec.t_issue
+    flight.completed(rec)
     r = events.recorder()
     if r is not None and hasattr(r, "comm_complete"):
         r.comm_complete(rec.op_id, rec.t_complete)

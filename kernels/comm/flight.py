@@ -20,6 +20,8 @@ import collections
 import threading
 import zlib
 
+from planning.flight_codes import MIRROR_ROWS, T_COMPLETE, WIDTH, encode
+
 CAPACITY = 2048          # ops kept per rank (torch's TORCH_FR_BUFFER_SIZE plays the same part)
 P2P_OPS = ("send", "recv")
 
@@ -42,6 +44,12 @@ class FlightRecorder:
         self.span: str | None = None   # the innermost compute span running now (kernels.comm.events)
         self.waiting = None            # (t_ns, OpRecord) the caller blocked on, or None
         self._lock = threading.Lock()  # issue may come from the comm thread too
+        self.mirror, self.mirror_at, self.mirrored = None, 0, 0   # shared rows (planning.flight_codes)
+
+    def attach_mirror(self, shared, at: int) -> None:
+        """Mirror every op from now on into shared[at:] (planning.flight_codes.BLOCK; memory the controller owns)."""
+        self.mirror, self.mirror_at, self.mirrored = shared, at, 0
+        shared[at] = 0
 
     def identify(self, rec, ranks, me: int) -> None:
         """Give rec its Seq and Comms Id, and keep it in the ring (rec.ranks: the group's)."""
@@ -60,6 +68,26 @@ class FlightRecorder:
             rec.span = self.span
             if self.enabled:
                 self.ring.append(rec)
+                if self.mirror is not None:
+                    self._mirror(rec, ranks)
+
+    def _mirror(self, rec, ranks) -> None:
+        i = self.mirrored % MIRROR_ROWS
+        self.mirrored += 1
+        rec.slot = i
+        at = self.mirror_at + 1 + i * WIDTH
+        self.mirror[at:at + WIDTH] = encode(rec.seq, rec.comms_id, rec.op, rec.group, rec.peer,
+                                            rec.tag, rec.step, rec.shapes, rec.dtypes, rec.t_issue,
+                                            rec.t_complete, ranks, rec.nbytes)
+        self.mirror[self.mirror_at] = self.mirrored
+
+    def completed(self, rec) -> None:
+        """rec's completion time into its shared row, if the row is still rec's."""
+        m, slot = self.mirror, rec.slot
+        if m is not None and slot >= 0:
+            at = self.mirror_at + 1 + slot * WIDTH
+            if m[at + 1] == rec.comms_id and m[at] == rec.seq:
+                m[at + T_COMPLETE] = rec.t_complete or 0
 
     def records(self) -> list:
         with self._lock:

@@ -35,6 +35,7 @@ class OpRecord:
     shapes: tuple = ()         # each tensor's shape as given (a wrong size shows here)
     dtypes: tuple = ()         # each tensor's dtype name
     ranks: tuple = ()          # the group's member ranks (global)
+    slot: int = -1             # its row in the flight recorder's shared mirror (-1: none)
 
 
 class OpLog:
@@ -86,6 +87,7 @@ class Handle:
         if self.rec.t_complete is not None:  # wait() saw it first
             return
         self.rec.t_complete = t
+        flight.completed(self.rec)
         rec = events.recorder()
         if rec is not None and hasattr(rec, "comm_complete"):
             rec.comm_complete(self.rec.op_id, t)
@@ -117,6 +119,7 @@ class Handle:
             rec = events.recorder()
             if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
                 self.rec.t_complete = t1 if held is None else held
+                flight.completed(self.rec)
                 if rec is not None and hasattr(rec, "comm_complete"):
                     rec.comm_complete(self.rec.op_id, self.rec.t_complete)
                 events.mark(f"done {self.rec.op}", "done", self.rec.t_complete,
