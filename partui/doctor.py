@@ -165,6 +165,26 @@ def _lateness(ops) -> dict | None:
     return best
 
 
+def _cause(head: dict, findings: list[dict], ranks: list[dict]) -> dict:
+    """Follow a hang to its cause: when a rank missing from it is blocked in an op that another
+    finding names (an unmatched send, another hang), that finding is why (a few hops at most)."""
+    waiting = {rk["rank"]: rk["waiting"] for rk in ranks if rk.get("waiting")}
+    for _ in range(4):
+        if head["kind"] != "hang":
+            return head
+        nxt = None
+        for m in head["missing"]:
+            w = waiting.get(m)
+            for f in findings:
+                if f is not head and w and f["group"] == w["group"] and f["seq"] == w["seq"] \
+                        and m in f["entered"]:
+                    nxt = f
+        if nxt is None:
+            return head
+        head = nxt
+    return head
+
+
 def verdict(dump: dict) -> dict:
     """{"headline": the first finding (or the lateness figure), "findings": all, "where": per rank}."""
     ranks = dump["ranks"]
@@ -174,8 +194,11 @@ def verdict(dump: dict) -> dict:
     findings = []
     for found in (_mismatches(ops), hangs, _unmatched(ranks, present), stuck):
         findings += sorted(found, key=lambda f: f["t"])
-    head = findings[0] if findings else _lateness(ops) or {"kind": "ok", "culprits": []}
     where = {rk["rank"]: _where(rk) for rk in ranks}
+    head = _cause(findings[0], findings, ranks) if findings else \
+        _lateness(ops) or {"kind": "ok", "culprits": []}
+    if findings:
+        findings = [head] + [f for f in findings if f is not head]
     return {"reason": dump.get("reason", ""), "headline": head, "findings": findings,
             "where": where, "absent": sorted(set(dump.get("absent", [])))}
 
