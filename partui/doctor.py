@@ -12,6 +12,8 @@ The verdict, in the order it is looked for (the first found is the headline; the
     hang       a collective some members entered and did not complete, while others never entered
     unmatched  a p2p send with no recv posted for it (or a recv with no send)
     stuck      a collective every member entered that none completed
+A hang is followed to its cause: the op its missing rank is blocked in, when another finding names
+it; a chain back to its start is a deadlock (groups entered in opposite orders).
     ok         none of these: the op whose ranks entered furthest apart, and its last entrant
 """
 from __future__ import annotations
@@ -167,11 +169,11 @@ def _lateness(ops) -> dict | None:
 
 def _cause(head: dict, findings: list[dict], ranks: list[dict]) -> dict:
     """Follow a hang to its cause: when a rank missing from it is blocked in an op that another
-    finding names (an unmatched send, another hang), that finding is why (a few hops at most)."""
+    finding names (an unmatched send, another hang), that finding is why. A chain that comes back
+    to where it began is a deadlock: groups entered in opposite orders."""
     waiting = {rk["rank"]: rk["waiting"] for rk in ranks if rk.get("waiting")}
-    for _ in range(4):
-        if head["kind"] != "hang":
-            return head
+    chain = [head]
+    while head["kind"] == "hang":
         nxt = None
         for m in head["missing"]:
             w = waiting.get(m)
@@ -181,8 +183,17 @@ def _cause(head: dict, findings: list[dict], ranks: list[dict]) -> dict:
                     nxt = f
         if nxt is None:
             return head
+        if any(nxt is c for c in chain):
+            loop = chain[next(i for i, c in enumerate(chain) if c is nxt):]
+            return {**nxt, "kind": "deadlock", "cycle": [_short(c) for c in loop],
+                    "culprits": sorted({r for c in loop for r in c["missing"]})}
+        chain.append(nxt)
         head = nxt
     return head
+
+
+def _short(f: dict) -> str:
+    return f"{f['group']} {f['op']} seq {f['seq']} (in: {f['entered']}, waited for: {f['missing']})"
 
 
 def verdict(dump: dict) -> dict:
@@ -240,6 +251,9 @@ def _finding_line(f: dict) -> str:
                 f"different ops, sizes or dtypes; {culprit}")
     if f["kind"] == "unmatched":
         return f"unmatched p2p in {f['group']}: {f['detail']}; {culprit}"
+    if f["kind"] == "deadlock":
+        return (f"deadlock: each rank waits in an op the other has not entered, groups entered in "
+                f"opposite orders: {' <- '.join(f['cycle'])}; {culprit}")
     if f["kind"] == "hang":
         return (f"hang in {f['group']} {f['ranks']} {f['op']} seq {f['seq']}: entered by ranks "
                 f"{f['entered']}, not by {f['missing']}; {culprit}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 # kind -> what the rank does at its first eligible op of the step (the doctor's expected verdict)
 KINDS = {
     "skip": "skips its first collective of the step (the others wait in it)",
-    "swap": "issues its first two async all-reduces of the step in the opposite order",
+    "swap": "issues its first async all-reduce of the step after the next one of another size "
+            "(a swap of equal sizes is silent: only --check sees it)",
     "size": "gives its first all-reduce or broadcast of the step half the elements",
     "dtype": "gives its first all-reduce or broadcast of the step a float64 copy",
     "drop-recv": "never posts its first p2p recv of the step (the sender waits)",

@@ -2,8 +2,9 @@
 step is the faulty one. The door (kernels.comm.core, kernels.comm.p2p) asks `take` at each op and
 misbehaves as the kind says. One fault, once: it is spent at its op.
 
-A swapped op is held (`Held`): not issued until the next op of its group has been, or until
-someone waits on it (then there was nothing to swap with, and it runs in order).
+A swapped op is held (`Held`): not issued until the next op of its group of a different size has
+been (two ops of one size swapped are silent: the same sizes, each other's data; only --check sees
+that), or until someone waits on it (then there was nothing to swap with, and it runs in order).
 """
 from __future__ import annotations
 
@@ -64,8 +65,9 @@ class Held:
     """A swapped op not yet issued: `issue()` posts it (once) and returns its real handle; it acts
     as the handle meanwhile, so a caller that waits on it first just runs it in order."""
 
-    def __init__(self, group_name: str, issue, result):
+    def __init__(self, group_name: str, issue, result, numel: int):
         self.group_name, self._issue, self.result, self._real = group_name, issue, result, None
+        self.numel = numel
 
     def issue(self):
         if self._real is None:
@@ -73,6 +75,11 @@ class Held:
                 held.remove(self)
             self._real = self._issue()
         return self._real
+
+    @property
+    def rec(self):
+        """Its record, read through once it exists (a grad sync keeps it before it is issued)."""
+        return LateRecord(self)
 
     def wait(self):
         return self.issue().wait()
@@ -84,16 +91,27 @@ class Held:
         return getattr(self.issue(), name)
 
 
+class LateRecord:
+    """A held op's OpRecord as seen before it is issued: reading any field issues it first."""
+
+    def __init__(self, held_op: Held):
+        self._held = held_op
+
+    def __getattr__(self, name):
+        return getattr(self._held.issue().rec, name)
+
+
 def hold(group_name: str, issue, result) -> Held:
-    h = Held(group_name, issue, result)
+    h = Held(group_name, issue, result, result.numel())
     held.append(h)
     return h
 
 
-def release_after(group_name: str) -> None:
-    """An op of group_name was just posted: now issue the op held to follow it."""
+def release_after(group_name: str, numel: int) -> None:
+    """An op of group_name and numel elements was just posted: issue the op held to follow it,
+    if their sizes differ (so the swap shows)."""
     for h in list(held):
-        if h.group_name == group_name:
+        if h.group_name == group_name and h.numel != numel:
             h.issue()
 
 

@@ -85,6 +85,16 @@ def test_a_hang_is_followed_to_the_unmatched_send_behind_it():
     assert any(f["kind"] == "hang" and f["missing"] == [0] for f in v["findings"])
 
 
+def test_two_groups_entered_in_opposite_orders_are_a_deadlock():
+    w0 = {"since": 1, "group": "ep", "op": "all_to_all", "seq": 1}
+    w1 = {"since": 1, "group": "dp", "op": "barrier", "seq": 1}
+    d = dump((0, [rec(0, "ep", "all_to_all", 1, done=False)], w0),
+             (1, [rec(1, "dp", "barrier", 1, done=False)], w1))
+    h = doctor.verdict(d)["headline"]
+    assert h["kind"] == "deadlock" and h["culprits"] == [0, 1]
+    assert len(h["cycle"]) == 2 and "deadlock" in doctor.render(doctor.verdict(d))[1]
+
+
 def test_no_fault_gives_the_entry_spread_and_the_last_rank():
     d = dump((0, [rec(0, "dp", "all_reduce", 1, t=1_000_000)], None),
              (1, [rec(1, "dp", "all_reduce", 1, t=3_500_000)], None))
