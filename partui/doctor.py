@@ -14,7 +14,8 @@ The verdict, in the order it is looked for (the first found is the headline; the
     stuck      a collective every member entered that none completed
 A hang is followed to its cause: the op its missing rank is blocked in, when another finding names
 it; a chain back to its start is a deadlock (groups entered in opposite orders).
-    ok         none of these: the op whose ranks entered furthest apart, and its last entrant
+    ok         none of these: where lateness began (the first op entered at least half the
+               widest spread apart, p2p pairs included) and its last entrant
 """
 from __future__ import annotations
 
@@ -148,23 +149,38 @@ def _unmatched(ranks: list[dict], present: set) -> list[dict]:
     return out
 
 
-def _lateness(ops) -> dict | None:
-    """Among collectives every member entered: the one entered furthest apart, its last rank."""
-    best = None
+def _lateness(ops, ranks: list[dict]) -> dict | None:
+    """Where lateness began: of the ops every side entered (collectives, and p2p pairs: a recv
+    posted long before its send waits on the sender), those entered at least half the widest
+    spread apart, the first in time; its last entrant is the late rank. A straggler's victims enter
+    later ops late too, but only after it."""
+    items = []
     for (group, members), by_seq in ops.items():
         for seq, recs in by_seq.items():
-            if len(recs) < len(members) or len(recs) < 2:
-                continue
-            t = {r: rec["t_issue"] for r, rec in recs.items()}
-            spread = max(t.values()) - min(t.values())
-            if best is None or spread > best["spread_ms"] * 1e6:
-                last = max(t, key=t.get)
-                best = {"kind": "ok", "group": group, "ranks": list(members), "seq": seq,
-                        "op": recs[last]["op"], "entered": sorted(recs), "missing": [],
-                        "culprits": [last], "spread_ms": spread / 1e6}
-    if best is not None:
-        best["spread_ms"] = round(best["spread_ms"], 3)
-    return best
+            if len(recs) == len(members) >= 2:
+                items.append((group, list(members), seq, recs[min(recs)]["op"],
+                              {r: rec["t_issue"] for r, rec in recs.items()}))
+    pairs: dict = {}
+    for rk in ranks:
+        for rec in rk["records"]:
+            if rec["op"] in P2P and rec["peer"] is not None:
+                src = rk["rank"] if rec["op"] == "send" else rec["peer"]
+                dst = rec["peer"] if rec["op"] == "send" else rk["rank"]
+                pairs.setdefault((rec["group"], src, dst, rec["tag"], rec["seq"]), {})[
+                    rk["rank"]] = rec["t_issue"]
+    for (group, src, dst, _tag, seq), t in pairs.items():
+        if len(t) == 2:
+            items.append((group, [src, dst], seq, "send", t))
+    if not items:
+        return None
+    spread = [max(t.values()) - min(t.values()) for *_, t in items]
+    widest = max(spread)
+    first = min((min(t.values()), i) for i, (*_, t) in enumerate(items) if spread[i] >= widest / 2)[1]
+    group, members, seq, op, t = items[first]
+    last = max(t, key=t.get)
+    return {"kind": "ok", "group": group, "ranks": members, "seq": seq, "op": op,
+            "entered": sorted(t), "missing": [], "culprits": [last],
+            "spread_ms": round(spread[first] / 1e6, 3)}
 
 
 def _cause(head: dict, findings: list[dict], ranks: list[dict]) -> dict:
@@ -207,7 +223,7 @@ def verdict(dump: dict) -> dict:
         findings += sorted(found, key=lambda f: f["t"])
     where = {rk["rank"]: _where(rk) for rk in ranks}
     head = _cause(findings[0], findings, ranks) if findings else \
-        _lateness(ops) or {"kind": "ok", "culprits": []}
+        _lateness(ops, ranks) or {"kind": "ok", "culprits": []}
     if findings:
         findings = [head] + [f for f in findings if f is not head]
     return {"reason": dump.get("reason", ""), "headline": head, "findings": findings,
@@ -220,9 +236,10 @@ def render(v: dict) -> list[str]:
     lines = [f"reason: {v['reason']}"] if v.get("reason") else []
     if h["kind"] == "ok":
         if "group" in h:
-            lines.append(f"no hang, no mismatch: the ops entered furthest apart: {h['group']} "
-                         f"{h['op']} seq {h['seq']}, rank {h['culprits'][0]} entered last, "
-                         f"{h['spread_ms']:.1f} ms after the first (entry spread)")
+            lines.append(f"no hang, no mismatch; lateness began at {h['group']} {h['op']} seq "
+                         f"{h['seq']}: rank {h['culprits'][0]} entered last, {h['spread_ms']:.1f} "
+                         f"ms after the first (entry spread: the first op entered at least half "
+                         f"the widest spread apart)")
         else:
             lines.append("no hang, no mismatch, no collective entered by every member")
     else:

@@ -31,6 +31,9 @@ def _loop(rank: int, watch, folder: str) -> None:
     base = 1 + SLOTS * rank
     while True:
         fr = flight.recorder
+        if not fr.enabled:                  # the recorder off (partui bench flight): nothing to say
+            time.sleep(WATCH_S)
+            continue
         watch[base] = fr.waiting_since()
         ring = fr.ring
         try:

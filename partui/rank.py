@@ -138,6 +138,9 @@ def handle(state: dict, cmd: str, payload: dict):
         return eng.runner.slow
     if cmd == "snapshot":
         return snapshot.take(eng, payload)
+    if cmd == "flight":               # the recorder on / off (partui bench flight): ops seen so far
+        flight.recorder.enabled = bool(payload.get("on", True))
+        return sum(flight.recorder.seqs.values())
     if cmd == "fault":
         state["fault_step"] = payload["step"]
         return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import tempfile
 import time
 
 import torch
@@ -35,6 +37,15 @@ def gather(obj, device: str) -> list:
     return [json.loads(bytes(rows[r, :int(sizes[r])].tolist())) for r in range(n)]
 
 
+def torch_flight_recorder_on() -> str:
+    """Turn torch's flight recorder on for this rank's process groups (the user's own settings
+    kept) before the world is made; the prefix its dumps go under (TORCH_FR_DUMP_TEMP_FILE)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE",
+                          os.path.join(tempfile.gettempdir(), "partui_torch_fr_rank_"))
+    return os.environ["TORCH_FR_DUMP_TEMP_FILE"]
+
+
 def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> dict | None:
     """Train `world`'s plan (a partui.World holding a validated plan and its training options) for
     `steps` on torchrun's world; on rank 0 calls on_step(line) per step and returns the summary
@@ -53,6 +64,12 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
     else:
         torch.set_num_threads(1)
     t0 = time.perf_counter()
+    prefix = torch_flight_recorder_on()
+    if rank == 0:
+        print(f"partui run: torch's flight recorder is on ({os.environ['TORCH_FR_BUFFER_SIZE']} "
+              f"entries a rank): dumps go to {prefix}<rank> (NCCL's watchdog on a timeout; every "
+              f"rank when a step fails); read them with partui doctor {prefix}", file=sys.stderr,
+              flush=True)
     comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
     try:
         state = new_state(rank)
@@ -63,7 +80,12 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
             handle(state, "profile_start", {"dir": profile})
         lines = []
         for _ in range(steps):
-            items = gather(handle(state, "step", {"n": 1})[0], device)
+            try:
+                item = handle(state, "step", {"n": 1})[0]
+            except BaseException:
+                comm.dump_torch_flight_recorder(f"{prefix}{rank}")   # what this rank saw, kept
+                raise
+            items = gather(item, device)
             if rank == 0:
                 lines.append(step_line(items))
                 if on_step is not None:

@@ -26,6 +26,7 @@ from kernels.comm.core import (
                                broadcast,
                                default_backend,
                                destroy,
+                               dump_torch_flight_recorder,
                                init,
                                is_initialized,
                                new_groups,
@@ -56,7 +57,7 @@ from kernels.comm.p2p import (
 from kernels.comm.poster import post_from_thread
 
 __all__ = ["COLLECTIVES", "Group", "RendezvousError", "all_gather", "all_reduce", "all_to_all_single",
-           "barrier", "broadcast", "default_backend", "destroy", "dry_rank", "init", "is_initialized", "new_groups",
+           "barrier", "broadcast", "default_backend", "destroy", "dump_torch_flight_recorder", "dry_rank", "init", "is_initialized", "new_groups",
            "reduce_scatter", "set_collectives", "set_validate", "single_group", "store_client", "store_server",
            "wait_all", "world_group", "world_rank", "world_size",
            "Handle", "OpLog", "OpRecord", "oplog",

@@ -411,6 +411,22 @@ def barrier(group: Group | None = None) -> None:
          False)
 
 
+def dump_torch_flight_recorder(path: str) -> bool:
+    """torch's own flight recorder (TORCH_FR_BUFFER_SIZE) of this rank, pickled to path as torch
+    writes it on a watchdog timeout; False when torch keeps none. Written whole or not at all."""
+    try:
+        data = torch._C._distributed_c10d._dump_fr_trace(includeCollectives=True,
+                                                         includeStackTraces=False,
+                                                         onlyActive=False)
+    except (AttributeError, RuntimeError):
+        return False
+    tmp = f"{path}.partial-{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return True
+
+
 def wait_all(handles) -> None:
     for h in handles:
         h.wait()

@@ -5,7 +5,7 @@ import argparse
 import importlib
 
 BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "fb", "collectives", "trace", "app", "whatif",
-           "soak", "analysis", "blame")
+           "soak", "analysis", "blame", "flight")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

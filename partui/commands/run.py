@@ -188,9 +188,6 @@ def run(args) -> int:
         if args.link:
             return fail("--link emulates links between ranks sharing this host's clock; run "
                         "without torchrun (partui run --link ...)")
-        if args.fault or args.validate_comms:
-            return fail("--fault and --validate-comms work in partui's own worlds (the flight "
-                        "recorder's watcher is the controller's); run without torchrun")
         if args.check or args.trace:
             return fail("--check and --trace gather every rank's pieces through partui's own "
                         "controller; run them without torchrun (partui run --check ...)")

@@ -102,6 +102,16 @@ def test_no_fault_gives_the_entry_spread_and_the_last_rank():
     assert (h["kind"], h["culprits"], h["spread_ms"]) == ("ok", [1], 2.5)
 
 
+def test_lateness_is_blamed_where_it_began_not_on_its_victim():
+    # rank 1 sends 2 s late; rank 0, its receiver, then enters the next collective last
+    d = dump((0, [rec(0, "pp", "recv", 1, peer=1, t=1_000_000),
+                  rec(0, "world", "all_reduce", 1, t=2_600_000_000)], None),
+             (1, [rec(1, "pp", "send", 1, peer=0, t=2_001_000_000),
+                  rec(1, "world", "all_reduce", 1, t=2_100_000_000)], None))
+    h = doctor.verdict(d)["headline"]
+    assert (h["kind"], h["group"], h["culprits"], h["spread_ms"]) == ("ok", "pp", [1], 2000.0)
+
+
 def test_a_stopped_world_needs_a_long_wait_and_nothing_issued():
     world, now = 2, 100 * 10**9
     watch = [0] * (1 + 3 * world)
