@@ -31,10 +31,8 @@ def _loop(rank: int, watch, folder: str) -> None:
     base = 1 + SLOTS * rank
     while True:
         fr = flight.recorder
-        if not fr.enabled:                  # the recorder off (partui bench flight): nothing to say
-            time.sleep(WATCH_S)
-            continue
-        watch[base] = fr.waiting_since()
+        # the recorder off (partui bench flight): never blocked, so never named as stopped
+        watch[base] = fr.waiting_since() if fr.enabled else 0
         ring = fr.ring
         try:
             watch[base + 1] = ring[-1].t_issue if ring else 0

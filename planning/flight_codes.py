@@ -5,6 +5,8 @@ writes the rows; partui.flight_gather reads them back with `decode`.
 """
 from __future__ import annotations
 
+from math import prod
+
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "barrier",
        "send", "recv")
 DTYPES = ("float32", "float64", "bfloat16", "float16", "int64", "int32", "int8", "uint8", "bool")
@@ -27,20 +29,30 @@ def name_of(table: tuple, c: int) -> str:
     return table[c] if 0 <= c < len(table) else "?"
 
 
+_CODES = {t: {n: i for i, n in enumerate(t)} for t in (OPS, DTYPES, GROUP_NAMES)}
+_MASKS: dict = {}        # a group's ranks -> its bit mask (groups are few; each is computed once)
+
+
+def _mask(ranks) -> int:
+    key = tuple(ranks)
+    m = _MASKS.get(key)
+    if m is None:
+        m = _MASKS[key] = sum(1 << r for r in key if r < 63)
+    return m
+
+
 def encode(seq, comms_id, op, group, peer, tag, step, shapes, dtypes, t_issue, t_complete, ranks,
            nbytes) -> list[int]:
-    row = [seq, comms_id, code(OPS, op), code(GROUP_NAMES, group), -1 if peer is None else peer,
-           tag, step]
-    pairs = list(zip(shapes, dtypes))[:2]
-    for shape, dtype in pairs + [((0,), "")] * (2 - len(pairs)):
-        n = 1
-        for d in shape:
-            n *= d
-        row += [n if dtype else -1, code(DTYPES, dtype)]
-    mask = 0
-    for r in ranks:
-        mask |= 1 << r if r < 63 else 0
-    return row + [t_issue, t_complete or 0, mask, nbytes, 0]
+    """One row (COLUMNS); on every op's path, so table lookups and no loops but the tensors'."""
+    dt = _CODES[DTYPES]
+    n0 = d0 = n1 = d1 = -1
+    if shapes:
+        n0, d0 = prod(shapes[0]), dt.get(dtypes[0], -1)
+        if len(shapes) > 1:
+            n1, d1 = prod(shapes[1]), dt.get(dtypes[1], -1)
+    return [seq, comms_id, _CODES[OPS].get(op, -1), _CODES[GROUP_NAMES].get(group, -1),
+            -1 if peer is None else peer, tag, step, n0, d0, n1, d1, t_issue, t_complete or 0,
+            _mask(ranks), nbytes, 0]
 
 
 def decode(block) -> list[dict]:

@@ -9,12 +9,18 @@ traces carry whatever the recorder does). Per plan:
                            step of a few dozen is one scheduler hiccup of this machine)
     worst_pct              on_p95_ms / off_p95_ms - 1, in percent
     ops_per_step           comm ops the recorder keeps per step (what it pays for)
+    op_us                  what keeping one op costs the caller (ring + shared row), timed in this
+                           process on 20,000 ops with the recorder on minus off (no world: no noise
+                           from the other ranks)
+    bound_pct              ops_per_step x op_us / off_ms: the recorder's share of a step from its
+                           per-op cost, which a loaded machine's step-to-step noise cannot hide
 Targets (issue 37): median_pct < 2 and worst_pct < 5: verdict "ok", otherwise "miss" and exit 1.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 from partui.bench.args import whole_at_least_one
 from partui.bench.blame import plan_fields
@@ -23,13 +29,35 @@ from partui.plans import build_plan
 from partui.world import World
 
 COLS = ["plan", "off_ms", "on_ms", "median_pct", "off_p95_ms", "on_p95_ms", "worst_pct",
-        "ops_per_step", "verdict"]
+        "ops_per_step", "op_us", "bound_pct", "verdict"]
+OPS_TIMED = 20_000
 MEDIAN_TARGET, WORST_TARGET = 2.0, 5.0
 
 
 def p95(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(0.95 * (len(xs) - 1)))]
+
+
+def op_cost_us() -> float:
+    """Per op: identify() with the recorder on (ring, shared row) minus off, best of 5."""
+    from multiprocessing.sharedctypes import RawArray
+
+    from kernels.comm.flight import FlightRecorder
+    from kernels.comm.handles import OpRecord
+    from planning.flight_codes import BLOCK
+
+    def timed(on: bool) -> float:
+        fr = FlightRecorder()
+        fr.enabled = on
+        fr.attach_mirror(RawArray("q", BLOCK), 0)     # the shared rows' own kind of memory
+        recs = [OpRecord(i, "all_reduce", "dp", 4096, None, i, shapes=((1024,),),
+                         dtypes=("float32",)) for i in range(OPS_TIMED)]
+        t0 = time.perf_counter_ns()
+        for r in recs:
+            fr.identify(r, (0, 1), 0)
+        return (time.perf_counter_ns() - t0) / OPS_TIMED / 1000
+    return max(0.0, min(timed(True) for _ in range(5)) - min(timed(False) for _ in range(5)))
 
 
 def measure(fields: dict, model: str, rounds: int, block: int) -> dict:
@@ -76,8 +104,13 @@ def main(argv=None) -> int:
             build_plan("custom", args.model, None, **plans[name])
         except ValueError as e:
             ap.error(f"plan {name}: {e}")
-    rows = [{"plan": name, **measure(f, args.model, args.rounds, args.block)}
-            for name, f in plans.items()]
+    per_op = op_cost_us()
+    rows = []
+    for name, f in plans.items():
+        row = {"plan": name, **measure(f, args.model, args.rounds, args.block)}
+        row["op_us"] = round(per_op, 2)
+        row["bound_pct"] = round(100 * row["ops_per_step"] * per_op / 1000 / row["off_ms"], 4)
+        rows.append(row)
     print_rows(rows, COLS, f"flight recorder overhead ({args.model}, {args.rounds} x {args.block} "
                            f"steps each way, interleaved; targets: median < {MEDIAN_TARGET:g}%, "
                            f"p95 < {WORST_TARGET:g}%)", args.json)
