@@ -11,7 +11,14 @@ import tempfile
 import time
 
 from partui import flight_gather
-from partui.launch import DEFAULT_TIMEOUT_S, RankError, Ranks, RankStalled, WorldTimeout, held_context
+from partui.launch import (
+    DEFAULT_TIMEOUT_S,
+    RankError,
+    Ranks,
+    RankStalled,
+    WorldTimeout,
+    held_context,
+)
 from partui.worker import worker_main
 
 STALL_S = 8.0    # a heartbeat older than this names the rank (it stamps every 0.5 s)

@@ -13,8 +13,8 @@ import traceback
 import torch
 
 from kernels import comm
-from kernels.comm import faults, flight
 from kernels.calibrate import install_link
+from kernels.comm import faults, flight
 from kernels.engine import Engine
 from partui import flight_watch, snapshot
 from partui.profile import RankProfile

@@ -1,6 +1,7 @@
 """The only door to torch.distributed: named, timed, recorded ops.
 
     core.py         the world, named groups, recorded collectives (native, or hand when set)
+    store.py        the loopback rendezvous store; torch's own flight recorder dumped
     p2p.py          recorded send / recv, batched exchanges, the steps of hand collectives
     lanes.py        where hand collectives run: a thread per group, links, tags, segments
     collectives.py  the hand rings, chains and pairwise exchanges (registered with core here)
@@ -26,7 +27,6 @@ from kernels.comm.core import (
                                broadcast,
                                default_backend,
                                destroy,
-                               dump_torch_flight_recorder,
                                init,
                                is_initialized,
                                new_groups,
@@ -34,8 +34,6 @@ from kernels.comm.core import (
                                set_collectives,
                                set_validate,
                                single_group,
-                               store_client,
-                               store_server,
                                wait_all,
                                world_group,
                                world_rank,
@@ -55,6 +53,7 @@ from kernels.comm.p2p import (
                                send,
 )
 from kernels.comm.poster import post_from_thread
+from kernels.comm.store import dump_torch_flight_recorder, store_client, store_server
 
 __all__ = ["COLLECTIVES", "Group", "RendezvousError", "all_gather", "all_reduce", "all_to_all_single",
            "barrier", "broadcast", "default_backend", "destroy", "dump_torch_flight_recorder", "dry_rank", "init", "is_initialized", "new_groups",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,6 @@ from kernels.comm.poster import launch as post
 from kernels.comm.poster import stop as stop_posting
 
 _op_ids = itertools.count(1)
-LOOPBACK = "127.0.0.1"   # where partui's own worlds listen: the store and gloo (GLOO_SOCKET_IFNAME=lo)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 COLLECTIVES = ("native", "hand")
 HAND_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all_single")
@@ -89,29 +87,6 @@ def init(backend: str, rank: int, world_size: int, init_method: str | None = Non
 
 class RendezvousError(RuntimeError):
     """The rendezvous could not listen or connect (most often under torchrun: the port is taken)."""
-
-
-def store_server(world_size: int, timeout_s: float = 30.0):
-    """(store, port): a rendezvous store on 127.0.0.1 only, port picked by the OS. TCPStore given a
-    host still binds every interface, so the loopback socket is made here and handed over."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind((LOOPBACK, 0))
-        sock.listen(128)
-        port = sock.getsockname()[1]
-        store = dist.TCPStore(LOOPBACK, port, world_size, is_master=True,
-                              timeout=datetime.timedelta(seconds=timeout_s),
-                              wait_for_workers=False, master_listen_fd=sock.fileno())
-    except BaseException:
-        sock.close()
-        raise
-    sock.detach()                      # the store owns the fd now: Python must not close it too
-    return store, port
-
-
-def store_client(port: int, world_size: int, timeout_s: float = 30.0):
-    return dist.TCPStore(LOOPBACK, port, world_size, is_master=False,
-                         timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def default_backend() -> str:
@@ -225,12 +200,12 @@ def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, tensor
     args = {**args, "Process Group Name": rec.group, "Seq": rec.seq, "Comms Id": rec.comms_id}
     if emulate.model() is not None:
         ranks = group.ranks if group is not None else list(range(world_size()))
-        rec.hold = emulate.onissue_op(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),
+        rec.hold = emulate.on_issue(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),
                                     rec.t_issue)
     oplog.add(rec)
     r = events.recorder()
     if r is not None and hasattr(r, "comm_issue"):
-        r.commissue_op(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
+        r.comm_issue(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
     events.mark(f"{op} {rec.group}", "issue", rec.t_issue, op_id=rec.op_id, op=op,
                 group=rec.group, bytes=rec.nbytes, peer=peer, seq=rec.seq)
     return rec
@@ -409,22 +384,6 @@ def barrier(group: Group | None = None) -> None:
     rec = issue_op("barrier", group, 0, None, ())
     _run(rec, _launch(group, rec, lambda: dist.barrier(group=_pg(group), async_op=True)), None,
          False)
-
-
-def dump_torch_flight_recorder(path: str) -> bool:
-    """torch's own flight recorder (TORCH_FR_BUFFER_SIZE) of this rank, pickled to path as torch
-    writes it on a watchdog timeout; False when torch keeps none. Written whole or not at all."""
-    try:
-        data = torch._C._distributed_c10d._dump_fr_trace(includeCollectives=True,
-                                                         includeStackTraces=False,
-                                                         onlyActive=False)
-    except (AttributeError, RuntimeError):
-        return False
-    tmp = f"{path}.partial-{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return True
 
 
 def wait_all(handles) -> None:

@@ -12,7 +12,14 @@ import torch
 import torch.distributed as dist
 
 from kernels.comm import events, faults
-from kernels.comm.core import Group, issue_op, next_op_id, p2p_work_has_future, tensor_bytes, world_rank
+from kernels.comm.core import (
+    Group,
+    issue_op,
+    next_op_id,
+    p2p_work_has_future,
+    tensor_bytes,
+    world_rank,
+)
 from kernels.comm.flight import comms_id
 from kernels.comm.handles import Handle, OpRecord
 

@@ -21,12 +21,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from multiprocessing.sharedctypes import RawArray
 
+from kernels.comm.flight import FlightRecorder
+from kernels.comm.handles import OpRecord
 from partui.bench.args import whole_at_least_one
 from partui.bench.blame import plan_fields
 from partui.bench.harness import print_rows
 from partui.plans import build_plan
 from partui.world import World
+from planning.flight_codes import BLOCK
 
 COLS = ["plan", "off_ms", "on_ms", "median_pct", "off_p95_ms", "on_p95_ms", "worst_pct",
         "ops_per_step", "op_us", "bound_pct", "verdict"]
@@ -41,12 +45,6 @@ def p95(xs: list[float]) -> float:
 
 def op_cost_us() -> float:
     """Per op: identify() with the recorder on (ring, shared row) minus off, best of 5."""
-    from multiprocessing.sharedctypes import RawArray
-
-    from kernels.comm.flight import FlightRecorder
-    from kernels.comm.handles import OpRecord
-    from planning.flight_codes import BLOCK
-
     def timed(on: bool) -> float:
         fr = FlightRecorder()
         fr.enabled = on

@@ -9,9 +9,18 @@ import math
 import os
 import sys
 
-from partui.commands.flags import (add_run_arguments, fields_from_args, flagify, microbatches_note,
-                                   world_options)
-from partui.commands.fault_flags import add_flight_arguments, check_flight_options, flight_options
+from partui.commands.fault_flags import (
+    add_flight_arguments,
+    check_flight_options,
+    flight_options,
+)
+from partui.commands.flags import (
+    add_run_arguments,
+    fields_from_args,
+    flagify,
+    microbatches_note,
+    world_options,
+)
 from partui.commands.paths import check_output_file, prove_writable
 from partui.launch import RankError, WorldTimeout
 from partui.machine import under_torchrun, usable_cpus

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from worlds import run_world
 
 from kernels import comm
 from kernels.comm import flight
@@ -15,7 +16,6 @@ from partui.commands.doctor import load
 from partui.flight_gather import stopped
 from planning import flight_codes
 from planning.fault_spec import FaultError, parse_fault
-from worlds import run_world
 
 pytestmark = pytest.mark.timeout(180)
 
