@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from conftest import run_cli
 from worlds import run_world
 
 from kernels import comm
@@ -247,3 +248,34 @@ def test_torch_flight_recorder_dumps_read_with_the_same_verdict(tmp_path, monkey
     assert (h["kind"], h["group"], h["op"], h["seq"], h["missing"]) == ("hang", "dp", "all_reduce",
                                                                           2, [0])
     assert os.path.exists(prefix + "0")
+
+
+# ---------------------------------------------------------------- the trace carries the identity
+
+def test_every_comm_event_of_a_trace_carries_its_identity_the_same_on_every_rank(tmp_path):
+    path = str(tmp_path / "pp.json")
+    proc = run_cli("run", "--pp", 2, "--dp", 2, "--microbatches", 2, "--steps", 2, "--layers", 2,
+                   "--collectives", "hand", "--trace", path, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "comm"]
+    assert events
+    ranks_of: dict = {}
+    for e in events:
+        a = e["args"]
+        assert isinstance(a["Process Group Name"], str) and a["Seq"] >= 1, a
+        assert a["Comms Id"] == flight.comms_id(a["Process Group Name"], a["Seq"], _direction(e)), a
+        if "parent" not in a and a["op"] not in ("send", "recv"):
+            ranks_of.setdefault(a["Comms Id"], set()).add(e["pid"])
+    # a dp collective of 2 ranks, the world's of 4: every member recorded the same Comms Id
+    assert {len(r) for r in ranks_of.values()} <= {2, 4} and any(len(r) == 4 for r in ranks_of.values())
+
+
+def _direction(e) -> str:
+    """The p2p part of a Comms Id: src->dst:tag (empty for a collective)."""
+    a = e["args"]
+    if a["op"] not in ("send", "recv"):
+        return ""
+    me = e["pid"]
+    src, dst = (me, a["peer"]) if a["op"] == "send" else (a["peer"], me)
+    return f"{src}->{dst}:{a['tag']}"
