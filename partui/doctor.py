@@ -112,9 +112,10 @@ def _partial(ops, oldest, present: set) -> tuple[list[dict], list[dict]]:
                     "op": recs[min(recs)]["op"], "entered": sorted(recs),
                     "missing": sorted(missing + unknown), "culprits": sorted(missing + unknown),
                     "t": min(rec["t_issue"] for rec in recs.values())}
-            (hangs if item["missing"] else stuck).append({"kind": "hang" if item["missing"]
-                                                          else "stuck", **item})
-            break
+            if item["missing"]:
+                hangs.append({"kind": "hang", **item})
+                break                     # the group's later ops wait behind this one
+            stuck.append({"kind": "stuck", **item})
     return hangs, stuck
 
 
@@ -194,8 +195,8 @@ def _cause(head: dict, findings: list[dict], ranks: list[dict]) -> dict:
         for m in head["missing"]:
             w = waiting.get(m)
             for f in findings:
-                if f is not head and w and f["group"] == w["group"] and f["seq"] == w["seq"] \
-                        and m in f["entered"]:
+                if f is not head and w and f["kind"] != "stuck" and f["group"] == w["group"] \
+                        and f["seq"] == w["seq"] and m in f["entered"]:
                     nxt = f
         if nxt is None:
             return head
@@ -251,7 +252,8 @@ def render(v: dict) -> list[str]:
             if w is None:
                 lines.append(f"  rank {r}: no flight record (died or frozen before its first op)")
                 continue
-            lines.append(f"  rank {r} is at step {w['step']}, span {w['span'] or '-'}, last "
+            step = f"step {w['step']}, " if w["step"] is not None else ""
+            lines.append(f"  rank {r} is at {step}span {w['span'] or '-'}, last "
                          f"completed {w['last_completed'] or 'nothing'}, waiting on "
                          f"{w['waiting_on'] or 'nothing (idle or computing)'}")
     lines += [f"also: {_finding_line(f)}" for f in v["findings"][1:6]]

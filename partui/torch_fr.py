@@ -63,7 +63,7 @@ def records(doc: dict, rank: int, members: dict) -> list[dict]:
         group, op = _group(e), _op(e["profiling_name"])
         p2p = e.get("is_p2p") or op in ("send", "recv")
         done = e.get("time_discovered_completed_ns") or (
-            e["time_created_ns"] if e.get("state") == "completed" or e.get("retired") else None)
+            e["time_created_ns"] if e.get("state") == "completed" else None)
         out.append({"seq": e["p2p_seq_id"] if p2p else e["collective_seq_id"],
                     "comms_id": 0, "op": op, "group": group, "ranks": members.get(group, []),
                     "peer": e.get("dst_rank") if op == "send" else e.get("src_rank") if p2p else None,
@@ -72,6 +72,21 @@ def records(doc: dict, rank: int, members: dict) -> list[dict]:
                     "step": None, "span": None, "t_issue": e["time_created_ns"],
                     "t_posted": e.get("time_discovered_started_ns"), "t_complete": done})
     return out
+
+
+def infer_completion(recs: list[dict]) -> dict | None:
+    """gloo's entries stay "scheduled" (torch 2.13 tracks no completion for gloo, and a timed-out
+    op is retired like a finished one): when no entry of a rank says it completed, the rank is
+    taken as blocked in its newest op and every older one as completed. Returns that wait, or
+    None when completion is known."""
+    if not recs or any(r["t_complete"] is not None for r in recs):
+        return None
+    newest = max(recs, key=lambda r: r["t_issue"])
+    for r in recs:
+        if r is not newest:
+            r["t_complete"] = r["t_issue"]
+    return {"since": newest["t_issue"], "group": newest["group"], "op": newest["op"],
+            "seq": newest["seq"]}
 
 
 def _members(docs: dict) -> dict:
@@ -108,7 +123,10 @@ def to_dump(path: str, world: int | None = None) -> dict:
             docs[rank] = pickle.load(f)   # torch's own dump format; only open dumps you trust
     members = _members(docs)
     world = world or max(docs) + 1
-    ranks = [{"rank": r, "step": None, "span": None, "waiting": None, "groups": members,
-              "records": records(doc, r, members)} for r, doc in sorted(docs.items())]
+    ranks = []
+    for r, doc in sorted(docs.items()):
+        recs = records(doc, r, members)
+        ranks.append({"rank": r, "step": None, "span": None, "waiting": infer_completion(recs),
+                      "groups": members, "records": recs})
     return {"format": "torch-fr", "world": world, "reason": f"torch flight recorder dumps {path}",
             "ranks": ranks, "absent": sorted(set(range(world)) - set(docs))}

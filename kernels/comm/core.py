@@ -149,7 +149,8 @@ def new_groups(name: str, partition: list[list[int]]) -> Group:
     mine = None
     for ranks in partition:
         ranks = sorted(ranks)  # torch numbers a group's members in sorted order; so do we
-        pg = dist.new_group(ranks) if len(ranks) > 1 and is_initialized() else None
+        # group_desc: torch's flight recorder names the group as partui does
+        pg = dist.new_group(ranks, group_desc=name) if len(ranks) > 1 and is_initialized() else None
         check = dist.new_group(ranks, backend="gloo") if pg is not None and _VALIDATE else None
         if me in ranks:
             mine = Group(name, list(ranks), pg, check_pg=check)
