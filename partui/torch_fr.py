@@ -128,5 +128,7 @@ def to_dump(path: str, world: int | None = None) -> dict:
         recs = records(doc, r, members)
         ranks.append({"rank": r, "step": None, "span": None, "waiting": infer_completion(recs),
                       "groups": members, "records": recs})
+    inferred = any(rk["waiting"] is not None for rk in ranks)
     return {"format": "torch-fr", "world": world, "reason": f"torch flight recorder dumps {path}",
-            "ranks": ranks, "absent": sorted(set(range(world)) - set(docs))}
+            "ranks": ranks, "absent": sorted(set(range(world)) - set(docs)),
+            "completion": "inferred" if inferred else "recorded"}

@@ -92,6 +92,8 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
                     on_step(lines[-1])
         if profile:
             handle(state, "profile_stop", {})
+        if world.fault:                   # a run that survived its fault: what torch recorded
+            comm.dump_torch_flight_recorder(f"{prefix}{rank}")
     finally:
         comm.destroy()
     if rank != 0:
