@@ -22,6 +22,7 @@ from partui.launch import (
 from partui.worker import worker_main
 
 STALL_S = 8.0    # a heartbeat older than this names the rank (it stamps every 0.5 s)
+QUIET_S = 2.0    # a heartbeat this old: the rank is frozen, not blocked (the flight check waits)
 
 
 class WorldStopped(RankError):
@@ -123,38 +124,52 @@ class Controller:
             replies = self.ranks.gather(range(self.size), time.monotonic() + timeout_s,
                                         self._late(cmd), idle=self._check_heartbeats)
         except BaseException as e:
-            if isinstance(e, RankError) and not isinstance(e, WorldStopped) and cmd == "step":
+            if isinstance(e, RankError) and not getattr(e, "diagnosed", False) and cmd == "step":
                 self._diagnose(e, f"rank {e.rank} failed: {e.error.splitlines()[0][:200]}")
             self.close()
             raise
         return [replies[r] for r in range(self.size)]
 
     # ---------------------------------------------------------------- the flight recorder
-    def flight(self, reason: str = "asked") -> dict | None:
+    def flight(self, reason: str = "asked", frozen=()) -> dict | None:
         """Every rank's flight records, gathered now (their watchers answer even mid-hang), as
-        one dump; written to flight_path when set. None without a watch (one-shot worlds)."""
+        one dump; written to flight_path when set. None without a watch (one-shot worlds).
+        frozen: ranks not waited for (their shared rows are read instead)."""
         if self.watch is None or self.closed:
             return None
         dump = flight_gather.gather(self.watch, self.size, self.flight_dir,
-                                    lambda r: self.ranks.procs[r].is_alive(), reason)
+                                    lambda r: self.ranks.procs[r].is_alive() and r not in frozen,
+                                    reason)
         path = flight_gather.write(dump, self.flight_path) if self.flight_path else None
         self.flight_report = flight_gather.report(dump, path)
         return dump
 
-    def _diagnose(self, e: RankError, reason: str) -> None:
+    def _diagnose(self, e: RankError, reason: str, frozen=()) -> None:
         """Put the flight recorder's verdict into e's message (the world is about to close)."""
         try:
-            self.flight(reason)
+            self.flight(reason, frozen)
         except OSError as why:                         # a dump that cannot be written
             self.flight_report = f"flight dump not written: {why}"
         e.args = (f"{e.args[0]}\n{self.flight_report}",)
+        e.diagnosed = True
 
     def _check_heartbeats(self) -> None:
         """RankStalled naming the first rank whose heartbeat is older than STALL_S; WorldStopped
         (with the flight recorder's verdict) when the ranks wait and nothing moves."""
         if self.beats is None:
             return
-        if self.watch is not None:
+        now = time.monotonic()
+        quiet = [r for r, stamp in enumerate(self.beats)
+                 if stamp and now - stamp > QUIET_S and self.ranks.procs[r].is_alive()]
+        for r in quiet:
+            stamp, proc = self.beats[r], self.ranks.procs[r]
+            if now - stamp > STALL_S:
+                e = RankStalled(r, f"stopped making progress (pid {proc.pid}): no heartbeat for "
+                                   f"{now - stamp:.0f} s (stopped, frozen or starved of CPU); the "
+                                   f"world was closed")
+                self._diagnose(e, f"rank {r}'s heartbeat silent for {now - stamp:.0f} s", quiet)
+                raise e
+        if self.watch is not None and not quiet:    # a frozen rank is the heartbeat's to name
             blocked = flight_gather.stopped(self.watch, self.size)
             if blocked is not None:
                 e = WorldStopped(blocked, f"the world stopped making progress: rank {blocked} "
@@ -163,13 +178,6 @@ class Controller:
                 self._diagnose(e, f"stopped: rank {blocked} blocked, nothing issued for "
                                   f"{flight_gather.HANG_S:.0f} s")
                 raise e
-        now = time.monotonic()
-        for r, stamp in enumerate(self.beats):
-            proc = self.ranks.procs[r]
-            if stamp and now - stamp > STALL_S and proc.is_alive():
-                raise RankStalled(r, f"stopped making progress (pid {proc.pid}): "
-                                     f"no heartbeat for {now - stamp:.0f} s (stopped, frozen or "
-                                     f"starved of CPU); the world was closed")
 
     # ---------------------------------------------------------------- verbs
     def setup(self, plan, cfg, **training) -> list[dict]:

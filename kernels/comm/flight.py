@@ -22,7 +22,8 @@ import zlib
 
 from planning.flight_codes import MIRROR_ROWS, T_COMPLETE, WIDTH, encode
 
-CAPACITY = 2048          # ops kept per rank (torch's TORCH_FR_BUFFER_SIZE plays the same part)
+CAPACITY = 512   # ops kept per rank (torch's TORCH_FR_BUFFER_SIZE plays the same part); a dump of
+                 # 512 stays small enough to write and read within the 10 s a hang is named in
 P2P_OPS = ("send", "recv")
 
 
