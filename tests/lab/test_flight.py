@@ -279,3 +279,13 @@ def _direction(e) -> str:
     me = e["pid"]
     src, dst = (me, a["peer"]) if a["op"] == "send" else (a["peer"], me)
     return f"{src}->{dst}:{a['tag']}"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--fault", "skip@9:0"], "--fault skip@9:0: step 9 is outside the run's steps (0..2)"),
+    (["--fault", "skip@1:2"], "--fault skip@1:2: rank 2 is outside the world (0..1)"),
+    (["--flight-dump", "/nonexistent-dir/f.json"], "--flight-dump /nonexistent-dir/f.json: folder")])
+def test_run_refuses_a_bad_fault_or_dump_path_in_one_line_before_launch(flags, says):
+    proc = run_cli("run", "--dp", 2, "--steps", 3, *flags, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert says in proc.stderr
