@@ -65,12 +65,12 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None) -> d
         torch.set_num_threads(1)
     t0 = time.perf_counter()
     prefix = torch_flight_recorder_on()
-    if rank == 0:
+    comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
+    if rank == 0:                 # once the world exists: a failed rendezvous stays one line
         print(f"partui run: torch's flight recorder is on ({os.environ['TORCH_FR_BUFFER_SIZE']} "
               f"entries a rank): dumps go to {prefix}<rank> (NCCL's watchdog on a timeout; every "
               f"rank when a step fails); read them with partui doctor {prefix}", file=sys.stderr,
               flush=True)
-    comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
     try:
         state = new_state(rank)
         payload = setup_payload(plan, cfg, device=device, **world.training())
