@@ -18,6 +18,7 @@ COMMANDS = {
     "simulate": ("partui.commands.simulate", "simulate a pipeline schedule: timeline, bubble, formula"),
     "whatif": ("partui.commands.whatif", "predict a recorded plan's step under an emulated link"),
     "blame": ("partui.commands.blame", "stragglers: the cross-rank critical path and what each rank cost"),
+    "doctor": ("partui.commands.doctor", "which collective hung, on which rank, and why (a flight dump)"),
     "bench": ("partui.commands.bench", "benchmarks against torch built-ins"),
     "repl": ("partui.commands.repl", "a Python REPL holding a live world"),
     "app": ("partui.commands.app", "the terminal app (same as no arguments)"),

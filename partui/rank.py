@@ -18,8 +18,9 @@ import torch
 from kernels import comm
 from kernels.checkpoint import load_engine, save_engine
 from kernels.calibrate import install_link
+from kernels.comm import faults, flight
 from kernels.engine import Engine
-from partui import snapshot
+from partui import flight_watch, snapshot
 from partui.profile import RankProfile
 from partui.trace import RankTracer
 from planning.config import ModelConfig
@@ -65,10 +66,12 @@ def new_state(rank: int) -> dict:
     return {"engine": None, "tracer": None, "profile": None, "fault_step": None, "rank": rank}
 
 
-def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict) -> None:
+def serve(rank: int, world: int, conn, rendezvous: bool, opts: dict, watch=None) -> None:
     """A held rank: join, then answer the controller's commands until shutdown."""
     torch.set_num_threads(1)  # two intra-op threads per rank made a 4-rank step 20x slower here
     freeze_inherited_heap()
+    if watch is not None and opts.get("flight_dir"):
+        flight_watch.start(rank, world, watch, opts["flight_dir"])
     try:
         if rendezvous:
             join(rank, world, conn, opts.get("timeout_s", 60.0), opts.get("backend", "gloo"))
@@ -117,6 +120,9 @@ def _link(eng, spec: dict | None) -> dict | None:
 
 def handle(state: dict, cmd: str, payload: dict):
     if cmd == "setup":
+        comm.set_validate(bool(payload.get("validate_comms")))   # before the engine makes groups
+        faults.arm(*(payload.get("fault") or (None,)))
+        flight.recorder.clear()
         eng = Engine(Plan.from_dict(payload["plan"]), ModelConfig(**payload["cfg"]),
                      rank=state["rank"], seed=payload.get("seed", 0),
                      optim=payload.get("optim", "adamw"), lr=payload.get("lr"),
@@ -136,6 +142,7 @@ def handle(state: dict, cmd: str, payload: dict):
             if state["fault_step"] is not None and eng.step_count == state["fault_step"]:
                 state["fault_step"] = None
                 raise InjectedFault(f"injected fault at step {eng.step_count}")
+            flight.recorder.step = eng.step_count
             out.append(snapshot.step_item(eng, check=payload.get("check", False)))
         return out
     if cmd == "link":                 # between steps: every rank at once (it is collective)
@@ -154,6 +161,9 @@ def handle(state: dict, cmd: str, payload: dict):
     if cmd == "load":                 # every rank at once, after setup: DCP reshards
         load_engine(eng, payload["path"], payload.get("fault"))
         return eng.step_count
+    if cmd == "flight":               # the recorder on / off (partui bench flight): ops seen so far
+        flight.recorder.enabled = bool(payload.get("on", True))
+        return sum(flight.recorder.seqs.values())
     if cmd == "fault":
         state["fault_step"] = payload["step"]
         return None

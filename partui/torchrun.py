@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -37,6 +38,15 @@ def gather(obj, device: str) -> list:
     return [json.loads(bytes(rows[r, :int(sizes[r])].tolist())) for r in range(n)]
 
 
+def torch_flight_recorder_on() -> str:
+    """Turn torch's flight recorder on for this rank's process groups (the user's own settings
+    kept) before the world is made; the prefix its dumps go under (TORCH_FR_DUMP_TEMP_FILE)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE",
+                          os.path.join(tempfile.gettempdir(), "partui_torch_fr_rank_"))
+    return os.environ["TORCH_FR_DUMP_TEMP_FILE"]
+
+
 def run_joined(world, steps: int, on_step=None, profile: str | None = None,
                resume: str | None = None, save: str | None = None,
                keep: int | None = None) -> dict | None:
@@ -59,7 +69,13 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
     else:
         torch.set_num_threads(1)
     t0 = time.perf_counter()
+    prefix = torch_flight_recorder_on()
     comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
+    if rank == 0:                 # once the world exists: a failed rendezvous stays one line
+        print(f"partui run: torch's flight recorder is on ({os.environ['TORCH_FR_BUFFER_SIZE']} "
+              f"entries a rank): dumps go to {prefix}<rank> (NCCL's watchdog on a timeout; every "
+              f"rank when a step fails); read them with partui doctor {prefix}", file=sys.stderr,
+              flush=True)
     try:
         state = new_state(rank)
         payload = setup_payload(plan, cfg, device=device, **world.training())
@@ -71,7 +87,12 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
             handle(state, "profile_start", {"dir": profile})
         lines = []
         for _ in range(steps):
-            items = gather(handle(state, "step", {"n": 1})[0], device)
+            try:
+                item = handle(state, "step", {"n": 1})[0]
+            except BaseException:
+                comm.dump_torch_flight_recorder(f"{prefix}{rank}")   # what this rank saw, kept
+                raise
+            items = gather(item, device)
             if rank == 0:
                 lines.append(step_line(items))
                 if on_step is not None:
@@ -80,6 +101,8 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
             handle(state, "profile_stop", {})
         if save:
             save_joined(world, state, save, keep)
+        if world.fault:                   # a run that survived its fault: what torch recorded
+            comm.dump_torch_flight_recorder(f"{prefix}{rank}")
     finally:
         comm.destroy()
     if rank != 0:

@@ -15,16 +15,18 @@ def _beat(beats, rank: int) -> None:
         time.sleep(HEARTBEAT_S)
 
 
-def worker_main(rank: int, world: int, conn, rendezvous: bool, opts: dict, beats=None) -> None:
+def worker_main(rank: int, world: int, conn, rendezvous: bool, opts: dict, beats=None,
+                watch=None) -> None:
     """A held rank (forked by partui.launch's fork server). `beats`: a shared array the rank stamps
-    from a thread while the process runs, so a stopped or frozen rank is told from a slow one."""
+    from a thread while the process runs, so a stopped or frozen rank is told from a slow one;
+    `watch`: the flight recorder's shared array (partui.flight_watch publishes into it)."""
     if beats is not None:
         beats[rank] = time.monotonic()
         threading.Thread(target=_beat, args=(beats, rank), daemon=True, name="heartbeat").start()
     try:
         # lazy: rank-only code (torch, the engine); the fork server has preloaded it already
         from partui.rank import serve
-        serve(rank, world, conn, rendezvous, opts)
+        serve(rank, world, conn, rendezvous, opts, watch)
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass  # the controller went away: exit quietly
 

@@ -38,6 +38,7 @@ from partui.results import StepTotals, step_line, summarize
 from partui.show_kinds import TABLES, show_kind
 from partui.tables import Rows, show_rows, step_rows
 from partui.tracefile import merge, stitch
+from planning.fault_spec import parse_fault
 from planning.link import LinkModel, check_link
 from planning.mesh import Plan
 from planning.slow_spec import WHO, check_straggler
@@ -64,7 +65,8 @@ class World:
     def __init__(self, timeout_s: float = 120.0, seed: int = 0, optim: str = "adamw",
                  lr: float | None = None, backward: str = "hand", weight_decay: float | None = None,
                  check: bool = False, reference: str = "hand", link: str | None = None,
-                 ranks_per_node: int | None = None, history_lines: int = HISTORY_LINES):
+                 ranks_per_node: int | None = None, history_lines: int = HISTORY_LINES,
+                 validate_comms: bool = False, fault: str = "", flight_dump: str | None = None):
         if history_lines < 1:
             raise ValueError(f"history_lines={history_lines}: a World keeps at least its newest "
                              f"step line; use history_lines >= 1 (default {HISTORY_LINES})")
@@ -74,6 +76,8 @@ class World:
         self.link_spec = {"text": link, "ranks_per_node": ranks_per_node} if link else None
         self.link: dict | None = None      # the installed LinkModel (as a dict), from rank 0
         self.backward, self.weight_decay, self.check = backward, weight_decay, check
+        # --validate-comms (on with check), --fault KIND@STEP:RANK, where a flight dump goes
+        self.validate_comms, self.fault, self.flight_dump = validate_comms or check, fault, flight_dump
         self.preset: str | None = None
         self.current_plan = self.cfg = self.controller = self.checker = None
         self.infos: list[dict] = []
@@ -101,6 +105,7 @@ class World:
         model_kw = {k: fields.pop(k) for k in MODEL_FIELDS if k in fields}
         plan, cfg = build_plan(preset, model, model_kw, **fields)
         check_backward(plan, self.backward)
+        parse_fault(self.fault, plan.world)
         if self.link_spec:
             check_link(self.link_spec["text"], self.link_spec["ranks_per_node"], plan.world)
         if self.check:
@@ -133,6 +138,7 @@ class World:
             say = on_progress or (lambda msg: None)
             t0 = time.perf_counter()
             ctl = Controller.launch(self.current_plan.world, self.timeout_s, on_progress)
+            ctl.flight_path = self.flight_dump
             self.launch_s = time.perf_counter() - t0
             say("building engines")
             try:
@@ -151,7 +157,16 @@ class World:
     def training(self) -> dict:
         """The training options every rank's engine is built with (partui.controller.setup_payload)."""
         return {"seed": self.seed, "optim": self.optim, "lr": self.lr, "backward": self.backward,
-                "weight_decay": self.weight_decay}
+                "weight_decay": self.weight_decay, "validate_comms": self.validate_comms,
+                "fault": parse_fault(self.fault, self.current_plan.world)}
+
+    def doctor(self, reason: str = "asked") -> str:
+        """The flight recorder's verdict now: every rank's last ops gathered (written to
+        flight_dump when set); the lines `partui doctor` prints."""
+        if not self.launched:
+            raise RuntimeError("no world running: launch() first (or partui doctor DUMP)")
+        self.controller.flight(reason)
+        return self.controller.flight_report
 
     def _checker(self):
         # lazy: the single-process reference imports torch; only a checked world needs it

@@ -119,7 +119,8 @@ def all_reduce(t: torch.Tensor, group: Group, op: str = "sum", async_op: bool = 
                              hand_off)
         _ring_all_gather(peers, chunk, sizes, seg, first)
 
-    return submit("all_reduce", group, tensor_bytes(t), t, async_op, body, reduce=op, algo="ring")
+    return submit("all_reduce", group, tensor_bytes(t), t, async_op, body, tensors=(t,), reduce=op,
+                  algo="ring")
 
 
 def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group, op: str = "sum",
@@ -142,8 +143,8 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group, op: str =
         if op == "avg":
             dst_flat.div_(n)
 
-    return submit("reduce_scatter", group, tensor_bytes(inp), out, async_op, body, reduce=op,
-                   algo="ring")
+    return submit("reduce_scatter", group, tensor_bytes(inp), out, async_op, body,
+                  tensors=(inp, out), reduce=op, algo="ring")
 
 
 def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group, async_op: bool = False):
@@ -158,7 +159,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group, async_op: boo
         dst[peers.r * m:(peers.r + 1) * m].copy_(src)
         _ring_all_gather(peers, lambda c: dst[c * m:(c + 1) * m], [m] * n, segment_len(out, m))
 
-    return submit("all_gather", group, tensor_bytes(out), out, async_op, body, algo="ring")
+    return submit("all_gather", group, tensor_bytes(out), out, async_op, body, tensors=(inp, out),
+                  algo="ring")
 
 
 def broadcast(t: torch.Tensor, src: int, group: Group, async_op: bool = False):
@@ -183,7 +185,8 @@ def broadcast(t: torch.Tensor, src: int, group: Group, async_op: bool = False):
         for w in sends:
             w.wait()
 
-    return submit("broadcast", group, tensor_bytes(t), t, async_op, body, src=src, algo="chain")
+    return submit("broadcast", group, tensor_bytes(t), t, async_op, body, tensors=(t,), src=src,
+                  algo="chain")
 
 
 def _split_offsets(splits, rows: int, n: int, what: str) -> list[tuple[int, int]]:
@@ -230,7 +233,7 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group,
                 w.wait()
 
     return submit("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), out, async_op, body,
-                   algo="pairwise")
+                  tensors=(inp, out), algo="pairwise")
 
 
 register_hand_collectives({"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,

@@ -16,26 +16,27 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from kernels.comm import emulate, events
+from kernels.comm import emulate, events, faults, validate
 from kernels.comm.dry import ON_PAPER
+from kernels.comm.flight import recorder as flight
 from kernels.comm.handles import AvgHandle, Handle, OpRecord, oplog
-from kernels.comm.poster import launch
+from kernels.comm.poster import launch as post
 from kernels.comm.poster import stop as stop_posting
 
 _op_ids = itertools.count(1)
-LOOPBACK = "127.0.0.1"   # where partui's own worlds listen: the store and gloo (GLOO_SOCKET_IFNAME=lo)
 _REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 COLLECTIVES = ("native", "hand")
 HAND_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all_single")
 _collectives = "native"
 _hand_impls: dict = {}     # {op name: fn}, filled by register_hand_collectives
 _P2P_FUTURES: dict = {}    # {"has": bool} once the world's backend is known; cleared by init / destroy
+_GROUPS: dict = {}         # {name: Group} this rank's multi-rank groups (a group-order fault's other)
+_VALIDATE: dict = {}       # {"on": True} while --validate-comms checks each collective first
 
 
 def register_hand_collectives(impls: dict) -> None:
@@ -88,29 +89,6 @@ class RendezvousError(RuntimeError):
     """The rendezvous could not listen or connect (most often under torchrun: the port is taken)."""
 
 
-def store_server(world_size: int, timeout_s: float = 30.0):
-    """(store, port): a rendezvous store on 127.0.0.1 only, port picked by the OS. TCPStore given a
-    host still binds every interface, so the loopback socket is made here and handed over."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind((LOOPBACK, 0))
-        sock.listen(128)
-        port = sock.getsockname()[1]
-        store = dist.TCPStore(LOOPBACK, port, world_size, is_master=True,
-                              timeout=datetime.timedelta(seconds=timeout_s),
-                              wait_for_workers=False, master_listen_fd=sock.fileno())
-    except BaseException:
-        sock.close()
-        raise
-    sock.detach()                      # the store owns the fd now: Python must not close it too
-    return store, port
-
-
-def store_client(port: int, world_size: int, timeout_s: float = 30.0):
-    return dist.TCPStore(LOOPBACK, port, world_size, is_master=False,
-                         timeout=datetime.timedelta(seconds=timeout_s))
-
-
 def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
 
@@ -122,6 +100,7 @@ def is_initialized() -> bool:
 def destroy() -> None:
     stop_posting()
     _P2P_FUTURES.clear()
+    _GROUPS.clear()
     if is_initialized():
         dist.destroy_process_group()
 
@@ -148,6 +127,7 @@ class Group:
     ranks: list[int]
     pg: object = None  # torch ProcessGroup; None for a group of one
     posted: bool = False  # its ops are posted by the comm thread (kernels.comm.poster)
+    check_pg: object = None  # a gloo group beside pg for --validate-comms' metadata all-gather
 
     @property
     def size(self) -> int:
@@ -169,9 +149,13 @@ def new_groups(name: str, partition: list[list[int]]) -> Group:
     mine = None
     for ranks in partition:
         ranks = sorted(ranks)  # torch numbers a group's members in sorted order; so do we
-        pg = dist.new_group(ranks) if len(ranks) > 1 and is_initialized() else None
+        # group_desc: torch's flight recorder names the group as partui does
+        pg = dist.new_group(ranks, group_desc=name) if len(ranks) > 1 and is_initialized() else None
+        check = dist.new_group(ranks, backend="gloo") if pg is not None and _VALIDATE else None
         if me in ranks:
-            mine = Group(name, list(ranks), pg)
+            mine = Group(name, list(ranks), pg, check_pg=check)
+            if pg is not None:
+                _GROUPS[name] = mine
     assert mine is not None, f"rank {me} is in no {name} group"
     return mine
 
@@ -195,10 +179,26 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args) -> OpRecord:
-    """Record an op as issued now: one OpLog record, and comm_issue to the recorder."""
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, tensors=(),
+             **args) -> OpRecord:
+    """Record an op as issued now: its identity and place in the flight recorder (Seq, Comms Id,
+    the shapes and dtypes of `tensors`), one OpLog record, and comm_issue to the recorder, whose
+    args carry Kineto's "Process Group Name", "Seq" and "Comms Id". Under --validate-comms a
+    collective is first compared across its group (kernels.comm.validate), before it is posted."""
     rec = OpRecord(next_op_id(), op, group.name if group else "world", int(nbytes), peer,
-                   events.now_ns(), tag=args.get("tag", 0))
+                   events.now_ns(), tag=args.get("tag", 0),
+                   shapes=tuple(tuple(t.shape) for t in tensors),
+                   dtypes=tuple(dtype_name(t) for t in tensors))
+    ranks = group.ranks if group is not None else range(world_size())
+    flight.identify(rec, ranks, world_rank())
+    rec.ranks = tuple(ranks)
+    if _VALIDATE and op not in ("send", "recv") and group is not None and group.check_pg is not None:
+        validate.check(rec, group)
+    args = {**args, "Process Group Name": rec.group, "Seq": rec.seq, "Comms Id": rec.comms_id}
     if emulate.model() is not None:
         ranks = group.ranks if group is not None else list(range(world_size()))
         rec.hold = emulate.on_issue(op, rec.group, ranks, rec.nbytes, peer, args.get("tag", 0),
@@ -208,7 +208,7 @@ def issue_op(op: str, group: Group | None, nbytes: int, peer: int | None, **args
     if r is not None and hasattr(r, "comm_issue"):
         r.comm_issue(rec.op_id, op, rec.group, rec.nbytes, peer, rec.t_issue, args)
     events.mark(f"{op} {rec.group}", "issue", rec.t_issue, op_id=rec.op_id, op=op,
-                group=rec.group, bytes=rec.nbytes, peer=peer)
+                group=rec.group, bytes=rec.nbytes, peer=peer, seq=rec.seq)
     return rec
 
 
@@ -233,10 +233,58 @@ def _done(op, group, result, async_op):
     """A group of one: nothing moves, but the op still exists (recorded, zero bytes)."""
     rec = issue_op(op, group, 0, None)
     rec.t_complete = rec.t_issue
+    flight.completed(rec)
     r = events.recorder()
     if r is not None and hasattr(r, "comm_complete"):
         r.comm_complete(rec.op_id, rec.t_complete)
     return Handle(rec, None, result) if async_op else result
+
+
+# ---------------------------------------------------------------- faults and checks
+
+def _launch(group: Group | None, rec: OpRecord, fn):
+    """Post the op (here or on the comm thread), then the op a swap fault held behind it."""
+    work = post(group, fn)
+    if faults.held:
+        faults.release_after(rec.group, sum(_numel(s) for s in rec.shapes[:1]))
+    return work
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _strike(op: str, group: Group | None, async_op: bool = False) -> str | None:
+    """The kind of the fault striking this op (kernels.comm.faults), after doing what it does
+    before the op (late: sleep; group-order: enter another group first); None almost always."""
+    if faults.armed is None:
+        return None
+    kind = faults.take(op, group.name if group else "world", group.size if group else world_size(),
+                       world_rank(), async_op)
+    if kind == "late":
+        faults.late()
+    elif kind == "group-order":
+        other = next((g for g in _GROUPS.values() if group is None or g.name != group.name), None)
+        if other is not None:
+            barrier(other)
+    return kind
+
+
+def _skipped(op: str, group: Group | None, result, async_op: bool):
+    """A skip fault: the op is never issued (nothing records it); the caller gets its input back."""
+    rec = OpRecord(next_op_id(), op, group.name if group else "world", 0, None, events.now_ns())
+    return Handle(rec, None, result) if async_op else result
+
+
+def set_validate(on: bool) -> None:
+    """--validate-comms: compare each collective across its group before it runs (groups made
+    from now on get the gloo group the check needs)."""
+    _VALIDATE.clear()
+    if on:
+        _VALIDATE["on"] = True
 
 
 # ---------------------------------------------------------------- collectives
@@ -245,11 +293,18 @@ def all_reduce(t: torch.Tensor, group: Group | None, op: str = "sum", async_op: 
     """In place. op: sum | avg | max | min (avg is sum then divide, done at wait for async)."""
     if _trivial(group):
         return _done("all_reduce", group, t, async_op)
+    kind = _strike("all_reduce", group, async_op)
+    if kind == "skip":
+        return _skipped("all_reduce", group, t, async_op)
+    if kind == "swap":
+        return faults.hold(group.name if group else "world",
+                           lambda: all_reduce(t, group, op, async_op=True), t)
     if hand := _hand_impl("all_reduce", group):
-        return hand(t, group or world_group(), op, async_op)
-    rec = issue_op("all_reduce", group, tensor_bytes(t), None, reduce=op)
+        return hand(faults.bent(kind, t), group or world_group(), op, async_op)
+    x = faults.bent(kind, t)
+    rec = issue_op("all_reduce", group, tensor_bytes(x), None, (x,), reduce=op)
     red = _REDUCE["sum" if op == "avg" else op]
-    work = launch(group, lambda: dist.all_reduce(t, op=red, group=_pg(group), async_op=True))
+    work = _launch(group, rec, lambda: dist.all_reduce(x, op=red, group=_pg(group), async_op=True))
     if op == "avg":
         n = group.size if group else world_size()
         return AvgHandle(rec, work, t, n) if async_op else _run(rec, work, t, False).div_(n)
@@ -262,12 +317,14 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: Group | None, op
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("reduce_scatter", group, out, async_op)
+    if _strike("reduce_scatter", group) == "skip":
+        return _skipped("reduce_scatter", group, out, async_op)
     if hand := _hand_impl("reduce_scatter", group):
         return hand(out, inp, group or world_group(), op, async_op)
-    rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, reduce=op)
+    rec = issue_op("reduce_scatter", group, tensor_bytes(inp), None, (inp, out), reduce=op)
     red = _REDUCE["sum" if op == "avg" else op]
-    work = launch(group, lambda: dist.reduce_scatter_single(out, inp, op=red, group=_pg(group),
-                                                            async_op=True))
+    work = _launch(group, rec, lambda: dist.reduce_scatter_single(out, inp, op=red,
+                                                                   group=_pg(group), async_op=True))
     n = group.size if group else world_size()
     if op == "avg":
         return AvgHandle(rec, work, out, n) if async_op else _run(rec, work, out, False).div_(n)
@@ -279,10 +336,13 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group: Group | None, async_
     if _trivial(group):
         out.copy_(inp.view_as(out))
         return _done("all_gather", group, out, async_op)
+    if _strike("all_gather", group) == "skip":
+        return _skipped("all_gather", group, out, async_op)
     if hand := _hand_impl("all_gather", group):
         return hand(out, inp, group or world_group(), async_op)
-    rec = issue_op("all_gather", group, tensor_bytes(out), None)
-    work = launch(group, lambda: dist.all_gather_single(out, inp, group=_pg(group), async_op=True))
+    rec = issue_op("all_gather", group, tensor_bytes(out), None, (inp, out))
+    work = _launch(group, rec, lambda: dist.all_gather_single(out, inp, group=_pg(group),
+                                                               async_op=True))
     return _run(rec, work, out, async_op)
 
 
@@ -290,10 +350,14 @@ def broadcast(t: torch.Tensor, src: int, group: Group | None, async_op: bool = F
     """src is a global rank."""
     if _trivial(group):
         return _done("broadcast", group, t, async_op)
+    kind = _strike("broadcast", group)
+    if kind == "skip":
+        return _skipped("broadcast", group, t, async_op)
     if hand := _hand_impl("broadcast", group):
-        return hand(t, src, group or world_group(), async_op)
-    rec = issue_op("broadcast", group, tensor_bytes(t), src)
-    work = launch(group, lambda: dist.broadcast(t, src=src, group=_pg(group), async_op=True))
+        return hand(faults.bent(kind, t), src, group or world_group(), async_op)
+    x = faults.bent(kind, t)
+    rec = issue_op("broadcast", group, tensor_bytes(x), src, (x,))
+    work = _launch(group, rec, lambda: dist.broadcast(x, src=src, group=_pg(group), async_op=True))
     return _run(rec, work, t, async_op)
 
 
@@ -304,10 +368,12 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
     if _trivial(group):
         out.copy_(inp)
         return _done("all_to_all", group, out, async_op)
+    if _strike("all_to_all", group) == "skip":
+        return _skipped("all_to_all", group, out, async_op)
     if hand := _hand_impl("all_to_all_single", group):
         return hand(out, inp, group or world_group(), out_splits, in_splits, async_op)
-    rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None)
-    work = launch(group, lambda: dist.all_to_all_single(
+    rec = issue_op("all_to_all", group, tensor_bytes(inp) + tensor_bytes(out), None, (inp, out))
+    work = _launch(group, rec, lambda: dist.all_to_all_single(
         out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=_pg(group),
         async_op=True))
     return _run(rec, work, out, async_op)
@@ -316,8 +382,9 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, group: Group | None,
 def barrier(group: Group | None = None) -> None:
     if _trivial(group) or not is_initialized():
         return
-    rec = issue_op("barrier", group, 0, None)
-    _run(rec, launch(group, lambda: dist.barrier(group=_pg(group), async_op=True)), None, False)
+    rec = issue_op("barrier", group, 0, None, ())
+    _run(rec, _launch(group, rec, lambda: dist.barrier(group=_pg(group), async_op=True)), None,
+         False)
 
 
 def wait_all(handles) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 
+from kernels.comm.flight import recorder as _flight
+
 now_ns = time.perf_counter_ns
 thread_cpu_ns = time.thread_time_ns  # CPU time this thread got: wall minus it is time without a core
 
@@ -82,6 +84,15 @@ def span(name: str, cat: str = "compute", **args):
     rec, regions = _recorder, _regions
     if len(_spans) > SPAN_LOG_CAP:
         del _spans[:SPAN_LOG_CAP // 2]
+    outer, _flight.span = _flight.span, name   # the flight recorder's "where is this rank now"
+    try:
+        yield from _timed(name, cat, rec, regions, args)
+    finally:
+        _flight.span = outer
+
+
+def _timed(name, cat, rec, regions, args):
+    """span's body: the span log, and the recorder and region hook where installed."""
     if rec is None and regions is None:   # no tracer, no profiler: the engine's span log only
         t0 = now_ns()
         try:

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 
 from kernels.comm import emulate, events
+from kernels.comm.flight import recorder as flight
 
 
 @dataclass
@@ -26,6 +27,15 @@ class OpRecord:
     hold: object = None        # its place on an emulated link (kernels.comm.emulate.Hold)
     post: tuple | None = None  # (t0, t1) the caller spent posting it (not compute time)
     tag: int = 0               # a p2p op's tag (its pair on the peer has the same)
+    # its identity and place (kernels.comm.flight): the same Seq / Comms Id on every rank of the op
+    seq: int = 0
+    comms_id: int = 0
+    step: int = 0
+    span: str | None = None    # the compute span running when it was issued
+    shapes: tuple = ()         # each tensor's shape as given (a wrong size shows here)
+    dtypes: tuple = ()         # each tensor's dtype name
+    ranks: tuple = ()          # the group's member ranks (global)
+    slot: int = -1             # its row in the flight recorder's shared mirror (-1: none)
 
 
 class OpLog:
@@ -77,6 +87,7 @@ class Handle:
         if self.rec.t_complete is not None:  # wait() saw it first
             return
         self.rec.t_complete = t
+        flight.completed(self.rec)
         rec = events.recorder()
         if rec is not None and hasattr(rec, "comm_complete"):
             rec.comm_complete(self.rec.op_id, t)
@@ -93,17 +104,22 @@ class Handle:
     def wait(self):
         if not self._done:
             t0 = events.now_ns()
-            with events.region(f"wait {self.rec.op}", "wait", op_id=self.rec.op_id) as region:
-                self._work.wait()
-                # an emulated link holds the op to its modelled end (gloo's own end, if known, too)
-                held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
-                if held is not None:
-                    emulate.sleep_until(held)
+            flight.waiting = (t0, self.rec)   # what the watcher publishes if this never returns
+            try:
+                with events.region(f"wait {self.rec.op}", "wait", op_id=self.rec.op_id) as region:
+                    self._work.wait()
+                    # an emulated link holds the op to its modelled end (gloo's own end, if known)
+                    held = emulate.completion(self.rec.hold, self.rec.t_issue, None)
+                    if held is not None:
+                        emulate.sleep_until(held)
+            finally:
+                flight.waiting = None
             t1 = events.now_ns()
             region.update(t_ns=t0, t_end_ns=t1)  # the profile's wait is the recorder's, exactly
             rec = events.recorder()
             if self.rec.t_complete is None:  # no future, or its callback not yet run: done now
                 self.rec.t_complete = t1 if held is None else held
+                flight.completed(self.rec)
                 if rec is not None and hasattr(rec, "comm_complete"):
                     rec.comm_complete(self.rec.op_id, self.rec.t_complete)
                 events.mark(f"done {self.rec.op}", "done", self.rec.t_complete,

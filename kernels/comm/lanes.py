@@ -95,10 +95,12 @@ class OpPeers:
     def __init__(self, group: Group, op_id: int, seq: int, lane: Lane):
         self.group, self.op_id, self.seq, self.lane = group, op_id, seq, lane
         self.n, self.r = group.size, group.rank
+        self.flight_seq = 0     # the outer op's Seq (kernels.comm.flight), its steps' identity
 
     def _step(self, kind, t, peer, phase, **where):
         return p2p_step(kind, t, self.group.ranks[peer % self.n], self.group,
-                        op_tag(self.seq, phase), self.op_id, {"phase": phase, **where})
+                        op_tag(self.seq, phase), self.op_id,
+                        {"phase": phase, **where, "Seq": self.flight_seq})
 
     def send(self, t, to, phase, **where):
         return self._step("send", t, to, phase, **where)
@@ -116,6 +118,7 @@ def submit(op: str, group: Group, nbytes: int, result, async_op: bool, body, **a
     seq, lane.seq = lane.seq, lane.seq + 1
     rec = issue_op(op, group, nbytes, None, impl="hand", **args)
     peers = OpPeers(group, rec.op_id, seq, lane)
+    peers.flight_seq = rec.seq
     work = _LaneWork()
     handle = Handle(rec, work, result)
 

@@ -11,9 +11,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from kernels.comm import events
-from kernels.comm.core import Group, issue_op, next_op_id, p2p_work_has_future, tensor_bytes
-from kernels.comm.handles import Handle
+from kernels.comm import events, faults
+from kernels.comm.core import (
+    Group,
+    issue_op,
+    next_op_id,
+    p2p_work_has_future,
+    tensor_bytes,
+    world_rank,
+)
+from kernels.comm.flight import comms_id
+from kernels.comm.handles import Handle, OpRecord
 
 HAND_TAG_BASE = 1 << 24   # p2p tags from here on are reserved for hand collectives
 HAND_TAG_SPAN = 1 << 20   # 2**18 ops in flight per group x 4 phases (see lanes.op_tag)
@@ -35,13 +43,17 @@ def _check_tag(tag: int) -> None:
 
 def isend(t: torch.Tensor, dst: int, group: Group | None = None, tag: int = 0) -> Handle:
     _check_tag(tag)
-    rec = issue_op("send", group, tensor_bytes(t), dst, tag=tag)
+    rec = issue_op("send", group, tensor_bytes(t), dst, (t,), tag=tag)
     return Handle(rec, dist.isend(t, dst, tag=tag), t, future=p2p_work_has_future())
 
 
 def irecv(t: torch.Tensor, src: int, group: Group | None = None, tag: int = 0) -> Handle:
     _check_tag(tag)
-    rec = issue_op("recv", group, tensor_bytes(t), src, tag=tag)
+    if faults.armed is not None and faults.take("recv", "p2p", 2, world_rank()) == "drop-recv":
+        # the fault: never posted, nothing records it; the caller waits on nothing and goes on
+        return Handle(OpRecord(next_op_id(), "recv", group.name if group else "world", 0, src,
+                               events.now_ns()), None, t)
+    rec = issue_op("recv", group, tensor_bytes(t), src, (t,), tag=tag)
     return Handle(rec, dist.irecv(t, src, tag=tag), t, future=p2p_work_has_future())
 
 
@@ -77,8 +89,14 @@ def p2p_step(kind: str, t: torch.Tensor, peer: int, group: Group, tag: int, pare
     if r is None or not hasattr(r, "comm_issue"):
         return work
     step_id = next_op_id()
+    # identity: the parent op's Seq; the Comms Id adds the step's direction and tag, so the k-th
+    # step a -> b of one hand collective matches on both ends
+    me = group.ranks[group.rank]
+    src, dst = (me, peer) if kind == "send" else (peer, me)
+    seq = args.get("Seq", 0)
     r.comm_issue(step_id, kind, group.name, tensor_bytes(t), peer, t0,
-                 {"parent": parent, "tag": tag, **args})
+                 {"parent": parent, "tag": tag, **args, "Process Group Name": group.name,
+                  "Seq": seq, "Comms Id": comms_id(group.name, seq, f"{src}->{dst}:{tag}")})
     return TracedStep(work, step_id, r)
 
 

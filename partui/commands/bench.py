@@ -5,7 +5,7 @@ import argparse
 import importlib
 
 BENCHES = ("step", "launch", "dp", "tp", "pp", "cp", "ep", "fb", "collectives", "trace", "app", "whatif",
-           "soak", "analysis", "blame", "blame-scale", "checkpoint")
+           "soak", "analysis", "blame", "blame-scale", "checkpoint", "flight")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

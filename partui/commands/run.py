@@ -9,8 +9,18 @@ import math
 import os
 import sys
 
-from partui.commands.flags import (add_run_arguments, fields_from_args, flagify, microbatches_note,
-                                   world_options)
+from partui.commands.fault_flags import (
+    add_flight_arguments,
+    check_flight_options,
+    flight_options,
+)
+from partui.commands.flags import (
+    add_run_arguments,
+    fields_from_args,
+    flagify,
+    microbatches_note,
+    world_options,
+)
 from partui.commands.paths import check_output_file, prove_writable
 from partui.commands.resume import Saver, add_checkpoint_arguments, check_checkpoint_options
 from partui.launch import RankError, WorldTimeout
@@ -30,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "saved trace (partui blame's; args.critical_path and one flow chain, for "
                         "Perfetto)")
     add_checkpoint_arguments(p)
+    add_flight_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -166,8 +177,9 @@ def check_profile_dir(folder: str) -> str:
 def run(args) -> int:
     try:
         check_run_options(args)
-        world = World(**world_options(args))
+        world = World(**world_options(args), **flight_options(args))
         world.plan("custom", args.model, **fields_from_args(args))
+        check_flight_options(args, world.current_plan.world)
         asked = parse_steps(args.trace_steps, args.steps) if args.trace else set()
         if args.trace:
             check_trace_path(args.trace)
@@ -238,6 +250,8 @@ def run(args) -> int:
                 raise
             if args.profile:
                 say_profiled(world.profile(None))
+            if args.fault:                    # the run survived its fault: what the recorder saw
+                print(world.doctor(f"end of run with --fault {args.fault}"), file=sys.stderr)
             summary = world.summary()
     except (RankError, WorldTimeout) as e:
         return fail(f"{e}\n{getattr(e, 'traceback', '')}".rstrip() +
