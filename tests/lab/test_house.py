@@ -36,7 +36,7 @@ LOCAL_IMPORTS_ALLOWED = {
         "app's first frame (partui bench app: target 1.5 s)",
     ("partui/app/screens/mesh.py", "partui.layout"):
         "the layout builds each rank's engine (torch), which the app loads after its first frame",
-    ("partui/world.py", "partui.analysis"):
+    ("partui/world_trace.py", "partui.analysis"):
         "the analysis imports pandas; the app loads it on its first report, not at start",
     ("partui/world.py", "partui.checker"):
         "the single-process reference imports torch; only a checked world needs it",

@@ -8,7 +8,7 @@ from textual.widgets import Button, Input
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
 from partui.launch import RankError, WorldTimeout
-from partui.world import trace_target
+from partui.world_trace import trace_target
 from planning.link import LinkModel
 
 
