@@ -280,3 +280,21 @@ def _finding_line(f: dict) -> str:
                 f"{f['entered']}, not by {f['missing']}; {culprit}")
     return (f"stuck in {f['group']} {f['ranks']} {f['op']} seq {f['seq']}: every member entered, "
             f"none completed")
+
+
+def last_ops(dump: dict, n: int = 6) -> list[str]:
+    """Each rank's last n ops as a timeline (ms from the earliest issue among them): issue -> completion,
+    or `waiting` for one not completed; the app's doctor view."""
+    recs = [r for rk in dump["ranks"] for r in rk["records"][-n:]]
+    t0 = min((r["t_issue"] for r in recs if r.get("t_issue") is not None), default=0)
+    lines = [f"each rank's last {n} ops (ms from the first issue shown; -> completion, or waiting)"]
+    for rk in dump["ranks"]:
+        ops = []
+        for r in rk["records"][-n:]:
+            start = (r["t_issue"] - t0) / 1e6 if r.get("t_issue") is not None else float("nan")
+            end = f"{(r['t_complete'] - t0) / 1e6:.1f}" if r.get("t_complete") else "waiting"
+            ops.append(f"{r['group']} {r['op']} #{r['seq']} [{start:.1f} -> {end}]")
+        lines.append(f"rank {rk['rank']} (step {rk.get('step')}, span {rk.get('span') or '-'}): "
+                     + (" · ".join(ops) or "no op yet"))
+    return lines
+

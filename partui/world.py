@@ -157,7 +157,7 @@ class World(TraceWindows):
         flight_dump when set); the lines `partui doctor` prints."""
         if not self.launched:
             raise RuntimeError("no world running: launch() first (or partui doctor DUMP)")
-        self.controller.flight(reason)
+        self.last_flight = self.controller.flight(reason)   # the dump: each rank's last ops
         return self.controller.flight_report
 
     def _checker(self):

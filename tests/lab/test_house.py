@@ -52,6 +52,8 @@ LOCAL_IMPORTS_ALLOWED = {
         "torch (~3 s): a refused `partui run` answers before it loads",
     ("partui/commands/run.py", "partui.analysis.blame_marks"):
         "pandas and torch: only `--critical-path` marks a trace, after the run",
+    ("partui/app/screens/commands.py", "partui.reshard_map"):
+        "the reshard map builds each rank's engine (torch): the app loads it on its first map",
     ("partui/commands/plan.py", "partui.reshard_map"):
         "the reshard map builds each rank's engine (torch): a refused plan answers before it loads",
     ("partui/checkpoint.py", "kernels.comm"):

@@ -6,9 +6,13 @@ from functools import partial
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from partui.app.screens.dialogs import TextDialog
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
+from partui.checkpoint import check_resume
+from partui.doctor import last_ops
 from partui.launch import RankError, WorldTimeout
 from partui.plans import PRESETS
+from planning.mesh import Plan
 
 
 class CommandsProvider(Provider):
@@ -82,6 +86,13 @@ class CommandsMixin:
             self._link(a["text"], a["ranks_per_node"])
         elif cmd.verb in ("save", "load"):
             self._checkpoint(cmd.verb, a["path"])
+        elif cmd.verb == "map":
+            self._reshard_map_worker(a["path"])
+        elif cmd.verb == "doctor":
+            if not self.world.launched:
+                self.notify("launch a world first: doctor reads its ranks' flight records")
+            elif self._begin():
+                self._doctor_worker()
         elif cmd.verb == "slow":
             if not self.world.launched:
                 self.notify("launch a world first: slow acts on its running ranks")
@@ -103,6 +114,34 @@ class CommandsMixin:
             self.call_from_thread(self.notify, said, title=verb)
         except (ValueError, RankError, WorldTimeout) as e:
             self.call_from_thread(self.notify, str(e), title=verb, severity="error")
+        finally:
+            self.call_from_thread(self._step_done)
+
+    @work(thread=True, group="map")
+    def _reshard_map_worker(self, path: str) -> None:
+        """`partui plan --resume`'s map of a checkpoint onto the planned world (nothing loaded)."""
+        try:
+            plan, cfg = self.world.current_plan, self.world.cfg
+            if plan is None:
+                raise ValueError("plan a world first: the map shows a checkpoint onto a plan")
+            ckpt, man = check_resume(path, plan, cfg, {})
+            from partui.reshard_map import reshard_map, reshard_text   # torch: dry engines
+            text = reshard_text(reshard_map(ckpt, plan, cfg), Plan.from_dict(man["plan"]).describe(),
+                                plan.describe())
+            self.call_from_thread(self.push_screen, TextDialog(f"reshard map of {ckpt}", text))
+        except (ValueError, OSError) as e:
+            self.call_from_thread(self.notify, str(e), title="map", severity="error")
+
+    @work(thread=True, group="world")
+    def _doctor_worker(self) -> None:
+        """World.doctor: the flight recorder's verdict and each rank's last ops, now."""
+        try:
+            verdict = self.world.doctor("asked from the app")
+            dump = getattr(self.world, "last_flight", None)
+            timeline = "\n".join(last_ops(dump)) if dump else ""
+            self.call_from_thread(self.push_screen, TextDialog("doctor", f"{verdict}\n\n{timeline}"))
+        except (RuntimeError, RankError, WorldTimeout, OSError) as e:
+            self.call_from_thread(self.notify, str(e), title="doctor", severity="error")
         finally:
             self.call_from_thread(self._step_done)
 

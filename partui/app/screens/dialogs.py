@@ -1,4 +1,5 @@
-"""The help screen and the error dialog (a failure names what happened; the app stays usable)."""
+"""The help screen, the error dialog (a failure names what happened; the app stays usable) and a
+scrolling text dialog (the reshard map, the doctor's verdict)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -51,6 +52,11 @@ a leading `:` is fine; ↑↓ history, tab completes), also in the palette (ctrl
 - `link h800`, `link alpha_us=2000,gbps=0.02`, `link off`: an emulated link from the next step
 - `slow 1=1.5`, `slow stage 0=2`, `slow off`: a straggler from the next step: rank 1's (or
   stage 0's) compute 1.5x (2x) as long; off clears it
+- `save ckpt`, `load ckpt`: checkpoint the world (torch DCP) / resume one saved under any plan
+- `map ckpt`: the reshard of a checkpoint onto the planned world: which saved ranks feed which
+  pieces to which ranks, and the bytes each reads (nothing loaded)
+- `doctor`: the flight recorder's verdict now (a hang, a mismatch, or where lateness began) and
+  each rank's last ops as a timeline
 - `quit`: tear the world down and leave (also q, ctrl+c)
 
 After a command the keys go back to the screen: `s` steps again.
@@ -99,3 +105,28 @@ class ErrorDialog(ModalScreen):
 
     def on_button_pressed(self, _event) -> None:
         self.dismiss()
+
+
+class TextDialog(ModalScreen):
+    """A titled text that may be long (the reshard map, the doctor's verdict): it scrolls above
+    its Close button."""
+
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+
+    def __init__(self, title: str, text: str):
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def on_mount(self) -> None:
+        self.app.clear_notifications()
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="text-box", classes="dialog"):
+            yield Static(self.title_text, id="text-title")
+            with VerticalScroll(classes="dialog-body"):
+                yield Static(self.text, id="text-body", markup=False)
+            yield Button("Close (esc)", id="text-close", compact=True)
+
+    def on_button_pressed(self, _event) -> None:
+        self.dismiss()
+

@@ -35,13 +35,14 @@ Toast { width: 44; max-width: 60%; }
 #mesh-hint { color: $warning; }
 #mesh-view { margin: 1 0 0 0; }
 #mesh-table { height: auto; }
-#help-box, #error-box, #mesh-box { width: 90%; height: auto; max-height: 100%; margin: 0 2;
+#help-box, #error-box, #mesh-box, #text-box { width: 90%; height: auto; max-height: 100%; margin: 0 2;
                         border: thick $accent; background: $surface; padding: 0 1; }
 .dialog { height: 100%; }                    /* a body that scrolls, its Close button below it */
 .dialog-body { height: 1fr; }
-#help-close, #mesh-close { margin: 1 0 0 0; }
+#help-close, #mesh-close, #text-close { margin: 1 0 0 0; }
+#text-title { text-style: bold; }
 #error-box { border: thick $error; }
 #error-title { text-style: bold; color: $error; }
 #error-detail { height: auto; max-height: 12; }
-HelpScreen, ErrorDialog, MeshScreen { align: center middle; }
+HelpScreen, ErrorDialog, MeshScreen, TextDialog { align: center middle; }
 """

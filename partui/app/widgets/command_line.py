@@ -16,7 +16,7 @@ from planning.field_spec import FieldSpec, PlanError
 from planning.slow_spec import WHO, parse_slow
 
 VERBS = ("plan", "launch", "step", "run", "pause", "reset", "show", "trace", "report", "link",
-         "slow", "save", "load", "help", "quit")
+         "slow", "save", "load", "map", "doctor", "help", "quit")
 EXAMPLES = {  # command -> what it does (the palette's help line)
     "plan zero2 dp=2": "plan ZeRO-2 over 2 ranks and launch it",
     "launch": "start the planned world",
@@ -40,6 +40,8 @@ EXAMPLES = {  # command -> what it does (the palette's help line)
     "slow off": "no straggler from the next step",
     "save ckpt": "checkpoint the world into ckpt/step-N (torch DCP, each rank its shards)",
     "load ckpt": "resume from a checkpoint saved under any plan (its newest step)",
+    "map ckpt": "the reshard: which saved ranks feed which pieces to this plan's ranks, bytes each reads",
+    "doctor": "the flight recorder's verdict now: any hang or mismatch, and each rank's last ops",
     "help": "keys and commands",
     "quit": "tear the world down and leave",
 }
@@ -140,7 +142,7 @@ def parse(text: str) -> Command:
                                 "ranks_per_node": rpn})
     if verb == "slow":
         return Command("slow", slow_keywords(rest))
-    if verb in ("save", "load"):
+    if verb in ("save", "load", "map"):
         if len(rest) != 1:
             raise CommandError(f"{verb} needs one folder: `{verb} ckpt`")
         return Command(verb, {"path": rest[0]})
