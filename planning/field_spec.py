@@ -102,6 +102,8 @@ class FieldSpec:
             raise PlanError(f"{label} {word!r} is neither on nor off: use `{self.name}=on` or "
                             f"`{self.name}=off`", field=self.name, problem="not a bool")
         if self.kind in (int, float):
+            if self.default is None and word.strip().lower() in ("none", "off"):
+                return None                  # a field whose default is None (no limit) takes it back
             try:
                 return self.kind(word)
             except ValueError:

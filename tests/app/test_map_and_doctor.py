@@ -48,3 +48,12 @@ async def test_map_shows_saved_ranks_feeding_the_planned_world_and_doctor_the_la
         await command(app, pilot, f"map {tmp_path / 'nope'}")
         await wait_for(pilot, lambda: any(s == "error" for _, s in seen), what="the refusal")
         await pilot.press("escape", "q")
+
+
+def test_a_field_whose_default_is_none_takes_none_back_in_the_command_line():
+    """`--capacity-factor 0`'s fix says 'no --capacity-factor'; in the app that is `capacity_factor=None`
+    (or off): typed, it parses to no limit, where it was refused as not a number."""
+    assert parse("plan gshard capacity_factor=None").args["fields"] == {"capacity_factor": None}
+    assert parse("plan gshard capacity_factor=off").args["fields"] == {"capacity_factor": None}
+    with pytest.raises(CommandError, match="not a whole number"):
+        parse("plan gshard dp=None")          # dp's default is a number: None is no value of it
