@@ -94,7 +94,7 @@ class FieldSpec:
         """A typed word (the app's `key=value`, a form's text) as a value of this field's kind;
         PlanError naming the word and what the field takes. One reading of on / off for every
         bool: anything else is refused, never quietly False."""
-        label = self.label or self.name
+        label = self.name                    # the key as typed (`top_k=1.5`), not the form's label
         if self.kind is bool:
             said = word.strip().lower()
             if said in TRUE_WORDS or said in FALSE_WORDS:
