@@ -78,6 +78,7 @@ def init(backend: str, rank: int, world_size: int, init_method: str | None = Non
     if store is not None:
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"   # not setdefault: a user's eth0 would listen outside
     _P2P_FUTURES.clear()
+    flight.clear()             # a new world's ops start at Seq 1 (a forked rank inherits its parent's)
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s), **kw)

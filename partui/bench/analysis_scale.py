@@ -25,11 +25,7 @@ def kineto_tile(n_kernels: int, tile: int, span: float, seed: int = 0) -> list[d
     """Tile `tile` of a GPU trace: n_kernels kernels (one in five NCCL, on its own stream), each
     with its cudaLaunchKernel, in STEPS_PER_TILE ProfilerSteps; the same draws in every tile,
     shifted by tile * span us, correlation and external ids by tile * n_kernels."""
-    rng = np.random.default_rng(seed)
-    comm = rng.random(n_kernels) < 0.2
-    ts = np.cumsum(rng.uniform(1, 4, n_kernels)) + 100.0
-    dur = np.where(comm, rng.uniform(5, 40, n_kernels), rng.uniform(0.5, 3, n_kernels))
-    launch = ts - rng.uniform(5, 50, n_kernels)
+    comm, ts, dur, launch = tile_draws(n_kernels, seed)
     shift, first = tile * span, tile * n_kernels
     names = np.where(comm, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm_bf16bf16_bf16f32")
     evs = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": s, "ts": t + shift, "dur": d,
@@ -42,17 +38,28 @@ def kineto_tile(n_kernels: int, tile: int, span: float, seed: int = 0) -> list[d
     evs += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + shift,
              "dur": 2.0, "args": {"External id": first + i, "cbid": 211, "correlation": first + i}}
             for i, t in enumerate(launch.tolist())]
-    edges = np.linspace(ts.min(), ts.min() + span, STEPS_PER_TILE + 1) + shift  # the steps cover the kernels
+    lo = min(launch.min(), ts.min())    # the steps cover the launches: a kernel is its launch's step's
+    edges = np.linspace(lo, lo + span, STEPS_PER_TILE + 1) + shift
     evs += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{tile * STEPS_PER_TILE + k}",
              "pid": 1, "tid": 1, "ts": float(a), "dur": float(b - a)} for k, (a, b) in enumerate(zip(edges, edges[1:]))]
     return evs
 
 
+def tile_draws(n_kernels: int, seed: int = 0):
+    """(comm?, start, duration, launch time) of a tile's kernels, the same draws in every tile."""
+    rng = np.random.default_rng(seed)
+    comm = rng.random(n_kernels) < 0.2
+    ts = np.cumsum(rng.uniform(1, 4, n_kernels)) + 100.0
+    dur = np.where(comm, rng.uniform(5, 40, n_kernels), rng.uniform(0.5, 3, n_kernels))
+    return comm, ts, dur, ts - rng.uniform(5, 50, n_kernels)
+
+
 def tile_span(n_kernels: int, seed: int = 0) -> float:
-    """The time one tile's kernels take (us), first start to last end: tiles follow each other
-    with no gap and no overlap, so the GPU window and its idle time add up too."""
-    kernels = kineto_tile(n_kernels, 0, 0.0, seed)[:n_kernels]
-    return max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    """A tile's length (us): its first launch (or kernel) to its last kernel's end (or launch's),
+    so tiles follow each other with no overlap; every step's figures are its own kernels', so they
+    add up over tiles."""
+    _, ts, dur, launch = tile_draws(n_kernels, seed)
+    return float(max((ts + dur).max(), launch.max() + 2.0) - min(launch.min(), ts.min()))
 
 
 def write_tiles(path: str, n_kernels: int, tiles: int) -> int:

@@ -39,7 +39,7 @@ def test_deepseek_moe_matches_reference(args):
     (("--model", "deepseek-tiny", "--seq-aux-alpha", -1), "--seq-aux-alpha -1.0 must be >= 0"),
     (("--model", "deepseek-tiny", "--bias-gamma", -1), "--bias-gamma -1.0 must be >= 0"),
     (("--moe", "deepseek",), "--moe deepseek routes tokens to experts, but the model has none"),
-    (("--model", "deepseek-tiny", "--balance", "aux"), "unknown balance 'aux': pick balance in none, bias"),
+    (("--model", "deepseek-tiny", "--balance", "aux"), "unknown balance 'aux' (the balance choices: none, bias): pick balance in none, bias"),
 ])
 def test_bad_deepseek_input_exits_2(args, message):
     proc = run_cli("run", *args, "--steps", 1, timeout=120)

@@ -41,7 +41,7 @@ def test_rows_by_hand():
 
 @pytest.mark.parametrize("args, needle", [
     (["--schedules", "1f1b,nope"], "pick from"),
-    (["--steps", "0"], "need steps >= 1"),
+    (["--steps", "0"], "--steps: 0 must be >= 1"),
     (["--link", "alpha_us=1"], "gbps"),
 ])
 def test_bench_fb_bad_input_exits_2(args, needle):

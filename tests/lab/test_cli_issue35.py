@@ -28,7 +28,7 @@ def test_a_bare_unknown_flag_is_named_in_one_line_without_the_help():
     assert rc == 2 and not out
     assert err.strip().splitlines() == [
         "partui: error: unrecognized arguments: --frobnicate; the commands: run, plan, report, "
-        "simulate, whatif, blame, bench, repl, app (partui --help; partui run --help)"]
+        "simulate, whatif, blame, doctor, bench, repl, app (partui --help; partui run --help)"]
 
 
 def test_top_level_help_names_every_command():
