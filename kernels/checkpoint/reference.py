@@ -10,17 +10,6 @@ from kernels.comm import dcp
 from kernels.ep.deepseek_layer import selection_biases
 
 
-def flat_of(sd: dict, prefix: str = "") -> dict[str, torch.Tensor]:
-    """A nested state dict (dcp_to_torch_save's) as fqn -> tensor."""
-    out = {}
-    for k, v in sd.items():
-        if isinstance(v, dict):
-            out.update(flat_of(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def load_model(layers: list, params: dict, full: dict[str, torch.Tensor]) -> None:
     """Every param and buffer of a single-process model from whole tensors (fqn -> tensor)."""
     for name, prm in params.items():

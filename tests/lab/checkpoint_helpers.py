@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from kernels.checkpoint.reference import flat_of
+from kernels.comm.dcp import flat as flat_of
 from kernels.comm import dcp
 from partui import World
 
