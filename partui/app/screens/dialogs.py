@@ -52,11 +52,8 @@ a leading `:` is fine; ↑↓ history, tab completes), also in the palette (ctrl
 - `link h800`, `link alpha_us=2000,gbps=0.02`, `link off`: an emulated link from the next step
 - `slow 1=1.5`, `slow stage 0=2`, `slow off`: a straggler from the next step: rank 1's (or
   stage 0's) compute 1.5x (2x) as long; off clears it
-- `save ckpt`, `load ckpt`: checkpoint the world (torch DCP) / resume one saved under any plan
-- `map ckpt`: the reshard of a checkpoint onto the planned world: which saved ranks feed which
-  pieces to which ranks, and the bytes each reads (nothing loaded)
-- `doctor`: the flight recorder's verdict now (a hang, a mismatch, or where lateness began) and
-  each rank's last ops as a timeline
+- `save ckpt`, `load ckpt`, `map ckpt`: checkpoint, resume, show the reshard (DCP)
+- `doctor`: the flight recorder's verdict and each rank's last ops
 - `quit`: tear the world down and leave (also q, ctrl+c)
 
 After a command the keys go back to the screen: `s` steps again.
