@@ -1,4 +1,5 @@
 """Pilot helpers the app tests share: bounded waits and typing a command as a user would."""
+import re
 import time
 
 from partui.app.screens.run import RunScreen
@@ -54,3 +55,16 @@ async def trace_one_step(app, pilot):
     panel = app.screen.query_one("#trace-panel")
     await wait_for(pilot, lambda: panel.report_rows("rank"), what="the trace report")
     return panel
+
+
+def screen_text(app) -> str:
+    """What the screen shows now, a line per row."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def not_whole(app, labels, edge: str = r"\w%/-") -> list[str]:
+    """The labels not found whole on the screen: cut at an edge, or run into a neighbour (a
+    character of `edge` beside it)."""
+    text = screen_text(app)
+    return [lb for lb in labels if not re.search(rf"(?<![{edge}]){re.escape(lb)}(?![{edge}])", text)]
+

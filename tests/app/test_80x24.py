@@ -6,23 +6,13 @@ import re
 
 import pytest
 
-from app_helpers import command, engine_ready, launched, wait_for
+from app_helpers import command, engine_ready, launched, not_whole, screen_text, wait_for
 from partui.plans import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
 TAB_TITLES = ("Params", "Grads", "Optim", "Shards", "Trace", "Routing", "Memory")
 FORM = ("dp", "tp", "pp", "cp", "ep", "zero", "microbatches", "experts", "top-k", "schedule",
         "cp mode", "sp", "fb overlap", "dtype", "model", "Launch ⏎", "Mesh ^g")
-
-
-def screen_text(app) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-def missing(app, labels) -> list[str]:
-    """The labels not found whole on the screen (not cut at an edge, not run into a neighbour)."""
-    text = screen_text(app)
-    return [lb for lb in labels if not re.search(rf"(?<![\w%/-]){re.escape(lb)}(?![\w%/-])", text)]
 
 
 async def test_every_preset_on_screen_with_its_own_status():
@@ -39,7 +29,7 @@ async def test_every_preset_on_screen_with_its_own_status():
             await wait_for(pilot, lambda: form.highlighted == name, what=f"preset {name}")
             form.revalidate()
             await pilot.pause(0.05)
-            assert missing(app, labels + list(FORM)) == [], f"{name}:\n{screen_text(app)}"
+            assert not_whole(app, labels + list(FORM)) == [], f"{name}:\n{screen_text(app)}"
             status = str(form.query_one("#status").render())
             assert status.startswith(f"✓ valid: {PRESETS[name][0]} · "), (name, status)
             statuses[name] = status.split("\n")[0]
@@ -70,10 +60,10 @@ async def test_every_tab_and_dialog_at_80x24():
         await pilot.press("ctrl+g")
         await wait_for(pilot, lambda: isinstance(app.screen, MeshScreen), what="the mesh dialog")
         await pilot.pause(0.1)
-        assert missing(app, ("Close (esc)",)) == [], screen_text(app)
+        assert not_whole(app, ("Close (esc)",)) == [], screen_text(app)
         await wait_for(pilot, lambda: app.screen.rows, what="the mesh table")
         await pilot.pause(0.2)
-        assert missing(app, ("Close (esc)", "rank", "coords")) == [], screen_text(app)
+        assert not_whole(app, ("Close (esc)", "rank", "coords")) == [], screen_text(app)
         await pilot.press("escape")
 
         pids = await launched(app, pilot, "plan zero2 dp=2")
@@ -86,7 +76,7 @@ async def test_every_tab_and_dialog_at_80x24():
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
         await pilot.pause(0.2)
         assert not app._notifications
-        assert missing(app, ("Close (esc)",)) == [], screen_text(app)
+        assert not_whole(app, ("Close (esc)",)) == [], screen_text(app)
         app.screen.query_one(".dialog-body").scroll_end(animate=False)   # the command list
         await pilot.pause(0.3)
         box = app.screen.query_one("#help-box").region
@@ -95,7 +85,7 @@ async def test_every_tab_and_dialog_at_80x24():
         bullets = [ln for ln in inside if ln.startswith("• ")]
         assert len(bullets) >= 6 and all(": " in ln for ln in bullets), "\n".join(inside)
         assert not [ln for ln in inside if re.fullmatch(r"[\w`-]+", ln)], "\n".join(inside)
-        assert missing(app, ("Close (esc)",)) == [], screen_text(app)
+        assert not_whole(app, ("Close (esc)",)) == [], screen_text(app)
         await pilot.press("escape")
         await command(app, pilot, "link off")
         await wait_for(pilot, lambda: not app.world.link and not app.busy, what="link off")
@@ -106,14 +96,14 @@ async def test_every_tab_and_dialog_at_80x24():
                 await pilot.press(key)
                 await pilot.pause(0.15)
                 assert not app._notifications
-                assert missing(app, TAB_TITLES) == [], f"cards {cards}, tab {title}:\n{screen_text(app)}"
+                assert not_whole(app, TAB_TITLES) == [], f"cards {cards}, tab {title}:\n{screen_text(app)}"
                 if cards:
-                    assert missing(app, ("rank 0", "rank 1")) == [], screen_text(app)
+                    assert not_whole(app, ("rank 0", "rank 1")) == [], screen_text(app)
         # an error dialog: its OK button on screen, no toast over it
         await command(app, pilot, "report")                  # no trace saved yet
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), what="the error dialog")
         await pilot.pause(0.2)
         assert not app._notifications
-        assert missing(app, ("OK (esc)", "report failed")) == [], screen_text(app)
+        assert not_whole(app, ("OK (esc)", "report failed")) == [], screen_text(app)
         await pilot.press("escape")
         await pilot.press("ctrl+c")

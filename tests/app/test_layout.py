@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from app_helpers import command, engine_ready, idle, trace_one_step, wait_for
+from app_helpers import command, engine_ready, idle, not_whole, screen_text, trace_one_step, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 FOOTER_RUN = ("step", "run/pause", "trace", "command", "help", "quit", "palette")
@@ -18,13 +18,8 @@ HEADERS = {"1": ("name", "global", "local", "piece", "norm"),
            "5": ("window", "compute", "comm", "ovl", "exposed", "idle", "ovl%", "bubble%")}
 
 
-def screen_text(app) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
 def clipped(app, labels) -> list[str]:
-    text = screen_text(app)
-    return [lb for lb in labels if not re.search(rf"(?<![\w%/]){re.escape(lb)}(?![\w%/])", text)]
+    return not_whole(app, labels, edge=r"\w%/")
 
 
 async def test_screens_at_80x24_clip_no_label():
