@@ -21,6 +21,7 @@ from partui.checkpoint import commit, manifest_of
 from partui.controller import setup_payload
 from partui.rank import handle, new_state
 from partui.results import step_line, summarize
+from partui.torchrun_watch import TorchrunWatch
 
 
 def gather(obj, device: str) -> list:
@@ -71,6 +72,7 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
     t0 = time.perf_counter()
     prefix = torch_flight_recorder_on()
     comm.init(backend, rank, size, init_method="env://", timeout_s=world.timeout_s)
+    watch = TorchrunWatch(rank, size, prefix, world.flight_dump).start()   # a hang: named in < 10 s
     if rank == 0:                 # once the world exists: a failed rendezvous stays one line
         print(f"partui run: torch's flight recorder is on ({os.environ['TORCH_FR_BUFFER_SIZE']} "
               f"entries a rank): dumps go to {prefix}<rank> (NCCL's watchdog on a timeout; every "
@@ -89,8 +91,8 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
         for _ in range(steps):
             try:
                 item = handle(state, "step", {"n": 1})[0]
-            except BaseException:
-                comm.dump_torch_flight_recorder(f"{prefix}{rank}")   # what this rank saw, kept
+            except BaseException as e:    # every rank's records and both verdicts, then the error
+                watch.failed(e)
                 raise
             items = gather(item, device)
             if rank == 0:
@@ -101,8 +103,9 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
             handle(state, "profile_stop", {})
         if save:
             save_joined(world, state, save, keep)
-        if world.fault:                   # a run that survived its fault: what torch recorded
-            comm.dump_torch_flight_recorder(f"{prefix}{rank}")
+        watch.finish()                    # its records kept, should another rank still hang
+        if world.fault and rank == 0:     # a run that survived its fault: both recorders' verdicts
+            watch.gather_and_print(f"end of run with --fault {world.fault}")
     finally:
         comm.destroy()
     if rank != 0:

@@ -53,10 +53,15 @@ from kernels.comm.p2p import (
                                send,
 )
 from kernels.comm.poster import post_from_thread
-from kernels.comm.store import dump_torch_flight_recorder, store_client, store_server
+from kernels.comm.store import (
+                               dump_torch_flight_recorder,
+                               launcher_store,
+                               store_client,
+                               store_server,
+)
 
 __all__ = ["COLLECTIVES", "Group", "RendezvousError", "all_gather", "all_reduce", "all_to_all_single",
-           "barrier", "broadcast", "default_backend", "destroy", "dump_torch_flight_recorder", "dry_rank", "init", "is_initialized", "new_groups",
+           "barrier", "broadcast", "default_backend", "destroy", "dump_torch_flight_recorder", "dry_rank", "launcher_store", "init", "is_initialized", "new_groups",
            "reduce_scatter", "set_collectives", "set_validate", "single_group", "store_client", "store_server",
            "wait_all", "world_group", "world_rank", "world_size",
            "Handle", "OpLog", "OpRecord", "oplog",
