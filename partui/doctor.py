@@ -56,6 +56,7 @@ def _where(rank: dict) -> dict:
     return {"rank": rank["rank"], "step": rank.get("step"), "span": rank.get("span"),
             "last_completed": describe(last) if last else None,
             "waiting_on": (f"{waiting['group']} {waiting['op']} seq {waiting['seq']}"
+                           + (" (inferred)" if waiting.get("inferred") else "")
                            if waiting else None)}
 
 
@@ -225,19 +226,25 @@ def verdict(dump: dict) -> dict:
     for found in (_mismatches(ops), hangs, _unmatched(ranks, present), stuck):
         findings += sorted(found, key=lambda f: f["t"])
     where = {rk["rank"]: _where(rk) for rk in ranks}
+    absent = sorted(set(dump.get("absent", [])))
     head = _cause(findings[0], findings, ranks) if findings else \
+        {"kind": "absent", "culprits": absent} if absent else \
         _lateness(ops, ranks) or {"kind": "ok", "culprits": []}
     if findings:
         findings = [head] + [f for f in findings if f is not head]
     return {"reason": dump.get("reason", ""), "headline": head, "findings": findings,
-            "where": where, "absent": sorted(set(dump.get("absent", [])))}
+            "where": where, "absent": absent, "notes": list(dump.get("notes", [])),
+            "sources": dump.get("sources", {})}
 
 
 def render(v: dict) -> list[str]:
     """The verdict as lines: the headline, where each missing rank is, the other findings."""
     h = v["headline"]
     lines = [f"reason: {v['reason']}"] if v.get("reason") else []
-    if h["kind"] == "ok":
+    if h["kind"] == "absent":
+        lines.append(f"no hang or mismatch among the ranks that answered, but rank(s) "
+                     f"{h['culprits']} gave nothing: the fault, if any, is on their side")
+    elif h["kind"] == "ok":
         if "group" in h:
             lines.append(f"no hang, no mismatch; lateness began at {h['group']} {h['op']} seq "
                          f"{h['seq']}: rank {h['culprits'][0]} entered last, {h['spread_ms']:.1f} "
@@ -259,9 +266,11 @@ def render(v: dict) -> list[str]:
                          f"completed {w['last_completed'] or 'nothing'}, waiting on "
                          f"{w['waiting_on'] or 'nothing (idle or computing)'}")
     lines += [f"also: {_finding_line(f)}" for f in v["findings"][1:6]]
-    if v.get("absent"):
+    if v.get("absent") and not v.get("notes"):
         lines.append(f"rank(s) {v['absent']} did not answer (died or frozen): their last ops, "
                      f"where shown, come from the shared rows they left")
+    lines += [f"missing: {n}" for n in v.get("notes", [])]
+    lines += [f"source: {fact} from {src}" for fact, src in v.get("sources", {}).items()]
     return lines
 
 

@@ -51,8 +51,13 @@ def _op(name: str) -> str:
     return OPS.get(op, op)
 
 
+DEFAULT_GROUP = "world"   # torch's default_pg: partui's name for the group of every rank
+
+
 def _group(entry: dict) -> str:
     name, desc = entry["process_group"]
+    if desc == "default_pg":
+        return DEFAULT_GROUP
     return desc if desc and desc not in ("undefined",) else f"pg{name}"
 
 
@@ -74,34 +79,50 @@ def records(doc: dict, rank: int, members: dict) -> list[dict]:
     return out
 
 
-def infer_completion(recs: list[dict]) -> dict | None:
+def infer_completion(recs: list[dict], entered: dict, members: dict,
+                     present: set) -> dict | None:
     """gloo's entries stay "scheduled" (torch 2.13 tracks no completion for gloo, and a timed-out
-    op is retired like a finished one): when no entry of a rank says it completed, the rank is
-    taken as blocked in its newest op and every older one as completed. Returns that wait, or
-    None when completion is known."""
+    op is retired like a finished one). When no entry of a rank says it completed: a collective
+    every member entered is taken as completed (nothing says otherwise), one only some entered
+    cannot have completed; the rank is taken as blocked in its oldest such op, else its newest
+    (an async op waited in issue order). entered: {(group, seq): ranks whose dumps hold it};
+    present: the ranks that left a dump (a missing one's side is unknown, not absent).
+    Returns that wait, or None when completion is known."""
     if not recs or any(r["t_complete"] is not None for r in recs):
         return None
     newest = max(recs, key=lambda r: r["t_issue"])
+    unfinished = []
     for r in recs:
-        if r is not newest:
-            r["t_complete"] = r["t_issue"]
-    return {"since": newest["t_issue"], "group": newest["group"], "op": newest["op"],
-            "seq": newest["seq"]}
+        if set(members.get(r["group"], ())) & present <= entered.get((r["group"], r["seq"]), set()):
+            if r is not newest:
+                r["t_complete"] = r["t_issue"]
+        else:
+            unfinished.append(r)
+    blocked = min(unfinished, key=lambda r: r["t_issue"]) if unfinished else newest
+    return {"since": blocked["t_issue"], "group": blocked["group"], "op": blocked["op"],
+            "seq": blocked["seq"], "inferred": True}
 
 
-def _members(docs: dict) -> dict:
+def _members(docs: dict, world: int) -> tuple[dict, list[str]]:
     """Each group's ranks: torch's pg_config where it names them (NCCL), else the ranks whose
-    dumps hold an entry of that group (gloo leaves pg_config's ranks empty)."""
+    dumps hold an entry of that group (gloo leaves pg_config's ranks empty). A group only one rank
+    has entries of cannot be a group of one (no op of one is ever waited in): it is taken as the
+    whole world, and named in the second item (exact in a world of two, a guess beyond)."""
     seen: dict[str, set] = {}
     for rank, doc in docs.items():
         for e in doc.get("entries", []):
             seen.setdefault(_group(e), set()).add(rank)
-        for name, cfg in (doc.get("pg_config") or {}).items():
-            ranks = cfg.get("ranks")
-            ranks = eval_ranks(ranks)
+    named = set()
+    for doc in docs.values():
+        for cfg in (doc.get("pg_config") or {}).values():
+            ranks = eval_ranks(cfg.get("ranks"))
             if ranks and cfg.get("desc"):
-                seen[cfg["desc"]] = set(ranks)
-    return {g: sorted(r) for g, r in seen.items()}
+                seen[cfg["desc"] if cfg["desc"] != "default_pg" else DEFAULT_GROUP] = set(ranks)
+                named.add(cfg["desc"])
+    guessed = sorted(g for g, r in seen.items() if len(r) == 1 and g not in named and world > 1)
+    for g in guessed:
+        seen[g] = set(range(world))
+    return {g: sorted(r) for g, r in seen.items()}, guessed
 
 
 def eval_ranks(text) -> list[int]:
@@ -114,6 +135,8 @@ def eval_ranks(text) -> list[int]:
 def to_dump(path: str, world: int | None = None) -> dict:
     """torch's per-rank pickles at path (a PREFIX, a folder or one file) as a partui dump."""
     files = rank_files(path) if not os.path.isfile(path) else {0: path}
+    if world:                         # an earlier, wider world's files under the same prefix
+        files = {r: p for r, p in files.items() if r < world}
     if not files:
         raise FileNotFoundError(f"no torch flight recorder dumps at {path} (TORCH_FR_DUMP_TEMP_FILE"
                                 f" + rank): give the prefix torch wrote them under")
@@ -121,14 +144,60 @@ def to_dump(path: str, world: int | None = None) -> dict:
     for rank, p in files.items():
         with open(p, "rb") as f:
             docs[rank] = pickle.load(f)   # torch's own dump format; only open dumps you trust
-    members = _members(docs)
-    world = world or max(docs) + 1
-    ranks = []
-    for r, doc in sorted(docs.items()):
-        recs = records(doc, r, members)
-        ranks.append({"rank": r, "step": None, "span": None, "waiting": infer_completion(recs),
-                      "groups": members, "records": recs})
+    world = world or world_size(docs) or max(docs) + 1
+    members, guessed = _members(docs, world)
+    recs = {r: records(doc, r, members) for r, doc in sorted(docs.items())}
+    entered: dict = {}
+    for r, rs in recs.items():
+        for rec in rs:
+            entered.setdefault((rec["group"], rec["seq"]), set()).add(r)
+    ranks = [{"rank": r, "step": None, "span": None, "waiting": infer_completion(rs, entered, members, set(docs)),
+              "groups": members, "records": rs} for r, rs in recs.items()]
     inferred = any(rk["waiting"] is not None for rk in ranks)
+    absent = sorted(set(range(world)) - set(docs))
     return {"format": "torch-fr", "world": world, "reason": f"torch flight recorder dumps {path}",
-            "ranks": ranks, "absent": sorted(set(range(world)) - set(docs)),
-            "completion": "inferred" if inferred else "recorded"}
+            "ranks": ranks, "absent": absent, "completion": "inferred" if inferred else "recorded",
+            "notes": missing_facts(docs, absent, guessed, inferred)}
+
+
+def world_size(docs: dict) -> int | None:
+    """The world's size from a default-group all-gather (its output holds every rank's input):
+    gloo's dumps name no ranks, and a rank that left no dump must still count as missing."""
+    for doc in docs.values():
+        for e in doc.get("entries", []):
+            ins, outs = e.get("input_sizes") or [], e.get("output_sizes") or []
+            if e["process_group"][1] == "default_pg" and _op(e["profiling_name"]) == "all_gather" \
+                    and len(ins) == len(outs) == 1 and ins[0] and _numel(outs[0]) % _numel(ins[0]) == 0:
+                return _numel(outs[0]) // _numel(ins[0])
+    return None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def missing_facts(docs: dict, absent: list[int], guessed: list[str], inferred: bool) -> list[str]:
+    """What torch's dumps do not hold, and why, so a verdict on them says what it could not see."""
+    gloo = any(e["profiling_name"].startswith("gloo:") for d in docs.values()
+               for e in d.get("entries", []))
+    notes = []
+    if absent:
+        notes.append(f"rank(s) {absent} left no torch dump: torch writes one only when asked or on "
+                     f"NCCL's watchdog, and a rank gloo aborts (a size mismatch) or that is killed "
+                     f"first writes none; its side of any op is unknown here (partui's dump keeps "
+                     f"its last ops: partui doctor PREFIX --with partui.json)")
+    if gloo:
+        notes.append("torch records no p2p op (send / recv) under gloo: a rank blocked in one "
+                     "shows as blocked in its last collective, and an unmatched send cannot be "
+                     "seen here (partui's dump records every p2p op: --with partui.json)")
+    if inferred:
+        notes.append("torch tracks no completion under gloo: a collective every member entered is "
+                     "taken as completed, and each rank as waiting in its oldest op some member "
+                     "never entered (else its newest)")
+    if guessed:
+        notes.append(f"group(s) {guessed}: gloo's dump names no members and only one rank entered "
+                     f"them; taken as the whole world (partui's dump names them: --with partui.json)")
+    return notes

@@ -9,6 +9,7 @@ import json
 import sys
 
 from partui.doctor import render, verdict
+from partui.fr_merge import merge
 from partui.torch_fr import is_torch_dump, to_dump
 
 
@@ -17,6 +18,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                              "verdict on a flight recorder dump")
     p.add_argument("dump", help="a partui flight dump (.json: partui run --flight-dump) or torch's "
                                 "flight recorder dumps (their TORCH_FR_DUMP_TEMP_FILE prefix or folder)")
+    p.add_argument("--with", dest="with_dump", default=None, metavar="PARTUI_DUMP",
+                   help="with torch's dumps: partui's dump of the same run (partui run under "
+                        "torchrun writes both), for what torch's lack under gloo (p2p ops, group "
+                        "members, where each rank waits, a rank that left no dump); the verdict "
+                        "names the source of each")
     p.add_argument("--json", action="store_true", help="the verdict as one JSON object")
     p.set_defaults(func=run)
     return p
@@ -43,6 +49,13 @@ def load(path: str) -> dict:
 def run(args) -> int:
     try:
         dump = load(args.dump)
+        if args.with_dump:
+            ours = load(args.with_dump)
+            if dump.get("format") != "torch-fr" or ours.get("format") != "partui-flight":
+                raise ValueError(f"--with {args.with_dump}: give torch's dumps first and partui's "
+                                 f"dump after --with (partui doctor TORCH_PREFIX --with "
+                                 f"partui.json)")
+            dump = merge(dump, ours)
     except ValueError as e:
         print(f"partui doctor: {e}", file=sys.stderr)
         return 2
