@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 import zlib
 
-from planning.flight_codes import MIRROR_ROWS, T_COMPLETE, WIDTH, encode
+from planning.flight_codes import MIRROR_ROWS, T_COMPLETE, WIDTH, encode_into
 
 CAPACITY = 512   # ops kept per rank (torch's TORCH_FR_BUFFER_SIZE plays the same part); a dump of
                  # 512 stays small enough to write and read within the 10 s a hang is named in
@@ -48,9 +49,14 @@ class FlightRecorder:
         self.mirror, self.mirror_at, self.mirrored = None, 0, 0   # shared rows (planning.flight_codes)
 
     def attach_mirror(self, shared, at: int) -> None:
-        """Mirror every op from now on into shared[at:] (planning.flight_codes.BLOCK; memory the controller owns)."""
+        """Mirror every op from now on into shared[at:] (planning.flight_codes.BLOCK; memory the
+        controller owns, or a file's under torchrun): an int64 buffer (RawArray("q"), ctypes)."""
         self.mirror, self.mirror_at, self.mirrored = shared, at, 0
-        shared[at] = 0
+        # byte and int64 views of the same memory: a row packed in one call, fields read without
+        # ctypes' per-item cost (partui bench flight)
+        self._bytes = memoryview(shared).cast("B")
+        self._q = self._bytes.cast("q")
+        self._q[at] = 0
 
     def identify(self, rec, ranks, me: int) -> None:
         """Give rec its Seq and Comms Id, and keep it in the ring (rec.ranks: the group's)."""
@@ -77,15 +83,16 @@ class FlightRecorder:
         self.mirrored += 1
         rec.slot = i
         at = self.mirror_at + 1 + i * WIDTH
-        self.mirror[at:at + WIDTH] = encode(rec.seq, rec.comms_id, rec.op, rec.group, rec.peer,
-                                            rec.tag, rec.step, rec.shapes, rec.dtypes, rec.t_issue,
-                                            rec.t_complete, ranks, rec.nbytes)
-        self.mirror[self.mirror_at] = self.mirrored
+        encode_into(self._bytes, 8 * at, rec.seq, rec.comms_id, rec.op, rec.group, rec.peer,
+                    rec.tag, rec.step, rec.shapes, rec.dtypes, rec.t_issue, rec.t_complete,
+                    ranks, rec.nbytes)
+        self._q[self.mirror_at] = self.mirrored
 
     def completed(self, rec) -> None:
         """rec's completion time into its shared row, if the row is still rec's."""
-        m, slot = self.mirror, rec.slot
-        if m is not None and slot >= 0:
+        slot = rec.slot
+        if slot >= 0 and self.mirror is not None:
+            m = self._q
             at = self.mirror_at + 1 + slot * WIDTH
             if m[at + 1] == rec.comms_id and m[at] == rec.seq:
                 m[at + T_COMPLETE] = rec.t_complete or 0
@@ -121,7 +128,10 @@ def dump(rank: int, now_ns: int) -> dict:
     """This rank's records and place, as plain JSON (the rank's part of a flight dump)."""
     fr = recorder
     waiting = fr.waiting
+    # t_dump_wall beside t_dump: this rank's clock against wall time, so its records can be laid
+    # beside torch's (partui doctor TORCH --with DUMP)
     return {"rank": rank, "step": fr.step, "span": fr.span, "t_dump": now_ns,
+            "t_dump_wall": time.time_ns() - (time.perf_counter_ns() - now_ns),
             "waiting": None if waiting is None else {"since": waiting[0], "seq": waiting[1].seq,
                                                      "group": waiting[1].group,
                                                      "op": waiting[1].op},

@@ -4,6 +4,7 @@ rank leaves, torch's own dumps read, and --fault / --validate-comms refused or c
 import json
 import os
 import pickle
+from multiprocessing.sharedctypes import RawArray
 
 import pytest
 import torch
@@ -126,7 +127,7 @@ def test_a_stopped_world_needs_a_long_wait_and_nothing_issued():
 # ---------------------------------------------------------------- shared rows
 
 def test_shared_rows_round_trip_and_keep_the_newest():
-    shared = [0] * flight_codes.BLOCK
+    shared = RawArray("q", flight_codes.BLOCK)       # the controller's kind of shared memory
     fr = flight.FlightRecorder()
     fr.attach_mirror(shared, 0)
 
