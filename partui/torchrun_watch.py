@@ -67,6 +67,7 @@ class TorchrunWatch:
         self._lock = threading.Lock()       # one stop per rank: the watcher's or the main thread's
         self._stopping = False
         self._done = False                  # this rank's part of a stop is over
+        self._in_main = False               # the main thread is doing the stop (failed())
         self._wake = None
 
     def start(self) -> TorchrunWatch:
@@ -87,6 +88,8 @@ class TorchrunWatch:
     def _on_term(self, *_) -> None:
         """SIGTERM seen by the main thread (when not blocked in a collective): the watcher does
         the gathering; wait for it, then end as torchrun asked."""
+        if self._in_main:          # the main thread is gathering (its step failed): let it end
+            return
         deadline = time.monotonic() + GATHER_S + 10
         while not self._done and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -143,6 +146,7 @@ class TorchrunWatch:
     def failed(self, e: BaseException) -> None:
         """The main thread's step raised: every rank's records gathered and the verdict printed
         before the error goes on (torchrun ends the job when this rank exits)."""
+        self._in_main = True
         self._claim(f"rank {self.rank}'s step failed: {type(e).__name__}: "
                     f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
         self._stop(exit_after=False)
