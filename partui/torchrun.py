@@ -106,6 +106,7 @@ def run_joined(world, steps: int, on_step=None, profile: str | None = None,
         watch.finish()                    # its records kept, should another rank still hang
         if world.fault and rank == 0:     # a run that survived its fault: both recorders' verdicts
             watch.gather_and_print(f"end of run with --fault {world.fault}")
+        watch.close()
     finally:
         comm.destroy()
     if rank != 0:

@@ -69,6 +69,7 @@ class TorchrunWatch:
         self._done = False                  # this rank's part of a stop is over
         self._in_main = False               # the main thread is doing the stop (failed())
         self._wake = None
+        self._closing = threading.Event()
 
     def start(self) -> TorchrunWatch:
         """From the main thread: the rows file attached, SIGTERM routed to the watcher, its thread
@@ -82,8 +83,16 @@ class TorchrunWatch:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         self._wake = r
-        threading.Thread(target=self._loop, daemon=True, name="torchrun-watch").start()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="torchrun-watch")
+        self._thread.start()
         return self
+
+    def close(self) -> None:
+        """A finished rank's watcher stopped and its store connection closed before the
+        interpreter ends (a store torn down under a running thread aborted the process)."""
+        self._closing.set()
+        self._thread.join(timeout=5.0)
+        self.store = None
 
     def _on_term(self, *_) -> None:
         """SIGTERM seen by the main thread (when not blocked in a collective): the watcher does
@@ -120,7 +129,7 @@ class TorchrunWatch:
 
     def _loop(self) -> None:
         try:
-            while True:
+            while not self._closing.is_set():
                 self._publish()
                 if self.store.check(["stop"]):
                     self._stop()
