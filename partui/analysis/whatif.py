@@ -12,6 +12,15 @@ Collectives are matched by (group, n-th op on it); members come from the trace's
 (planning.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
+A collective also ends no sooner than gloo delivered it in the recording: its recorded completion
+less its last member's recorded issue, from its replayed start. The live emulation holds an op to
+max(the link's end, gloo's own completion) (kernels/comm/emulate.completion), and on this machine
+gloo's own time is no small part: under the EP overlap runner a 64-byte count exchange the link
+prices at 51 us took gloo 0.4-1.2 ms after its last issue, and a dispatch's ~0.8 ms about what the
+link gives it, so the link alone predicted an --ep 2 --overlap step 10% short. link_only=True
+drops this (the link model alone, as on a cluster). p2p ops keep the link's rule: gloo's p2p has no
+future, so a trace sees their completion only when the rank looked.
+
 With floor=True a wait also lasts at least its recorded length: on this machine the live
 emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
 to get a core), so this predicts a `--link` run here; without it, the link model alone.
@@ -66,7 +75,8 @@ def programs(doc: dict, step: int | None = None) -> dict:
             if e.get("ph") != "X" or e.get("pid") != r or not t0 - 1e-3 <= ts <= t1:  # 1 ns
                 continue
             if e.get("cat") == "comm" and "parent" not in a and "op_id" in a:
-                marks.append((ts, 0, ("issue", dict(a, name=e["name"]))))
+                marks.append((ts, 0, ("issue", dict(a, name=e["name"], recorded_issue_us=e["ts"],
+                                                    recorded_end_us=e["ts"] + e["dur"]))))
             elif e.get("cat") == "wait" and "op_id" in a:
                 marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
         items, cursor = [], t0
@@ -89,7 +99,8 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
     share, a busy stretch's wall time holds the time its rank was runnable with no core; each rank's
     busy stretches are scaled by its core share in the step, the step span's thread CPU time
     (args.cpu_us) over its busy time (at most 1). A rank whose step recorded no CPU time keeps its
-    stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores."""
+    stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores,
+    and so is gloo's own time for each collective (its recorded end): the link alone moves bytes."""
     want = step if step is not None else max(
         e["args"].get("step", 0) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step")
     cpu = {e["pid"]: e["args"]["cpu_us"] for e in doc["traceEvents"]
@@ -99,8 +110,10 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
     for r, p in progs.items():
         busy_ns = sum(it[1] for it in p["items"] if it[0] == "busy")
         share = min(1.0, cpu[r] * 1e3 / busy_ns) if r in cpu and busy_ns > 0 else 1.0
-        out[r] = dict(p, core_share=share,
-                      items=[("busy", it[1] * share) if it[0] == "busy" else it for it in p["items"]])
+        out[r] = dict(p, core_share=share, items=[
+            ("busy", it[1] * share) if it[0] == "busy" else
+            ("issue", {k: v for k, v in it[1].items() if k != "recorded_end_us"})
+            if it[0] == "issue" else it for it in p["items"]])
     return out
 
 
@@ -134,17 +147,32 @@ def without_overlap(progs: dict) -> dict:
 
 
 def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bool = False,
-             plan: Plan | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+             plan: Plan | None = None, link_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Replay `programs` under `link`: (per-rank figures, per-op timeline). Each rank starts at its
-    recorded offset from the first rank's step start; times in the op table are ms from there."""
+    recorded offset from the first rank's step start; times in the op table are ms from there.
+    link_only: a collective ends at the link's end alone, not also no sooner than gloo's (module doc)."""
     world = max(progs) + 1
     ops, seq, state, waits = [], {}, {}, {}    # state: (r, op_id) -> (core id, kind, args)
     ports = {r: Ports() for r in progs}
+    issued: dict = {}                          # collective key -> {rank: recorded issue µs}
 
     def transfer(r, a, ranks):
         """The op's end from its start on rank r's port (the link's rule, planning.link.Ports)."""
         lat, tr = link.cost(a["op"], ranks, int(a.get("bytes") or 0))
         return lambda t: ports[r].queue(link.port(ranks), t, lat * 1e9, tr * 1e9)
+
+    def as_emulated(a, key, ranks, on_link):
+        """A collective's end: the link's, and no sooner than gloo's recorded own time after its
+        start (recorded end less the last member's recorded issue; unknown: the link's alone)."""
+        if link_only or a.get("recorded_end_us") is None:
+            return on_link
+
+        def end(t):
+            got, held = issued.get(key, {}), on_link(t)
+            if len(got) < len(ranks):                # a member issued it outside this step
+                return held
+            return max(held, t + (a["recorded_end_us"] - max(got.values())) * 1e3)
+        return end
 
     for r, p in progs.items():
         for i, it in enumerate(p["items"]):
@@ -162,8 +190,10 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
                 elif kind == "recv":                 # ends at its send's end, or at its issue
                     op = Op(("recv", key), r, holds=False, eager=False, after=(Dep(("send", key)),))
                 else:                                # the last member's issue, then the port
+                    issued.setdefault(key, {})[r] = a.get("recorded_issue_us")
                     op = Op(("coll", key, r), r, holds=False, eager=False, group=key,
-                            group_size=len(ranks), finish=transfer(r, a, ranks))
+                            group_size=len(ranks),
+                            finish=as_emulated(a, key, ranks, transfer(r, a, ranks)))
                 ops.append(op)
                 state[r, a["op_id"]] = (op.id, kind, a)
             elif (r, it[1]) in state:                # else: waited op issued before this step
@@ -211,16 +241,17 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
 
 
 def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
-           floor: bool = False, overlap: bool = True) -> pd.DataFrame:
+           floor: bool = False, overlap: bool = True, link_only: bool = False) -> pd.DataFrame:
     """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
     wait lasts at least as long as it did in the recording (what this machine's gloo took: the
-    live emulation cannot hand bytes over before gloo does), else the link model alone.
-    overlap=False: every send and collective waited right after its issue (without_overlap)."""
+    live emulation cannot hand bytes over before gloo does). link_only: a collective ends at the
+    link's end alone (module doc). overlap=False: every send and collective waited right after its
+    issue (without_overlap)."""
     progs = programs(doc, step)
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
     return defined(simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
-                            plan)[0])
+                            plan, link_only)[0])
 
 
 SAVED_COLUMNS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms",

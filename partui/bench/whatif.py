@@ -8,6 +8,10 @@ over a window's steps; then the median over the rounds, so one window hit by ano
 on this shared machine does not decide) and the error of the prediction.
 
 With --explain, where the error comes from (per step, slowest rank, median over the windows):
+    link_only_ms    the same plain window replayed by the link alone (whatif --link-only): the
+                    prediction before each collective was also held to gloo's recorded own time,
+                    as the live emulation holds it (partui.analysis.whatif's module doc);
+                    link_only_error_pct its error against the same measured step
     self_replay_ms  the linked window replayed under its own link: the prediction had it known
                     the linked run's own busy stretches; measured - self_replay is what the live
                     emulation added beyond the model (late wake-ups, gloo slower than the link)
@@ -100,7 +104,9 @@ def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: 
             preds.append(predict(plain, model, 1.0, floor)["predicted_step_ms"].max())
             meas.append(measured_step_ms(linked))
             if explain:
-                why.append({"self_replay_ms": predict(linked, model, 1.0, floor)
+                why.append({"link_only_ms": predict(plain, model, 1.0, floor, link_only=True)
+                            ["predicted_step_ms"].max(),
+                            "self_replay_ms": predict(linked, model, 1.0, floor)
                             ["predicted_step_ms"].max(),
                             "busy_plain_ms": busy_ms(plain), "busy_link_ms": busy_ms(linked),
                             "cpu_plain_ms": cpu_ms(plain), "cpu_link_ms": cpu_ms(linked),
@@ -110,6 +116,8 @@ def measure(name: str, link: str, rounds: int, steps: int, floor: bool, folder: 
            "error_pct": 100 * (p - m) / m, "rounds": rounds}
     for k in (why[0] if why else {}):
         row[k] = statistics.median(w[k] for w in why)
+    if why:
+        row["link_only_error_pct"] = 100 * (row["link_only_ms"] - m) / m
     return row
 
 
@@ -140,7 +148,7 @@ def main(argv: list[str]) -> int:
         rows = [measure(n, a.link, a.rounds, a.steps, a.floor, folder, a.explain) for n in names]
     cols = ["plan", "predicted_step_ms", "measured_step_ms", "error_pct", "rounds"]
     if a.explain:
-        cols += ["self_replay_ms", "busy_plain_ms", "busy_link_ms", "cpu_plain_ms",
+        cols += ["link_only_ms", "link_only_error_pct", "self_replay_ms", "busy_plain_ms", "busy_link_ms", "cpu_plain_ms",
                  "cpu_link_ms", "late_ms"]
     print(table(rows, cols))
     print(f"\nlink {a.link}; predicted: partui whatif on the window without the link"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from planning.link import build_link
-from partui.analysis.whatif import programs, replay, saved, without_overlap
+from partui.analysis.whatif import on_own_cores, programs, replay, saved, simulate, without_overlap
 
 
 def X(pid, name, cat, ts_ms, dur_ms, **args):
@@ -26,7 +26,8 @@ def all_reduce_doc():
 
 def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
     # 2 ranks, 1 GB/s, no latency: 2 * (1/2) * 1e6 B / 1e9 B/s = 1 ms, from rank 1's issue at 4 ms
-    t = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1")).set_index("rank")
+    # (the link alone: gloo's recorded 1.1 ms is the next test's)
+    t = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1"), link_only=True).set_index("rank")
     # rank 0: busy 0-5, the op ended at 5: no wait, then 0.9 ms busy; rank 1: waits 4-5, 0.9 busy
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(5.9)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)
@@ -37,8 +38,34 @@ def test_a_collective_replays_from_the_last_issue_with_the_link_cost():
     assert t.loc[1, "busy_overlap_pct"] == pytest.approx(0.0)
     assert t.loc[0, "recorded_step_ms"] == pytest.approx(6.0)
     # compute twice as slow: rank 0 is busy until 10 ms, the op (from 8 ms) ended at 9 ms
-    t2 = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1"), compute_scale=2.0)
+    t2 = replay(all_reduce_doc(), build_link("alpha_us=0,gbps=1"), compute_scale=2.0,
+                link_only=True)
     assert t2.set_index("rank").loc[0, "predicted_step_ms"] == pytest.approx(10 + 1.8)
+
+
+def test_a_collective_ends_no_sooner_than_gloo_delivered_it():
+    # the recorded op ended 1.1 ms after its last member's issue (rank 1's, at 4 ms; rank 0's own
+    # 3.1 ms from 2 ms waited on rank 1): the live emulation holds an op to max(link, gloo), so a
+    # 1 ms link ends it at 5.1 ms, from the replayed start
+    fast = build_link("alpha_us=0,gbps=1")
+    t = replay(all_reduce_doc(), fast).set_index("rank")
+    # rank 0: busy to 5, waits to 5.1, 0.9 busy; rank 1: waits 4-5.1, 0.9 busy
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(6.0)
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(6.0)
+    assert t.loc[0, "blocked_ms"] == pytest.approx(0.1)
+    assert t.loc[1, "blocked_ms"] == pytest.approx(1.1)
+    # compute twice as slow: the op starts at rank 1's issue at 8 ms, gloo's 1.1 ms ends it at
+    # 9.1; rank 1 waits to 9.1 then 1.8 ms busy
+    t2 = replay(all_reduce_doc(), fast, compute_scale=2.0).set_index("rank")
+    assert t2.loc[1, "predicted_step_ms"] == pytest.approx(9.1 + 1.8)
+    # a 0.5 GB/s link (2 ms, from 4 ms) is slower than gloo: the link's end decides, as link_only
+    slow = build_link("alpha_us=0,gbps=0.5")
+    assert replay(all_reduce_doc(), slow)["predicted_step_ms"].tolist() == pytest.approx(
+        replay(all_reduce_doc(), slow, link_only=True)["predicted_step_ms"].tolist())
+    assert replay(all_reduce_doc(), slow)["predicted_step_ms"].tolist() == pytest.approx([6.9, 6.9])
+    # one device per rank (on_own_cores) is the link alone: gloo's time here is not a cluster's
+    own = simulate(on_own_cores(all_reduce_doc(), programs(all_reduce_doc())), fast)[0]
+    assert own["predicted_step_ms"].tolist() == pytest.approx([5.9, 5.9])
 
 
 def p2p_doc(recv: tuple, wait: tuple, **recv_args) -> dict:
@@ -84,8 +111,10 @@ def test_whatif_bad_input_exits_2(cli_here, tmp_path):
     p = cli_here("whatif", path, "--link", "alpha_us=0,gbps=1", "--format", "json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["step"]["predicted_step_ms"] == pytest.approx(5.9)
-    assert [r["predicted_step_ms"] for r in out["ranks"]] == pytest.approx([5.9, 5.9])
+    assert out["step"]["predicted_step_ms"] == pytest.approx(6.0)     # gloo's 1.1 ms held
+    assert [r["predicted_step_ms"] for r in out["ranks"]] == pytest.approx([6.0, 6.0])
+    p = cli_here("whatif", path, "--link", "alpha_us=0,gbps=1", "--link-only", "--format", "json")
+    assert json.loads(p.stdout)["step"]["predicted_step_ms"] == pytest.approx(5.9)   # the link's 1 ms
 
 
 def test_run_rejects_a_bad_link_before_launching(cli_here):
@@ -99,15 +128,16 @@ def test_without_overlap_waits_each_op_right_after_its_issue():
     # rank 0 issued at 2 ms and computed 3 ms before waiting; serialized it waits at 2 ms until
     # the op ends (rank 1's issue at 4 ms + 1 ms = 5 ms), then computes those 3 ms and 0.9 ms more
     link = build_link("alpha_us=0,gbps=1")
-    t = replay(all_reduce_doc(), link, overlap=False).set_index("rank")
+    t = replay(all_reduce_doc(), link, overlap=False, link_only=True).set_index("rank")
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(5 + 3 + 0.9)
     assert t.loc[0, "blocked_ms"] == pytest.approx(3.0)
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(5.9)      # it already waited at once
+    # saved holds the op to gloo's recorded 1.1 ms too: it ends at 5.1 ms either way
     s = saved(all_reduce_doc(), link).set_index("rank")
     assert s.loc[0, "saved_ms"] == pytest.approx(3.0) and s.loc[1, "saved_ms"] == pytest.approx(0)
-    assert s.loc[0, "comm_in_flight_ms"] == pytest.approx(3.0)           # 2 ms to 5 ms, as recorded
-    assert s.loc["step", "predicted_step_ms"] == pytest.approx(5.9)
-    assert s.loc["step", "no_overlap_step_ms"] == pytest.approx(8.9)
+    assert s.loc[0, "comm_in_flight_ms"] == pytest.approx(3.1)           # 2 ms to 5.1 ms
+    assert s.loc["step", "predicted_step_ms"] == pytest.approx(6.0)
+    assert s.loc["step", "no_overlap_step_ms"] == pytest.approx(9.0)
     assert s.loc["step", "saved_ms"] == pytest.approx(3.0)
     assert list(s.attrs["definitions"]) == ["rank", "comm_in_flight_ms", "blocked_ms",
                                             "predicted_step_ms", "no_overlap_step_ms", "saved_ms"]
