@@ -12,18 +12,25 @@ Collectives are matched by (group, n-th op on it); members come from the trace's
 (planning.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
-A collective also ends no sooner than gloo delivered it in the recording: its recorded completion
-less its last member's recorded issue, from its replayed start. The live emulation holds an op to
-max(the link's end, gloo's own completion) (kernels/comm/emulate.completion), and on this machine
-gloo's own time is no small part: under the EP overlap runner a 64-byte count exchange the link
-prices at 51 us took gloo 0.4-1.2 ms after its last issue, and a dispatch's ~0.8 ms about what the
-link gives it, so the link alone predicted an --ep 2 --overlap step 10% short. link_only=True
-drops this (the link model alone, as on a cluster). p2p ops keep the link's rule: gloo's p2p has no
-future, so a trace sees their completion only when the rank looked.
+The live emulation holds an op to max(the link's end, gloo's own completion)
+(kernels/comm/emulate.completion), and a wait returns after both; so does the replay, from what
+the trace recorded of this machine:
+    a collective ends no sooner than its recorded completion less its last member's recorded
+    issue after its replayed start (gloo's own time);
+    a wait lasts its own recorded time past max(its start, its op's recorded end) after
+    max(reached, the op's end): the call's host work on an op already done, or the wake-up after
+    one it blocked on (programs).
+Measured under the EP overlap runner (--ep 2 --overlap, alpha_us=50,gbps=0.02): a 64-byte count
+exchange the link prices at 51 us took gloo 0.4-1.2 ms after its last issue, a dispatch's ~0.8 ms
+about what the link gives it, a wait on an op already done 25 us at the median (200 us at p90,
+~2 ms a rank's step) and wake-ups after blocked ones 1-4 ms a step: the link alone predicted that
+step 10% short even from the linked trace itself.
+link_only=True drops both (the link model alone, as on a cluster). p2p ops keep the link's rule:
+gloo's p2p has no future, so a trace sees their completion only when the rank looked.
 
 With floor=True a wait also lasts at least its recorded length: on this machine the live
 emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
-to get a core), so this predicts a `--link` run here; without it, the link model alone.
+to get a core).
 
 Each rank starts at its recorded offset from the first rank's step start (the controller does not
 start them together, and a collective waits for the last member), and its step is its own.
@@ -57,8 +64,13 @@ def steps_of(doc: dict) -> list[int]:
 
 def programs(doc: dict, step: int | None = None) -> dict:
     """{rank: {"start", "end", "items"}} of one recorded step (default: the last) per rank; items
-    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs) with op the comm event's args."""
+    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs, own µs) with op the comm
+    event's args; a wait's own time is how long it lasted past max(its start, its op's recorded
+    end): the call's host work on an op already done, or the wake-up after one it blocked on."""
     ev = doc["traceEvents"]
+    done = {(e.get("pid"), e["args"]["op_id"]): e["ts"] + e["dur"] for e in ev
+            if e.get("ph") == "X" and e.get("cat") == "comm" and "op_id" in (e.get("args") or {})
+            and "parent" not in e["args"]}
     steps = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "step"]
     if not steps:
         raise TraceError("the trace has no step spans: record it with partui run --trace")
@@ -78,7 +90,9 @@ def programs(doc: dict, step: int | None = None) -> dict:
                 marks.append((ts, 0, ("issue", dict(a, name=e["name"], recorded_issue_us=e["ts"],
                                                     recorded_end_us=e["ts"] + e["dur"]))))
             elif e.get("cat") == "wait" and "op_id" in a:
-                marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
+                end = done.get((r, a["op_id"]), e["ts"] + e["dur"])
+                own = max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
+                marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"], own)))
         items, cursor = [], t0
         for ts, _o, m in sorted(marks, key=lambda x: (x[0], x[1])):
             items.append(("busy", max(0.0, ts - cursor) * 1e3))
@@ -100,7 +114,8 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
     busy stretches are scaled by its core share in the step, the step span's thread CPU time
     (args.cpu_us) over its busy time (at most 1). A rank whose step recorded no CPU time keeps its
     stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores,
-    and so is gloo's own time for each collective (its recorded end): the link alone moves bytes."""
+    and so are gloo's own time for each collective (its recorded end) and each wait's own time
+    (programs): the link alone moves bytes, and no wake-up waits for a core."""
     want = step if step is not None else max(
         e["args"].get("step", 0) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step")
     cpu = {e["pid"]: e["args"]["cpu_us"] for e in doc["traceEvents"]
@@ -113,7 +128,7 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
         out[r] = dict(p, core_share=share, items=[
             ("busy", it[1] * share) if it[0] == "busy" else
             ("issue", {k: v for k, v in it[1].items() if k != "recorded_end_us"})
-            if it[0] == "issue" else it for it in p["items"]])
+            if it[0] == "issue" else it[:3] if it[0] == "wait" else it for it in p["items"]])
     return out
 
 
@@ -197,7 +212,8 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
                 ops.append(op)
                 state[r, a["op_id"]] = (op.id, kind, a)
             elif (r, it[1]) in state:                # else: waited op issued before this step
-                ops.append(Op(("wait", r, i), r, after=(Dep(state[r, it[1]][0]),),
+                own = 0.0 if link_only or len(it) < 4 else it[3] * 1e3
+                ops.append(Op(("wait", r, i), r, own, after=(Dep(state[r, it[1]][0]),),
                               floor=it[2] * 1e3 if floor else 0.0))
                 waits.setdefault((r, it[1]), []).append(("wait", r, i))
     try:                                             # each rank from its recorded offset, in ns

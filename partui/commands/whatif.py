@@ -39,11 +39,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--floor", action="store_true",
                    help="a wait lasts at least its recorded length (predicts a --link run on this "
-                        "machine, whose gloo still moves the bytes); default: an op's end by the "
-                        "link, and a collective's no sooner than gloo delivered it in the trace")
+                        "machine, whose gloo still moves the bytes); default: a collective ends "
+                        "no sooner than gloo delivered it in the trace, and a wait keeps its own "
+                        "time past its op's end, as the emulated link holds them")
     p.add_argument("--link-only", action="store_true",
-                   help="the link model alone: a collective ends when the link says, however long "
-                        "this machine's gloo took to deliver it (a cluster's view)")
+                   help="the link model alone: an op ends when the link says and a wait returns "
+                        "then, however long this machine's gloo and wake-ups took (a cluster's "
+                        "view)")
     p.add_argument("--pp", type=int, help="another pipeline size, through the schedule simulator "
                    "(a pipeline trace; the layers, the batch and dp stay)")
     p.add_argument("--microbatches", type=int, help="another microbatch count (same global batch)")

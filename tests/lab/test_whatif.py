@@ -68,6 +68,33 @@ def test_a_collective_ends_no_sooner_than_gloo_delivered_it():
     assert own["predicted_step_ms"].tolist() == pytest.approx([5.9, 5.9])
 
 
+def test_a_wait_keeps_its_own_time_past_its_op():
+    # the all-reduce of all_reduce_doc (ended 5.1 ms, gloo's 1.1 ms after rank 1's issue at 4 ms);
+    # rank 0 now waits at 5.5 ms for 0.2 ms on the op already done (the call's own host work),
+    # rank 1 waits 4-5.15 ms: it woke 0.05 ms after the op's end. Both steps 6 ms.
+    ar = dict(op="all_reduce", group="dp", bytes=1_000_000, peer=None)
+    doc = {"traceEvents": [
+        X(0, "step", "step", 0, 6, step=0), X(1, "step", "step", 0, 6, step=0),
+        X(0, "all_reduce", "comm", 2, 3.1, op_id=1, **ar), X(0, "wait", "wait", 5.5, 0.2, op_id=1),
+        X(1, "all_reduce", "comm", 4, 1.1, op_id=7, **ar), X(1, "wait", "wait", 4, 1.15, op_id=7),
+    ], "metadata": {}}
+    assert programs(doc)[0]["items"][3] == ("wait", 1, pytest.approx(200), pytest.approx(200))
+    assert programs(doc)[1]["items"][3] == ("wait", 7, pytest.approx(1150), pytest.approx(50))
+    # 1 GB/s: the op ends at 5.1 (gloo's); rank 0 busy to 5.5, waits 0.2, busy 0.3: 6.0;
+    # rank 1 waits to 5.1 + 0.05, busy 0.85: 6.0 (the recording, as the link is not the slower)
+    t = replay(doc, build_link("alpha_us=0,gbps=1")).set_index("rank")
+    assert t["predicted_step_ms"].tolist() == pytest.approx([6.0, 6.0])
+    assert t["blocked_ms"].tolist() == pytest.approx([0.2, 1.15])
+    # the link alone: no gloo floor, no own time: rank 0 5.5 + 0.3, rank 1 5.0 + 0.85
+    lone = replay(doc, build_link("alpha_us=0,gbps=1"), link_only=True)
+    assert lone["predicted_step_ms"].tolist() == pytest.approx([5.8, 5.85])
+    # 0.5 GB/s: the op ends at 4 + 2 = 6 ms; rank 0 waits 5.5-6 + 0.2, then 0.3: 6.5;
+    # rank 1 waits 4-6 + 0.05, then 0.85: 6.9
+    slow = replay(doc, build_link("alpha_us=0,gbps=0.5")).set_index("rank")
+    assert slow["predicted_step_ms"].tolist() == pytest.approx([6.5, 6.9])
+    assert slow["blocked_ms"].tolist() == pytest.approx([0.7, 2.05])
+
+
 def p2p_doc(recv: tuple, wait: tuple, **recv_args) -> dict:
     """Rank 0 sends 1 MB at 1 ms (1 GB/s + 100 us: ends 2.1 ms) and waits at 1.2 ms; rank 1's
     recv slice is `recv` (ts, dur ms) and its wait `wait`; both steps 3 ms."""
@@ -158,4 +185,5 @@ def test_a_recv_keeps_its_place_without_overlap():
     # then computes what it computed beside it (1.5 ms) and after its old wait (0.4 ms)
     t = replay(doc, build_link("alpha_us=0,gbps=1"), overlap=False).set_index("rank")
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 1.5 + 0.4)
-    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0)  # the recv ends at 2 ms
+    # the recv ends at 2 ms; its wait returned 0.1 ms past the recorded end (2.1): kept
+    assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0 + 0.1)
