@@ -12,25 +12,17 @@ Collectives are matched by (group, n-th op on it); members come from the trace's
 (planning.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
-The live emulation holds an op to max(the link's end, gloo's own completion)
-(kernels/comm/emulate.completion), and a wait returns after both; so does the replay, from what
-the trace recorded of this machine:
-    a collective ends no sooner than its recorded completion less its last member's recorded
-    issue after its replayed start (gloo's own time);
-    a wait lasts its own recorded time past max(its start, its op's recorded end) after
-    max(reached, the op's end): the call's host work on an op already done, or the wake-up after
-    one it blocked on (programs).
-Measured under the EP overlap runner (--ep 2 --overlap, alpha_us=50,gbps=0.02): a 64-byte count
-exchange the link prices at 51 us took gloo 0.4-1.2 ms after its last issue, a dispatch's ~0.8 ms
-about what the link gives it, a wait on an op already done 25 us at the median (200 us at p90,
-~2 ms a rank's step) and wake-ups after blocked ones 1-4 ms a step: the link alone predicted that
-step 10% short even from the linked trace itself.
-link_only=True drops both (the link model alone, as on a cluster). p2p ops keep the link's rule:
-gloo's p2p has no future, so a trace sees their completion only when the rank looked.
-
-With floor=True a wait also lasts at least its recorded length: on this machine the live
-emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
-to get a core).
+As the live emulation (kernels/comm/emulate.completion: an op ends at max(the link's end, gloo's
+own)), a collective ends no sooner than gloo delivered it in the recording (recorded completion
+less the last member's recorded issue) after its replayed start, and a wait lasts its own recorded
+time past max(its start, its op's recorded end) after max(reached, the op's end): host work on an
+op already done, or the wake-up after one it blocked on (programs). Under --ep 2 --overlap at
+alpha_us=50,gbps=0.02 a 64-byte count exchange (51 us on the link) took gloo 0.4-1.2 ms, a
+dispatch's ~0.8 ms about the link's, and waits ~4 ms a step past their ops: the link alone
+predicted that step 10% short even from the linked trace itself. link_only=True: the link model
+alone (a cluster's view). p2p ops keep the link's rule: gloo's p2p has no future, so a trace sees
+their completion only when the rank looked. floor=True: a wait also lasts at least its recorded
+length (the live emulation cannot hand bytes over before gloo does).
 
 Each rank starts at its recorded offset from the first rank's step start (the controller does not
 start them together, and a collective waits for the last member), and its step is its own.

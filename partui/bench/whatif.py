@@ -9,17 +9,20 @@ on this shared machine does not decide) and the error of the prediction.
 
 With --explain, where the error comes from (per step, slowest rank, median over the windows):
     link_only_ms    the same plain window replayed by the link alone (whatif --link-only): the
-                    prediction before each collective was also held to gloo's recorded own time,
-                    as the live emulation holds it (partui.analysis.whatif's module doc);
-                    link_only_error_pct its error against the same measured step
+                    prediction before a collective was held to gloo's recorded own time and a
+                    wait kept its own time past its op's end, as the live emulation holds them
+                    (partui.analysis.whatif's module doc); link_only_error_pct its error against
+                    the same measured step: predicted - link_only is what those rules add
     self_replay_ms  the linked window replayed under its own link: the prediction had it known
-                    the linked run's own busy stretches; measured - self_replay is what the live
-                    emulation added beyond the model (late wake-ups, gloo slower than the link)
+                    the linked run's own busy stretches, gloo times and wake-ups; measured -
+                    self_replay is what the replay's rules still miss (p2p keeps the link's rule)
     busy_plain_ms / busy_link_ms   the replay's busy time (recorded time outside waits) of each
-                    window: the compute the plain window measured vs what the linked run spent
+                    window: the compute the plain window measured vs what the linked run spent;
+                    on a loaded machine their gap, not the model, decides error_pct
     cpu_plain_ms / cpu_link_ms     the main thread's CPU time inside steps: busy time rising with
                     it is compute costing more CPU (cold caches after sleeping), not core sharing
-    late_ms         time waits returned after their op's modelled end (or their own start)
+    late_ms         time the linked window's waits returned after their op's recorded end (or
+                    their own start): the wait's own time the replay keeps
 """
 from __future__ import annotations
 
