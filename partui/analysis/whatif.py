@@ -134,16 +134,20 @@ def without_overlap(progs: dict) -> dict:
     """The same programs with every send and collective waited right after its issue: no busy
     stretch runs while one of them is in flight on its rank. A recv keeps its place (its bytes come
     with its send, which the sender now waits for; moving it could deadlock a pipeline's crossed
-    exchanges). Later waits on an op already waited are dropped (they return at once)."""
+    exchanges). Later waits on an op already waited are dropped (they return at once); the moved
+    wait keeps the first one's own time."""
     out = {}
     for r, p in progs.items():
         items, held = [], set()
-        waited = {it[1] for it in p["items"] if it[0] == "wait"}
+        waited = {}
+        for it in p["items"]:
+            if it[0] == "wait":
+                waited.setdefault(it[1], it[3] if len(it) > 3 else 0.0)
         for it in p["items"]:
             if it[0] == "issue":
                 items.append(it)
                 if it[1]["op"] != "recv" and it[1]["op_id"] in waited:
-                    items.append(("wait", it[1]["op_id"], 0.0))
+                    items.append(("wait", it[1]["op_id"], 0.0, waited[it[1]["op_id"]]))
                     held.add(it[1]["op_id"])
             elif it[0] == "wait" and it[1] in held:
                 continue

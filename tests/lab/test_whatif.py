@@ -182,8 +182,10 @@ def test_a_recv_keeps_its_place_without_overlap():
     assert [it[0] for it in progs[0]["items"]] == ["busy", "issue", "wait", "busy", "busy"]
     assert [it[0] for it in progs[1]["items"]] == ["busy", "issue", "busy", "wait", "busy"]
     # 1 GB/s, no latency: the send moves 1 ms from its issue at 1 ms; rank 0 now waits for it,
-    # then computes what it computed beside it (1.5 ms) and after its old wait (0.4 ms)
+    # then computes what it computed beside it (1.5 ms) and after its old wait (0.4 ms); the moved
+    # wait keeps the old one's own 0.1 ms (2.5-2.6 ms, on a send recorded done at 1.5 ms)
     t = replay(doc, build_link("alpha_us=0,gbps=1"), overlap=False).set_index("rank")
-    assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 1.5 + 0.4)
+    assert progs[0]["items"][2] == ("wait", 1, 0.0, pytest.approx(100))
+    assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 0.1 + 1.5 + 0.4)
     # the recv ends at 2 ms; its wait returned 0.1 ms past the recorded end (2.1): kept
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0 + 0.1)
