@@ -6,6 +6,7 @@ import pytest
 
 from planning.link import build_link
 from partui.analysis.whatif import on_own_cores, programs, replay, saved, simulate, without_overlap
+from partui.bench.whatif import equal_busy_error_pct
 
 
 def X(pid, name, cat, ts_ms, dur_ms, **args):
@@ -189,3 +190,10 @@ def test_a_recv_keeps_its_place_without_overlap():
     assert t.loc[0, "predicted_step_ms"] == pytest.approx(2 + 0.1 + 1.5 + 0.4)
     # the recv ends at 2 ms; its wait returned 0.1 ms past the recorded end (2.1): kept
     assert t.loc[1, "predicted_step_ms"] == pytest.approx(3 - 2.1 + 2.0 + 0.1)
+
+
+def test_bench_error_at_equal_busy_takes_the_windows_busy_gap_out():
+    # predicted 90 from a plain window busy 60; the linked window measured 110 but was busy 70:
+    # 10 ms of it another job's, so as busy as the plain one it would have run 100: -10%
+    assert equal_busy_error_pct(90.0, 110.0, 60.0, 70.0) == pytest.approx(100 * (90 - 100) / 110)
+    assert equal_busy_error_pct(100.0, 100.0, 50.0, 50.0) == 0.0
