@@ -251,8 +251,9 @@ _RECORDS = (
     figure("predicted_step_ms", "ms", (WHATIF, WHATIF_PP, SAVED), "the step the what-if predicts: the "
            "rank's step replayed under the link (whatif, saved; the step row: the slowest rank); "
            "whatif --pp: sim_pipe_ms + rest_ms"),
-    figure("blocked_ms", "ms", (WHATIF, SAVED), "time the rank blocks in waits in the replay (not "
-           "exposed_comm_ms: comm in flight while the rank did not compute may hold no wait)"),
+    figure("blocked_ms", "ms", (WHATIF, SAVED), "time the rank blocks in waits in the replay, each "
+           "wait's recorded own time past its op's end included (not exposed_comm_ms: comm in "
+           "flight while the rank did not compute may hold no wait)"),
     figure("comm_in_flight_ms", "ms", (WHATIF, SAVED), "comm in flight in the replay under the link: "
            "from each op's issue to its modelled end, merged"),
     figure("busy_overlap_pct", "%", WHATIF, "comm_in_flight_ms during the replay's busy stretches / "

@@ -12,9 +12,17 @@ Collectives are matched by (group, n-th op on it); members come from the trace's
 (planning.mesh.partition). p2p by (src, dst, tag, n-th message). The p2p steps inside hand
 collectives (args "parent") are part of their outer op and are not replayed on their own.
 
-With floor=True a wait also lasts at least its recorded length: on this machine the live
-emulation cannot hand bytes over before gloo does (a p2p transfer needs both ranks' gloo threads
-to get a core), so this predicts a `--link` run here; without it, the link model alone.
+As the live emulation (kernels/comm/emulate.completion: an op ends at max(the link's end, gloo's
+own)), a collective ends no sooner than gloo delivered it in the recording (recorded completion
+less the last member's recorded issue) after its replayed start, and a wait lasts its own recorded
+time past max(its start, its op's recorded end) after max(reached, the op's end): host work on an
+op already done, or the wake-up after one it blocked on (programs). Under --ep 2 --overlap at
+alpha_us=50,gbps=0.02 a 64-byte count exchange (51 us on the link) took gloo 0.4-1.2 ms, a
+dispatch's ~0.8 ms about the link's, and waits ~4 ms a step past their ops: the link alone
+predicted that step 10% short even from the linked trace itself. link_only=True: the link model
+alone (a cluster's view). p2p ops keep the link's rule: gloo's p2p has no future, so a trace sees
+their completion only when the rank looked. floor=True: a wait also lasts at least its recorded
+length (the live emulation cannot hand bytes over before gloo does).
 
 Each rank starts at its recorded offset from the first rank's step start (the controller does not
 start them together, and a collective waits for the last member), and its step is its own.
@@ -48,8 +56,13 @@ def steps_of(doc: dict) -> list[int]:
 
 def programs(doc: dict, step: int | None = None) -> dict:
     """{rank: {"start", "end", "items"}} of one recorded step (default: the last) per rank; items
-    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs) with op the comm event's args."""
+    are ("busy", ns) | ("issue", op) | ("wait", op_id, recorded µs, own µs) with op the comm
+    event's args; a wait's own time is how long it lasted past max(its start, its op's recorded
+    end): the call's host work on an op already done, or the wake-up after one it blocked on."""
     ev = doc["traceEvents"]
+    done = {(e.get("pid"), e["args"]["op_id"]): e["ts"] + e["dur"] for e in ev
+            if e.get("ph") == "X" and e.get("cat") == "comm" and "op_id" in (e.get("args") or {})
+            and "parent" not in e["args"]}
     steps = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "step"]
     if not steps:
         raise TraceError("the trace has no step spans: record it with partui run --trace")
@@ -66,9 +79,12 @@ def programs(doc: dict, step: int | None = None) -> dict:
             if e.get("ph") != "X" or e.get("pid") != r or not t0 - 1e-3 <= ts <= t1:  # 1 ns
                 continue
             if e.get("cat") == "comm" and "parent" not in a and "op_id" in a:
-                marks.append((ts, 0, ("issue", dict(a, name=e["name"]))))
+                marks.append((ts, 0, ("issue", dict(a, name=e["name"], recorded_issue_us=e["ts"],
+                                                    recorded_end_us=e["ts"] + e["dur"]))))
             elif e.get("cat") == "wait" and "op_id" in a:
-                marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"])))
+                end = done.get((r, a["op_id"]), e["ts"] + e["dur"])
+                own = max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
+                marks.append((e["ts"], 1, ("wait", a["op_id"], e["dur"], own)))
         items, cursor = [], t0
         for ts, _o, m in sorted(marks, key=lambda x: (x[0], x[1])):
             items.append(("busy", max(0.0, ts - cursor) * 1e3))
@@ -89,7 +105,9 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
     share, a busy stretch's wall time holds the time its rank was runnable with no core; each rank's
     busy stretches are scaled by its core share in the step, the step span's thread CPU time
     (args.cpu_us) over its busy time (at most 1). A rank whose step recorded no CPU time keeps its
-    stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores."""
+    stretches. Comm threads' CPU is left out: on its own device a rank runs them on other cores,
+    and so are gloo's own time for each collective (its recorded end) and each wait's own time
+    (programs): the link alone moves bytes, and no wake-up waits for a core."""
     want = step if step is not None else max(
         e["args"].get("step", 0) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step")
     cpu = {e["pid"]: e["args"]["cpu_us"] for e in doc["traceEvents"]
@@ -99,8 +117,10 @@ def on_own_cores(doc: dict, progs: dict, step: int | None = None) -> dict:
     for r, p in progs.items():
         busy_ns = sum(it[1] for it in p["items"] if it[0] == "busy")
         share = min(1.0, cpu[r] * 1e3 / busy_ns) if r in cpu and busy_ns > 0 else 1.0
-        out[r] = dict(p, core_share=share,
-                      items=[("busy", it[1] * share) if it[0] == "busy" else it for it in p["items"]])
+        out[r] = dict(p, core_share=share, items=[
+            ("busy", it[1] * share) if it[0] == "busy" else
+            ("issue", {k: v for k, v in it[1].items() if k != "recorded_end_us"})
+            if it[0] == "issue" else it[:3] if it[0] == "wait" else it for it in p["items"]])
     return out
 
 
@@ -114,16 +134,20 @@ def without_overlap(progs: dict) -> dict:
     """The same programs with every send and collective waited right after its issue: no busy
     stretch runs while one of them is in flight on its rank. A recv keeps its place (its bytes come
     with its send, which the sender now waits for; moving it could deadlock a pipeline's crossed
-    exchanges). Later waits on an op already waited are dropped (they return at once)."""
+    exchanges). Later waits on an op already waited are dropped (they return at once); the moved
+    wait keeps the first one's own time."""
     out = {}
     for r, p in progs.items():
         items, held = [], set()
-        waited = {it[1] for it in p["items"] if it[0] == "wait"}
+        waited = {}
+        for it in p["items"]:
+            if it[0] == "wait":
+                waited.setdefault(it[1], it[3] if len(it) > 3 else 0.0)
         for it in p["items"]:
             if it[0] == "issue":
                 items.append(it)
                 if it[1]["op"] != "recv" and it[1]["op_id"] in waited:
-                    items.append(("wait", it[1]["op_id"], 0.0))
+                    items.append(("wait", it[1]["op_id"], 0.0, waited[it[1]["op_id"]]))
                     held.add(it[1]["op_id"])
             elif it[0] == "wait" and it[1] in held:
                 continue
@@ -134,17 +158,32 @@ def without_overlap(progs: dict) -> dict:
 
 
 def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bool = False,
-             plan: Plan | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+             plan: Plan | None = None, link_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Replay `programs` under `link`: (per-rank figures, per-op timeline). Each rank starts at its
-    recorded offset from the first rank's step start; times in the op table are ms from there."""
+    recorded offset from the first rank's step start; times in the op table are ms from there.
+    link_only: a collective ends at the link's end alone, not also no sooner than gloo's (module doc)."""
     world = max(progs) + 1
     ops, seq, state, waits = [], {}, {}, {}    # state: (r, op_id) -> (core id, kind, args)
     ports = {r: Ports() for r in progs}
+    issued: dict = {}                          # collective key -> {rank: recorded issue µs}
 
     def transfer(r, a, ranks):
         """The op's end from its start on rank r's port (the link's rule, planning.link.Ports)."""
         lat, tr = link.cost(a["op"], ranks, int(a.get("bytes") or 0))
         return lambda t: ports[r].queue(link.port(ranks), t, lat * 1e9, tr * 1e9)
+
+    def as_emulated(a, key, ranks, on_link):
+        """A collective's end: the link's, and no sooner than gloo's recorded own time after its
+        start (recorded end less the last member's recorded issue; unknown: the link's alone)."""
+        if link_only or a.get("recorded_end_us") is None:
+            return on_link
+
+        def end(t):
+            got, held = issued.get(key, {}), on_link(t)
+            if len(got) < len(ranks):                # a member issued it outside this step
+                return held
+            return max(held, t + (a["recorded_end_us"] - max(got.values())) * 1e3)
+        return end
 
     for r, p in progs.items():
         for i, it in enumerate(p["items"]):
@@ -162,12 +201,15 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
                 elif kind == "recv":                 # ends at its send's end, or at its issue
                     op = Op(("recv", key), r, holds=False, eager=False, after=(Dep(("send", key)),))
                 else:                                # the last member's issue, then the port
+                    issued.setdefault(key, {})[r] = a.get("recorded_issue_us")
                     op = Op(("coll", key, r), r, holds=False, eager=False, group=key,
-                            group_size=len(ranks), finish=transfer(r, a, ranks))
+                            group_size=len(ranks),
+                            finish=as_emulated(a, key, ranks, transfer(r, a, ranks)))
                 ops.append(op)
                 state[r, a["op_id"]] = (op.id, kind, a)
             elif (r, it[1]) in state:                # else: waited op issued before this step
-                ops.append(Op(("wait", r, i), r, after=(Dep(state[r, it[1]][0]),),
+                own = 0.0 if link_only or len(it) < 4 else it[3] * 1e3
+                ops.append(Op(("wait", r, i), r, own, after=(Dep(state[r, it[1]][0]),),
                               floor=it[2] * 1e3 if floor else 0.0))
                 waits.setdefault((r, it[1]), []).append(("wait", r, i))
     try:                                             # each rank from its recorded offset, in ns
@@ -211,16 +253,17 @@ def simulate(progs: dict, link: LinkModel, compute_scale: float = 1.0, floor: bo
 
 
 def replay(doc: dict, link: LinkModel, compute_scale: float = 1.0, step: int | None = None,
-           floor: bool = False, overlap: bool = True) -> pd.DataFrame:
+           floor: bool = False, overlap: bool = True, link_only: bool = False) -> pd.DataFrame:
     """Predicted figures per rank (and recorded step time) of one step under `link`. floor: a
     wait lasts at least as long as it did in the recording (what this machine's gloo took: the
-    live emulation cannot hand bytes over before gloo does), else the link model alone.
-    overlap=False: every send and collective waited right after its issue (without_overlap)."""
+    live emulation cannot hand bytes over before gloo does). link_only: a collective ends at the
+    link's end alone (module doc). overlap=False: every send and collective waited right after its
+    issue (without_overlap)."""
     progs = programs(doc, step)
     meta = doc.get("metadata") or {}
     plan = Plan.from_dict(meta["plan"]) if "plan" in meta else None
     return defined(simulate(progs if overlap else without_overlap(progs), link, compute_scale, floor,
-                            plan)[0])
+                            plan, link_only)[0])
 
 
 SAVED_COLUMNS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms",

@@ -39,7 +39,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", default="table", choices=FORMATS)
     p.add_argument("--floor", action="store_true",
                    help="a wait lasts at least its recorded length (predicts a --link run on this "
-                        "machine, whose gloo still moves the bytes); default: the link model alone")
+                        "machine, whose gloo still moves the bytes); default: a collective ends "
+                        "no sooner than gloo delivered it in the trace, and a wait keeps its own "
+                        "time past its op's end, as the emulated link holds them")
+    p.add_argument("--link-only", action="store_true",
+                   help="the link model alone: an op ends when the link says and a wait returns "
+                        "then, however long this machine's gloo and wake-ups took (a cluster's "
+                        "view)")
     p.add_argument("--pp", type=int, help="another pipeline size, through the schedule simulator "
                    "(a pipeline trace; the layers, the batch and dp stay)")
     p.add_argument("--microbatches", type=int, help="another microbatch count (same global batch)")
@@ -95,11 +101,12 @@ def link_for(args, doc: dict) -> LinkModel:
     return build_link(args.link, args.ranks_per_node, flops)
 
 
-def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False) -> pd.DataFrame:
+def predict(doc: dict, link: LinkModel, scale: float, floor: bool = False,
+            link_only: bool = False) -> pd.DataFrame:
     """Per rank, the mean over the recorded steps (warm-up out) of the replay's figures."""
     if not steps_of(doc):
         raise TraceError(f"no step spans in the trace to replay; {RECORD}")
-    frames = [replay(doc, link, scale, s, floor) for s in steps_of(doc)]
+    frames = [replay(doc, link, scale, s, floor, link_only=link_only) for s in steps_of(doc)]
     return pd.concat(frames).groupby("rank", as_index=False).mean()
 
 
@@ -120,7 +127,7 @@ def run(args) -> int:
         link = link_for(args, doc)
         if args.pp is not None or args.microbatches is not None:
             return _repipe(args, doc, link)
-        table = predict(doc, link, args.compute_scale, args.floor)
+        table = predict(doc, link, args.compute_scale, args.floor, args.link_only)
         measured = measured_step_ms(read_partui_trace(args.measured)) if args.measured else None
     except (TraceError, ValueError, OSError) as e:
         print(f"partui whatif: {flagify(str(e))}", file=sys.stderr)
@@ -187,6 +194,9 @@ def _repipe(args, doc: dict, link: LinkModel) -> int:
     if args.compute_scale != 1.0 or args.floor or args.measured:
         raise ValueError("--pp / --microbatches go through the schedule simulator: drop "
                          "--compute-scale, --floor and --measured")
+    if args.link_only:
+        raise ValueError("--pp / --microbatches go through the schedule simulator, which prices "
+                         "p2p by the link alone already: drop --link-only")
     table, step = repipe(doc, link, args.pp, args.microbatches)
     if args.format == "json":
         print(json.dumps({"link": link.describe(), "stages": table.round(3).to_dict("records"),

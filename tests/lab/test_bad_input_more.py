@@ -197,6 +197,7 @@ MORE_INPUTS = [  # (argv, words the last stderr line must hold)
     ('whatif {S} --link h800 --microbatches 0', '--microbatches 0 must be >= 1'),
     ('whatif {S} --link h800 --pp -1', '--pp -1 must be >= 1'),
     ('whatif {S} --link h800 --pp 2 --floor', 'drop --compute-scale, --floor and --measured'),
+    ('whatif {S} --link h800 --pp 2 --link-only', 'prices p2p by the link alone already: drop --link-only'),
     ('whatif {S} --recompute half', "invalid choice: 'half'"),
     ('whatif {S} --link alpha_us=1,gbps=0', 'gbps a finite number > 0'),
     ('whatif {S} --link h800 --measured nothing.json', 'nothing.json: no such file or directory'),

@@ -62,7 +62,7 @@ def test_exposed_comm_and_blocked_differ_as_defined(tmp_path):
     # span (its host work is not compute); rank 1's 4-5.1 ms while it waited
     assert report["exposed_comm_ms"].tolist() == pytest.approx([3.1, 1.1])
     link = build_link("alpha_us=0,gbps=1")   # 2 ranks: 2 * (1/2) * 1e6 B / 1e9 B/s = 1 ms
-    replayed = replay(all_reduce_doc(), link).set_index("rank")
+    replayed = replay(all_reduce_doc(), link, link_only=True).set_index("rank")   # the link alone
     # blocked in waits in the replay: the op runs 4-5 ms from the last issue; rank 0 waits at
     # 5 ms, when it has ended (0); rank 1 waits from its issue at 4 ms (1 ms)
     assert replayed["blocked_ms"].tolist() == pytest.approx([0.0, 1.0])
