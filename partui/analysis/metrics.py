@@ -21,7 +21,7 @@ from partui.analysis.events import TraceError
 from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums, gpu_step_times
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
-from partui.analysis.timing import pipeline_windows
+from partui.analysis.timing import actions, pipeline_windows
 
 US_MS = 1e-3
 
@@ -53,7 +53,8 @@ def _per_window(df: pd.DataFrame):
     if (df["device"] == "gpu").any():   # kernels in the step that launched them, over its GPU window
         return gpu_step_sums(df), None
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
-    pipe = pipeline_windows(df, windows)
+    acts = actions(df)   # once: the pipeline windows and the simulations' costs read it
+    pipe = pipeline_windows(df, windows, acts)
     z = sweep_windows(df, windows, pipe)  # the pipeline windows' compute from the same sweep
     res = pd.DataFrame({"rank": windows["rank"].to_numpy(), "step": windows["step"].to_numpy(),
                         "window": (windows["w1"] - windows["w0"]).to_numpy()})
@@ -69,7 +70,7 @@ def _per_window(df: pd.DataFrame):
         res["pipe"] = np.nan
         res.loc[pipe["wid"].to_numpy(), "pipe"] = (pipe["w1"] - pipe["w0"]).to_numpy()
         res["pipe_compute"] = z["inner_compute"].to_numpy()
-        sims = simulated_steps(df)
+        sims = simulated_steps(df, windows, pipe, acts)
     return res, sims
 
 

@@ -28,25 +28,52 @@ def windows_of(df: pd.DataFrame, by_step: bool) -> pd.DataFrame:
     return w[["wid", "rank", "step", "w0", "w1"]]
 
 
+def clip_index(rank: np.ndarray, ts: np.ndarray, end: np.ndarray, windows: pd.DataFrame):
+    """Intervals cut to the windows of their rank, as arrays: (rows, wid, ts, end), one entry per
+    (interval, window) piece with something left, rows indexing the input. Windows of a rank are
+    sorted and disjoint (windows_of, timing.pipeline_windows); pieces come rank by rank in the
+    windows' rank order, within a rank in input order, an interval's pieces in window order. One
+    searchsorted per rank over a contiguous slice: intervals already in rank order (the analysis
+    table's) are not sorted again."""
+    wrank = windows["rank"].to_numpy()
+    if np.any(wrank[1:] < wrank[:-1]):  # a rank's windows together, each rank's in time order
+        windows = windows.iloc[np.argsort(wrank, kind="stable")]
+        wrank = windows["rank"].to_numpy()
+    w0, w1 = windows["w0"].to_numpy(), windows["w1"].to_numpy()
+    if not len(ts) or not len(wrank):
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, np.zeros(0), np.zeros(0)
+    order = None if np.all(rank[1:] >= rank[:-1]) else np.argsort(rank, kind="stable")
+    r = rank if order is None else rank[order]
+    t, e = (ts, end) if order is None else (ts[order], end[order])
+    cuts = np.flatnonzero(np.r_[True, wrank[1:] != wrank[:-1], True])
+    first = np.zeros(len(t), dtype=np.int64)
+    last = np.full(len(t), -1, dtype=np.int64)   # no window of its rank: no piece
+    lo = np.searchsorted(r, wrank[cuts[:-1]], side="left")
+    hi = np.searchsorted(r, wrank[cuts[:-1]], side="right")
+    for a, b, i, j in zip(cuts[:-1], cuts[1:], lo, hi):  # a loop per rank, vectorized inside
+        if j > i:
+            first[i:j] = a + np.searchsorted(w1[a:b], t[i:j], side="right")
+            last[i:j] = a + np.searchsorted(w0[a:b], e[i:j], side="left") - 1
+    spans = np.concatenate([np.arange(i, j) for i, j in zip(lo, hi)]) if len(lo) else lo
+    n = np.clip(last[spans] - first[spans] + 1, 0, None)
+    at = np.repeat(spans, n)
+    k = np.repeat(first[spans], n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    p0, p1 = np.maximum(t[at], w0[k]), np.minimum(e[at], w1[k])
+    kept = p1 > p0
+    rows = at[kept] if order is None else order[at[kept]]
+    return rows, windows["wid"].to_numpy()[k[kept]], p0[kept], p1[kept]
+
+
 def clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    """Cut intervals [ts, end] to the windows of their rank; one row per (interval, window) piece."""
-    parts = []
-    for rank, w in windows.groupby("rank"):  # a loop per rank, vectorized inside
-        x = iv[iv["rank"] == rank]
-        if not len(x):
-            continue
-        w0, w1 = w["w0"].to_numpy(), w["w1"].to_numpy()
-        first = np.searchsorted(w1, x["ts"].to_numpy(), side="right")  # windows sorted, disjoint
-        last = np.searchsorted(w0, x["end"].to_numpy(), side="left") - 1
-        n = np.clip(last - first + 1, 0, None)
-        rows = np.repeat(np.arange(len(x)), n)
-        k = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-        piece = x.iloc[rows].copy()
-        piece["ts"] = np.maximum(piece["ts"].to_numpy(), w0[k])
-        piece["end"] = np.minimum(piece["end"].to_numpy(), w1[k])
-        piece["wid"] = w["wid"].to_numpy()[k]
-        parts.append(piece[piece["end"] > piece["ts"]])
-    return pd.concat(parts) if parts else iv.iloc[:0].assign(wid=0)
+    """Cut intervals [ts, end] to the windows of their rank; one row per (interval, window) piece
+    (clip_index), iv's other columns taken once."""
+    rows, wid, ts, end = clip_index(iv["rank"].to_numpy(), iv["ts"].to_numpy(), iv["end"].to_numpy(), windows)
+    piece = iv.take(rows)
+    piece["ts"] = ts
+    piece["end"] = end
+    piece["wid"] = wid
+    return piece
 
 
 def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
