@@ -55,10 +55,14 @@ def clip_index(rank: np.ndarray, ts: np.ndarray, end: np.ndarray, windows: pd.Da
         if j > i:
             first[i:j] = a + np.searchsorted(w1[a:b], t[i:j], side="right")
             last[i:j] = a + np.searchsorted(w0[a:b], e[i:j], side="left") - 1
-    spans = np.concatenate([np.arange(i, j) for i, j in zip(lo, hi)]) if len(lo) else lo
-    n = np.clip(last[spans] - first[spans] + 1, 0, None)
-    at = np.repeat(spans, n)
-    k = np.repeat(first[spans], n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    n = last - first + 1                          # windows each interval meets (0 or less: none)
+    if len(n) and n.max() <= 1:                   # each in one window at most: no repeats
+        at = np.flatnonzero(n == 1)
+        k = first[at]
+    else:
+        n = np.clip(n, 0, None)
+        at = np.repeat(np.arange(len(n)), n)
+        k = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
     p0, p1 = np.maximum(t[at], w0[k]), np.minimum(e[at], w1[k])
     kept = p1 > p0
     rows = at[kept] if order is None else order[at[kept]]

@@ -55,25 +55,33 @@ def _inside(df: pd.DataFrame, acts: pd.DataFrame, mask) -> pd.DataFrame:
 def action_compute(df: pd.DataFrame, acts: pd.DataFrame | None = None) -> pd.DataFrame:
     """The actions (a row each, aid its position) with `waited` (waits and posts inside them) and
     `compute`: the compute spans inside them (an F / B / W is itself one; an FB pair is a container)
-    merged, outside those waits, in us. `acts`: actions(df), when the caller has it."""
+    merged, outside those waits, in us. `acts`: actions(df), when the caller has it. Only actions
+    with a span inside them are swept; an action alone is its own length (a sweep of one interval)."""
     acts = actions(df) if acts is None else acts
-    acts = acts.assign(aid=np.arange(len(acts)))[["rank", "ts", "end", "dur", "cat", "name", "mb",
-                                                   "chunk", "kind", "aid"]]
-    acts = acts.assign(compute=0.0, waited=0.0)
-    if not len(acts):
-        return acts
-    kind = df["kind"].to_numpy()
-    waits = _inside(df, acts, kind == "wait")
-    comp = _inside(df, acts, (kind == "compute") & ~df.index.isin(acts.index))
-    own = acts[acts["kind"] == "compute"]
-    key = np.concatenate([own["aid"], comp["aid"], waits["aid"]]).astype(np.int64)
-    ts = np.concatenate([own["ts"], comp["ts"], waits["ts"]])
-    end = np.concatenate([own["end"], comp["end"], waits["end"]])
-    cls = np.concatenate([np.zeros(len(own) + len(comp), dtype=np.int64), np.full(len(waits), 2)])
-    keys, lengths, _, _ = sweep(key, ts, end, cls, 3)
-    acts.loc[acts.index[keys], "compute"] = lengths[:, 0]
-    acts.loc[acts.index[keys], "waited"] = lengths[:, 2]
-    return acts
+    acts = acts[["rank", "ts", "end", "dur", "cat", "name", "mb", "chunk", "kind"]]
+    n = len(acts)
+    own = (acts["kind"] == "compute").to_numpy()
+    start, stop = acts["ts"].to_numpy(), acts["end"].to_numpy()
+    compute = np.where(own, np.maximum(stop - start, 0.0), 0.0) if n else np.zeros(0)
+    waited = np.zeros(n)
+    if n:
+        frame = acts[["rank", "ts", "end"]].assign(aid=np.arange(n))
+        kind = df["kind"]
+        waits = _inside(df, frame, (kind == "wait").to_numpy())
+        is_act = np.zeros(len(df), dtype=bool)
+        is_act[df.index.get_indexer(acts.index)] = True
+        comp = _inside(df, frame, (kind == "compute").to_numpy() & ~is_act)
+        inner = np.concatenate([comp["aid"].to_numpy(), waits["aid"].to_numpy()]).astype(np.int64)
+        mine = np.flatnonzero(own & np.isin(np.arange(n), inner))  # own spans with company
+        if len(inner):
+            key = np.concatenate([mine, inner])
+            ts = np.concatenate([start[mine], comp["ts"].to_numpy(), waits["ts"].to_numpy()])
+            end = np.concatenate([stop[mine], comp["end"].to_numpy(), waits["end"].to_numpy()])
+            cls = np.concatenate([np.zeros(len(mine) + len(comp), dtype=np.int64), np.full(len(waits), 2)])
+            keys, lengths, _, _ = sweep(key, ts, end, cls, 3)
+            compute[keys] = lengths[:, 0]
+            waited[keys] = lengths[:, 2]
+    return acts.assign(aid=np.arange(n), compute=compute, waited=waited)
 
 
 def action_costs(df: pd.DataFrame, acts: pd.DataFrame | None = None) -> dict:
