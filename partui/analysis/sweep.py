@@ -81,13 +81,16 @@ def clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 
 def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The order of (k, t), ~2x faster than np.lexsort: t by quicksort, then k by a stable radix sort
-    when the keys fit 16 bits. Ties in both may come out in any order, which no merged length sees
-    (the segment between equal times is 0)."""
-    if len(k) and k.min() >= 0 and k.max() < 2**16:
-        o = np.argsort(t)
-        return o[np.argsort(k[o].astype(np.uint16), kind="stable")]
-    return np.lexsort((t, k))
+    """The order of (k, t), faster than np.lexsort: t by quicksort, then k by stable radix passes of
+    16 bits (one, or two for keys under 2**32). Ties in both may come out in any order, which no
+    merged length sees (the segment between equal times is 0)."""
+    if not len(k) or k.min() < 0 or k.max() >= 2**32:
+        return np.lexsort((t, k))
+    o = np.argsort(t)
+    if k.max() >= 2**16:
+        o = o[np.argsort((k[o] & 0xFFFF).astype(np.uint16), kind="stable")]
+        return o[np.argsort((k[o] >> 16).astype(np.uint16), kind="stable")]
+    return o[np.argsort(k[o].astype(np.uint16), kind="stable")]
 
 
 def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.ndarray):
@@ -119,7 +122,7 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
     order = sort_by_key_then_time(k, t)
     t, k = t[order], k[order]
     step = np.where(order < m, 1, -1).astype(np.int32)   # +1 at a start, -1 at an end
-    c = np.concatenate([cls, cls])[order]
+    c = np.concatenate([cls, cls]).astype(np.int8)[order]  # a handful of classes: a byte each
     new_key = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
     keys = k[new_key]
     idx = np.cumsum(new_key) - 1                  # each boundary's key, without a second sort
