@@ -67,14 +67,13 @@ def table(cols: dict) -> pd.DataFrame:
     ts = cols["ts"]
     keep = ~np.isnan(ts)
     text = lambda v: v if isinstance(v, pd.Categorical) else labels(v)  # noqa: E731
-    df = pd.DataFrame({"name": text(cols["name"]), "cat": text(cols["cat"]),
-                       "pid": cols["pid"], "tid": cols["tid"],
-                       "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)})
-    for key in ARG_KEYS:
-        df[key] = text(cols[key]) if key in TEXT_ARGS else cols[key]
+    data = {"name": text(cols["name"]), "cat": text(cols["cat"]), "pid": cols["pid"], "tid": cols["tid"],
+            "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)}
+    data.update({key: text(cols[key]) if key in TEXT_ARGS else cols[key] for key in ARG_KEYS})
+    data["end"] = data["ts"] + data["dur"]
+    df = pd.DataFrame(data, copy=False)  # the columns as built: a dict's arrays are otherwise copied
     if not keep.all():
         df = df[keep].reset_index(drop=True)
-    df["end"] = df["ts"].to_numpy() + df["dur"].to_numpy()
     return df
 
 
@@ -111,16 +110,24 @@ def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:
     return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int64), uniq)
 
 
-def finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The reader's columns, kinds as a categorical, rows in (rank, ts) order."""
+def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
+    """The reader's columns, kinds as a categorical, rows in (rank, ts) order. consume=True: df is
+    the reader's own scratch table, each of its columns dropped once its sorted copy is made (the
+    table is never held twice over)."""
     for col in ("name", "cat", "op", "group", "track", "kind", "device"):
         if not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
     order = rank_time_order(df["rank"].to_numpy(), df["ts"].to_numpy())
-    if order is None:
-        return df[COLUMNS].reset_index(drop=True)
-    return df[COLUMNS].take(order).reset_index(drop=True)
+    if not consume:
+        out = df[COLUMNS]
+        return (out if order is None else out.take(order)).reset_index(drop=True)
+    columns = {}
+    for col in COLUMNS:
+        values = df[col].array
+        columns[col] = values if order is None else values.take(order)
+        del df[col]
+    return pd.DataFrame(columns, copy=False)
 
 
 def rank_time_order(rank: np.ndarray, ts: np.ndarray) -> np.ndarray | None:

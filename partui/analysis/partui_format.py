@@ -40,4 +40,4 @@ def partui_table(df: pd.DataFrame, names: dict, doc: dict | None = None, comm_ke
                      range(5), 5)
     df["kind"] = pd.Categorical.from_codes(code, kinds)  # codes: no million-string column
     df["device"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int64), ["cpu"])
-    return finish(df)
+    return finish(df, consume=True)  # df: this reader's own table of slices

@@ -72,7 +72,9 @@ def action_compute(df: pd.DataFrame, acts: pd.DataFrame | None = None) -> pd.Dat
         is_act[df.index.get_indexer(acts.index)] = True
         comp = _inside(df, frame, (kind == "compute").to_numpy() & ~is_act)
         inner = np.concatenate([comp["aid"].to_numpy(), waits["aid"].to_numpy()]).astype(np.int64)
-        mine = np.flatnonzero(own & np.isin(np.arange(n), inner))  # own spans with company
+        company = np.zeros(n, dtype=bool)
+        company[inner] = True
+        mine = np.flatnonzero(own & company)  # own spans with something inside them
         if len(inner):
             key = np.concatenate([mine, inner])
             ts = np.concatenate([start[mine], comp["ts"].to_numpy(), waits["ts"].to_numpy()])
