@@ -100,12 +100,14 @@ def _step_of(x: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return pieces.assign(step=windows["step"].fillna(-1).to_numpy()[pieces["wid"].to_numpy()])
 
 
-def first_word(labels: pd.Series) -> np.ndarray:
-    """Each label's first word ("BW mb3 c0" -> "BW"), split once per distinct label."""
+def first_word(labels: pd.Series) -> pd.Categorical:
+    """Each label's first word ("BW mb3 c0" -> "BW"; no label: ""), split once per distinct label
+    and kept as codes: a million actions share a handful of words."""
     cat = pd.Categorical(labels)
-    words = np.array([str(c).split()[0] if str(c).split() else "" for c in cat.categories] + [""],
-                     dtype=object)
-    return words[cat.codes]  # code -1 (no label) takes the trailing ""
+    words = [str(c).split()[0] if str(c).split() else "" for c in cat.categories] + [""]
+    uniq = sorted(set(words))  # in order, as a groupby over the words themselves would list them
+    code = np.array([uniq.index(w) for w in words], dtype=np.int64)
+    return pd.Categorical.from_codes(code[cat.codes], uniq)  # code -1 (no label) takes the trailing ""
 
 
 def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | None = None,
@@ -119,8 +121,7 @@ def step_timings(df: pd.DataFrame, windows: pd.DataFrame, acts: pd.DataFrame | N
     action_compute(df), `pipe`: pipeline_windows(df, windows), when the caller has them. Each figure
     is one groupby over all steps (step a key), split into steps after: no pass over the table per step."""
     acts = _step_of(action_compute(df) if acts is None else acts, windows)
-    words = first_word(acts["name"])
-    acts = acts.assign(what=pd.Categorical(words),  # codes: a million labels as objects cost a string column
+    acts = acts.assign(what=first_word(acts["name"]),  # codes: a million labels as objects cost a string column
                        inner=(acts["dur"] - acts["waited"] - acts["compute"]).clip(lower=0))
     p2p = df[(df["op"].isin(["send", "recv"]) & (df["group"].isna() | (df["group"] == "pp"))).to_numpy()]
     # the n-th post of a side on a rank in a step is the n-th SEND / RECV of its action list, the n-th
