@@ -158,11 +158,10 @@ def sweep_windows(df: pd.DataFrame, windows: pd.DataFrame, inner: pd.DataFrame |
     else:
         kind = kind.to_numpy(dtype=object)
         cls = np.select([kind == k for k in _CLASSES], list(_CLASSES.values()), -1)
-    keep = cls >= 0
-    narrow = pd.DataFrame({"rank": df["rank"].to_numpy()[keep], "ts": df["ts"].to_numpy()[keep],
-                           "end": df["end"].to_numpy()[keep], "cls": cls[keep]})  # clip copies rows
-    iv = clip(narrow, windows)
-    key, ts, end, c = iv["wid"].to_numpy(), iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["cls"].to_numpy()
+    keep = np.flatnonzero(cls >= 0)
+    rows, key, ts, end = clip_index(df["rank"].to_numpy()[keep], df["ts"].to_numpy()[keep],
+                                    df["end"].to_numpy()[keep], windows)
+    c = cls[keep[rows]]
     n_cls = len(_CLASSES)
     if inner is not None:
         n_cls += 1
