@@ -1,5 +1,6 @@
 """The analysis's array sweeps on hand-built inputs with known answers: clip_index against a
-hand-written loop, and the per-op view's classes where a comm slice records no op or no group."""
+hand-written loop, the per-op view's classes where a comm slice records no op or no group, and the
+table's (rank, ts) order against np.lexsort."""
 import json
 
 import numpy as np
@@ -7,6 +8,7 @@ import pandas as pd
 import pytest
 
 from partui.analysis import load, overlap
+from partui.analysis.events import COLUMNS, finish, rank_time_order
 from partui.analysis.sweep import clip_index
 
 
@@ -72,3 +74,25 @@ def test_by_op_names_a_comm_without_op_by_its_name_and_without_group_as_question
     assert r.loc[("all_reduce", "dp"), ["ops", "comm_ms", "overlapped_ms", "exposed_comm_ms"]].tolist() == \
         pytest.approx([2, 0.030, 0.010, 0.020])
     assert len(r) == 3
+
+
+def test_rank_time_order_is_lexsorts_stable_order_and_none_when_sorted():
+    rng = np.random.default_rng(5)
+    rank = rng.integers(0, 4, 2000)
+    ts = rng.integers(0, 30, 2000).astype(float)   # many ties: file order must hold among them
+    order = rank_time_order(rank, ts)
+    assert np.array_equal(order, np.lexsort((ts, rank)))
+    assert rank_time_order(rank[order], ts[order]) is None
+
+
+def test_finish_consuming_its_table_gives_the_same_table():
+    rng = np.random.default_rng(6)
+    n = 500
+    df = pd.DataFrame({c: rng.uniform(0, 9, n) for c in COLUMNS})
+    for c in ("name", "cat", "op", "group", "track", "kind", "device"):
+        df[c] = pd.Categorical(rng.choice(["a", "b", "c"], n))
+    df["rank"] = rng.integers(0, 3, n)
+    df["ts"] = rng.integers(0, 20, n).astype(float)
+    kept = finish(df.copy())
+    assert kept["rank"].is_monotonic_increasing
+    pd.testing.assert_frame_equal(finish(df.copy(), consume=True), kept)
