@@ -69,7 +69,8 @@ def action_compute(df: pd.DataFrame, acts: pd.DataFrame | None = None) -> pd.Dat
         kind = df["kind"]
         waits = _inside(df, frame, (kind == "wait").to_numpy())
         is_act = np.zeros(len(df), dtype=bool)
-        is_act[df.index.get_indexer(acts.index)] = True
+        at = df.index.get_indexer(acts.index)
+        is_act[at[at >= 0]] = True
         comp = _inside(df, frame, (kind == "compute").to_numpy() & ~is_act)
         inner = np.concatenate([comp["aid"].to_numpy(), waits["aid"].to_numpy()]).astype(np.int64)
         company = np.zeros(n, dtype=bool)
