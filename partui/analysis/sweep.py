@@ -56,17 +56,23 @@ def clip_index(rank: np.ndarray, ts: np.ndarray, end: np.ndarray, windows: pd.Da
             first[i:j] = a + np.searchsorted(w1[a:b], t[i:j], side="right")
             last[i:j] = a + np.searchsorted(w0[a:b], e[i:j], side="left") - 1
     n = last - first + 1                          # windows each interval meets (0 or less: none)
-    if len(n) and n.max() <= 1:                   # each in one window at most: no repeats
-        at = np.flatnonzero(n == 1)
-        k = first[at]
+    if len(n) and n.min() == 1 and n.max() == 1:  # each in exactly one window: no gather at all
+        at, k, t_at, e_at = np.arange(len(n)), first, t, e
     else:
-        n = np.clip(n, 0, None)
-        at = np.repeat(np.arange(len(n)), n)
-        k = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-    p0, p1 = np.maximum(t[at], w0[k]), np.minimum(e[at], w1[k])
+        if len(n) and n.max() <= 1:               # each in one window at most: no repeats
+            at = np.flatnonzero(n == 1)
+            k = first[at]
+        else:
+            n = np.clip(n, 0, None)
+            at = np.repeat(np.arange(len(n)), n)
+            k = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+        t_at, e_at = t[at], e[at]
+    p0, p1 = np.maximum(t_at, w0[k]), np.minimum(e_at, w1[k])
     kept = p1 > p0
-    rows = at[kept] if order is None else order[at[kept]]
-    return rows, windows["wid"].to_numpy()[k[kept]], p0[kept], p1[kept]
+    if not kept.all():
+        at, k, p0, p1 = at[kept], k[kept], p0[kept], p1[kept]
+    rows = at if order is None else order[at]
+    return rows, windows["wid"].to_numpy()[k], p0, p1
 
 
 def clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:

@@ -96,3 +96,12 @@ def test_finish_consuming_its_table_gives_the_same_table():
     kept = finish(df.copy())
     assert kept["rank"].is_monotonic_increasing
     pd.testing.assert_frame_equal(finish(df.copy(), consume=True), kept)
+
+
+def test_clip_index_when_every_interval_lies_in_one_window():
+    windows = pd.DataFrame({"wid": [0, 1, 2], "rank": [0, 0, 1], "w0": [0.0, 10.0, 0.0], "w1": [10.0, 20.0, 9.0]})
+    rank, ts, end = np.array([0, 0, 1, 1]), np.array([1.0, 12.0, 2.0, 4.0]), np.array([9.0, 25.0, 3.0, 4.0])
+    rows, wid, a, b = clip_index(rank, ts, end, windows)
+    # the last interval is empty: no piece; the second is cut at its window's end
+    assert list(zip(rows.tolist(), wid.tolist(), a.tolist(), b.tolist())) == \
+        [(0, 0, 1.0, 9.0), (1, 1, 12.0, 20.0), (2, 2, 2.0, 3.0)] == clip_by_hand(rank, ts, end, windows)
