@@ -263,6 +263,7 @@ def load(path: str, comm_kernels=(), progress: bool | None = False) -> pd.DataFr
     if cached is not None:
         cached.attrs.update(path=path, metadata=Shared(cached.attrs.get("metadata") or {}),
                             comm_kernels=comm_kernels)
+        release_freed_memory()
         return cached
     shown = Progress(f"reading {os.path.basename(os.path.normpath(path))}", progress)
     was_enabled = gc.isenabled()
