@@ -67,14 +67,13 @@ def table(cols: dict) -> pd.DataFrame:
     ts = cols["ts"]
     keep = ~np.isnan(ts)
     text = lambda v: v if isinstance(v, pd.Categorical) else labels(v)  # noqa: E731
-    df = pd.DataFrame({"name": text(cols["name"]), "cat": text(cols["cat"]),
-                       "pid": cols["pid"], "tid": cols["tid"],
-                       "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)})
-    for key in ARG_KEYS:
-        df[key] = text(cols[key]) if key in TEXT_ARGS else cols[key]
+    data = {"name": text(cols["name"]), "cat": text(cols["cat"]), "pid": cols["pid"], "tid": cols["tid"],
+            "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)}
+    data.update({key: text(cols[key]) if key in TEXT_ARGS else cols[key] for key in ARG_KEYS})
+    data["end"] = data["ts"] + data["dur"]
+    df = pd.DataFrame(data, copy=False)  # the columns as built: a dict's arrays are otherwise copied
     if not keep.all():
         df = df[keep].reset_index(drop=True)
-    df["end"] = df["ts"].to_numpy() + df["dur"].to_numpy()
     return df
 
 
@@ -111,11 +110,34 @@ def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:
     return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int64), uniq)
 
 
-def finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The reader's columns, kinds as a categorical, rows in (rank, ts) order."""
+def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
+    """The reader's columns, kinds as a categorical, rows in (rank, ts) order. consume=True: df is
+    the reader's own scratch table, each of its columns dropped once its sorted copy is made (the
+    table is never held twice over)."""
     for col in ("name", "cat", "op", "group", "track", "kind", "device"):
         if not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
-    order = np.lexsort((df["ts"].to_numpy(), df["rank"].to_numpy()))  # stable: ties keep file order
-    return df[COLUMNS].take(order).reset_index(drop=True)
+    order = rank_time_order(df["rank"].to_numpy(), df["ts"].to_numpy())
+    if not consume:
+        out = df[COLUMNS]
+        return (out if order is None else out.take(order)).reset_index(drop=True)
+    columns = {}
+    for col in COLUMNS:
+        values = df[col].array
+        columns[col] = values if order is None else values.take(order)
+        del df[col]
+    return pd.DataFrame(columns, copy=False)
+
+
+def rank_time_order(rank: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
+    """The stable (rank, ts) order of rows (ties keep file order, as np.lexsort), or None when they
+    are in it already. Two stable passes, time then rank: a rank's codes sort by radix, ~2x faster
+    than lexsort on a million rows."""
+    same = rank[1:] == rank[:-1]
+    if np.all((rank[1:] > rank[:-1]) | (same & (ts[1:] >= ts[:-1]))):
+        return None
+    order = np.argsort(ts, kind="stable")
+    codes, ranks = pd.factorize(rank[order], sort=True)
+    kind = np.uint16 if len(ranks) < 2**16 else np.int64
+    return order[np.argsort(codes.astype(kind), kind="stable")]

@@ -20,8 +20,8 @@ from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
 from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums, gpu_step_times
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
-from partui.analysis.sweep import clip, sweep, sweep_windows, windows_of
-from partui.analysis.timing import pipeline_windows
+from partui.analysis.sweep import clip_index, sweep, sweep_windows, windows_of
+from partui.analysis.timing import actions, pipeline_windows
 
 US_MS = 1e-3
 
@@ -53,7 +53,8 @@ def _per_window(df: pd.DataFrame):
     if (df["device"] == "gpu").any():   # kernels in the step that launched them, over its GPU window
         return gpu_step_sums(df), None
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
-    pipe = pipeline_windows(df, windows)
+    acts = actions(df)   # once: the pipeline windows and the simulations' costs read it
+    pipe = pipeline_windows(df, windows, acts)
     z = sweep_windows(df, windows, pipe)  # the pipeline windows' compute from the same sweep
     res = pd.DataFrame({"rank": windows["rank"].to_numpy(), "step": windows["step"].to_numpy(),
                         "window": (windows["w1"] - windows["w0"]).to_numpy()})
@@ -69,7 +70,7 @@ def _per_window(df: pd.DataFrame):
         res["pipe"] = np.nan
         res.loc[pipe["wid"].to_numpy(), "pipe"] = (pipe["w1"] - pipe["w0"]).to_numpy()
         res["pipe_compute"] = z["inner_compute"].to_numpy()
-        sims = simulated_steps(df)
+        sims = simulated_steps(df, windows, pipe, acts)
     return res, sims
 
 
@@ -118,30 +119,37 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     if (df["device"] == "gpu").any():
         return gpu_by_op(df)
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))  # nothing between steps
-    comm = clip(df.loc[df["kind"] == "comm", ["rank", "ts", "end", "op", "group", "name", "bytes"]],
-                windows)  # narrow: clip copies rows
     cols = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_comm_ms",
             "overlap_pct"]
-    if not len(comm):
+    kind, rank = df["kind"], df["rank"].to_numpy()
+    ts, end = df["ts"].to_numpy(), df["end"].to_numpy()
+    at = np.flatnonzero((kind == "comm").to_numpy())
+    rows, _, c_ts, c_end = clip_index(rank[at], ts[at], end[at], windows)
+    if not len(rows):
         return pd.DataFrame(columns=cols)
-    comm = comm.assign(op=comm["op"].fillna(comm["name"]), group=comm["group"].fillna("?"))
-    classes = comm[["rank", "op", "group"]].drop_duplicates().reset_index(drop=True)
-    classes["cid"] = np.arange(len(classes))
-    comm = comm.merge(classes, on=["rank", "op", "group"])
-    busy = clip(df.loc[df["kind"].isin(["compute", "wait"]), ["rank", "ts", "end", "kind"]], windows)
+    at = at[rows]
+    cid, classes = comm_classes(df, at)
     # each (rank, op, group) class is swept against its rank's compute (and waits, which are not
     # compute), so those are repeated once per class of its rank (a handful), never per event pair
-    rep = busy[["rank", "ts", "end", "kind"]].merge(classes[["rank", "cid"]], on="rank")
-    key = np.concatenate([comm["cid"].to_numpy(), rep["cid"].to_numpy()])
-    ts = np.concatenate([comm["ts"].to_numpy(), rep["ts"].to_numpy()])
-    end = np.concatenate([comm["end"].to_numpy(), rep["end"].to_numpy()])
-    cls = np.concatenate([np.ones(len(comm), dtype=np.int64),
-                          np.where(rep["kind"].to_numpy() == "wait", 2, 0)])
+    busy = np.flatnonzero(kind.isin(["compute", "wait"]).to_numpy())
+    rows, _, b_ts, b_end = clip_index(rank[busy], ts[busy], end[busy], windows)
+    busy = busy[rows]
+    by_rank = classes.sort_values("rank", kind="stable")
+    c_rank, c_cid = by_rank["rank"].to_numpy(), by_rank["cid"].to_numpy()
+    lo = np.searchsorted(c_rank, rank[busy], side="left")
+    n = np.searchsorted(c_rank, rank[busy], side="right") - lo     # classes of each piece's rank
+    rep = np.repeat(np.arange(len(busy)), n)
+    rep_cid = c_cid[np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))]
+    key = np.concatenate([cid, rep_cid])
+    ts = np.concatenate([c_ts, b_ts[rep]])
+    end = np.concatenate([c_end, b_end[rep]])
+    cls = np.concatenate([np.ones(len(cid), dtype=np.int64),
+                          np.where((kind == "wait").to_numpy()[busy[rep]], 2, 0)])
     keys, lengths, inter0, _ = sweep(key, ts, end, cls, 3)
     classes.loc[keys, "comm"] = lengths[:, 1]
     classes.loc[keys, "overlapped"] = inter0[:, 1]
-    counts = comm.groupby("cid").agg(ops=("ts", "size"))
-    counts["bytes"] = comm.groupby("cid")["bytes"].sum(min_count=1)   # none recorded: NaN, never 0
+    counts = pd.DataFrame({"ops": np.bincount(cid, minlength=len(classes))}, index=pd.Index(np.arange(len(classes)), name="cid"))
+    counts["bytes"] = pd.Series(df["bytes"].to_numpy()[at]).groupby(cid).sum(min_count=1)   # none recorded: NaN, never 0
     classes = classes.join(counts, on="cid")
     g = classes.groupby(["op", "group"], as_index=False).agg(
         ops=("ops", "sum"), comm=("comm", "sum"), overlapped=("overlapped", "sum"))
@@ -152,6 +160,33 @@ def _overlap_by_op(df: pd.DataFrame) -> pd.DataFrame:
     g["overlap_pct"] = np.where(g["comm"] > 0, 100 * g["overlapped"] / g["comm"].where(g["comm"] > 0),
                                 np.nan)
     return g[cols].sort_values("exposed_comm_ms", ascending=False).reset_index(drop=True)
+
+
+def comm_classes(df: pd.DataFrame, at: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """The (rank, op, group) class of each comm row df.iloc[at] (op: its name where no op is
+    recorded; group "?" where none): (each row's cid, classes [rank, op, group, cid] in the order
+    they first appear). Labels are compared as codes; each distinct combination is spelt once."""
+    codes = [pd.factorize(df["rank"].to_numpy()[at])[0]]
+    for col in ("op", "name", "group"):
+        v = df[col].iloc[at]
+        codes.append(v.cat.codes.to_numpy() if isinstance(v.dtype, pd.CategoricalDtype) else pd.factorize(v)[0])
+    codes[2] = np.where(codes[1] >= 0, -1, codes[2])  # a name counts only where the op is missing
+    combined = np.zeros(len(at), dtype=np.int64)
+    for c in codes:
+        combined = combined * (int(c.max(initial=0)) + 2) + (c + 1)
+    _, first = np.unique(combined, return_index=True)
+    first = np.sort(first)                       # combinations in order of first appearance
+    raw_id = pd.factorize(combined)[0]           # numbered in that same order
+    spelt = df.iloc[at[first]][["rank", "op", "group", "name"]]
+    if spelt["op"].isna().any():  # as text: categoricals of other categories do not fill each other
+        spelt = spelt.assign(op=spelt["op"].astype(object).where(spelt["op"].notna(), spelt["name"].astype(object)))
+    if spelt["group"].isna().any():
+        spelt = spelt.assign(group=spelt["group"].astype(object).where(spelt["group"].notna(), "?"))
+    spelt = spelt[["rank", "op", "group"]].reset_index(drop=True)
+    same = spelt.groupby(["rank", "op", "group"], sort=False, observed=True, dropna=False).ngroup().to_numpy()
+    classes = spelt.drop_duplicates().reset_index(drop=True)
+    classes["cid"] = np.arange(len(classes))
+    return same[raw_id], classes
 
 
 # ---------------------------------------------------------------- theory, step times, HTA

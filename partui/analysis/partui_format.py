@@ -30,7 +30,7 @@ def partui_table(df: pd.DataFrame, names: dict, doc: dict | None = None, comm_ke
     """The analysis table of a trace's slices (events.slices) and thread names (events.thread_names)."""
     df["track"] = track_names(df, names)
     df["rank"] = df["pid"]
-    names = pd.unique(df["track"].to_numpy(dtype=object))  # a few names: test those, not each row
+    names = df["track"].cat.categories  # a few names (each used): test those, not each row
     on_compute = df["track"].isin([n for n in names if str(n).startswith("compute")])
     cat = df["cat"]  # a categorical: each test below compares codes
     # a comm-category span on a compute track is the rank blocked on comm (older traces' ZeRO-3 wait)
@@ -40,4 +40,4 @@ def partui_table(df: pd.DataFrame, names: dict, doc: dict | None = None, comm_ke
                      range(5), 5)
     df["kind"] = pd.Categorical.from_codes(code, kinds)  # codes: no million-string column
     df["device"] = pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int64), ["cpu"])
-    return finish(df)
+    return finish(df, consume=True)  # df: this reader's own table of slices

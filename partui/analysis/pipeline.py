@@ -68,12 +68,15 @@ def stage_windows(res, measured: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "window", "busy"])
 
 
-def simulated_steps(df: pd.DataFrame):
+def simulated_steps(df: pd.DataFrame, windows: pd.DataFrame | None = None, pipe: pd.DataFrame | None = None,
+                    acts: pd.DataFrame | None = None):
     """The simulations of a pipeline trace: (per-step frame [stage, step, window, busy] under each
-    step's own timing, the ideal SimResult, the formula's bubble), or None when they do not apply."""
+    step's own timing, the ideal SimResult, the formula's bubble), or None when they do not apply.
+    windows (windows_of), pipe (timing.pipeline_windows) and acts (timing.actions): when the caller
+    has them. Steps of equal Timing are simulated once."""
     if int(((df.attrs.get("metadata") or {}).get("plan") or {}).get("pp") or 1) <= 1:
         return None
-    acts = action_compute(df)  # once: both simulations take their costs from it
+    acts = action_compute(df, acts)  # once: both simulations take their costs from it
     found = trace_schedule(df, acts)
     if found is None:
         return None
@@ -82,13 +85,24 @@ def simulated_steps(df: pd.DataFrame):
         ideal = simulate(sched, cost)
         formula = formula_bubble(plan.get("schedule", DEFAULT_SCHEDULE), int(plan["pp"]), cost,
                                  int(plan.get("virtual_stages") or 1))[0]
-        windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
-        per_step = [stage_windows(simulate(sched, cost, t)).assign(step=s)
-                    for s, t in step_timings(df, windows, acts).items()]
+        if windows is None:
+            windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
+        seen = {}  # a step timed like one before it replays to the same windows
+        per_step = []
+        for s, t in step_timings(df, windows, acts, pipe).items():
+            shape = _timing_key(t)
+            if shape not in seen:
+                seen[shape] = stage_windows(simulate(sched, cost, t))
+            per_step.append(seen[shape].assign(step=s))
     except (ValueError, TypeError):
         return None
     sims = pd.concat(per_step) if per_step else pd.DataFrame(columns=["stage", "window", "busy", "step"])
     return sims, ideal, formula
+
+
+def _timing_key(t) -> tuple:
+    """A Timing as a hashable value: equal keys, equal simulations."""
+    return tuple(tuple(sorted(getattr(t, f).items(), key=repr)) for f in ("compute", "dispatch", "post", "latency"))
 
 
 def theoretical_bubble(df: pd.DataFrame, keys: pd.DataFrame | None = None, sims=None):

@@ -58,7 +58,10 @@ def get(path: str, files: list[str], comm_kernels) -> pd.DataFrame | None:
         saved = json.loads(meta.get(KEY, b"{}"))
         if saved.get("stamp") != stamp(path, files, comm_kernels):
             return None
-        df = pq.read_table(where).to_pandas()
+        table = pq.read_table(where)
+        # each column freed as it is converted, none consolidated: the table is never held twice
+        df = table.to_pandas(self_destruct=True, split_blocks=True)
+        del table
     except (OSError, ValueError, TypeError):  # a damaged cache is read past, never trusted
         return None
     df.attrs.clear()

@@ -176,10 +176,10 @@ GOALS = {"partui": (5.0, 800), "kineto": (5.0, None), "big": (None, 1536), "repo
          "blame-scale": 20.0}  # wall s, peak RSS MB (issue 36's done-when, a quiet 2-core machine)
 
 
-def child(argv: list[str], env: dict | None = None) -> tuple[dict, float, float]:
+def child(argv: list[str], env: dict | None = None, ok=(0,)) -> tuple[dict, float, float]:
     """Run `python ARGV` as its own process: (its last stdout line as JSON, or {}, with `process_cpu_s`
     (user + system seconds of the whole process); its wall seconds; its peak RSS in MB, from the
-    kernel's accounting of that process alone)."""
+    kernel's accounting of that process alone). ok: the exit codes that are answers, not failures."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=err, env=dict(os.environ, **(env or {})))
@@ -190,7 +190,7 @@ def child(argv: list[str], env: dict | None = None) -> tuple[dict, float, float]
         out, err = out.read(), err.read()
     rss = usage.ru_maxrss / 1024  # Linux: KiB
     cpu = usage.ru_utime + usage.ru_stime
-    if proc.returncode:
+    if proc.returncode not in ok:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err.decode()[-2000:]}")
     lines = out.decode().strip().splitlines()
     try:
@@ -292,7 +292,7 @@ def cases(real: str, folder: str) -> None:
                                {"PARTUI_TRACE_CACHE": "0"})
         print(f"partui report --by pair, DeepSeek's trace x 25 (whole process): {wall:.2f} s wall "
               f"(goal <= {GOALS['pairs']} s), {got['process_cpu_s']:.2f} s CPU, peak RSS {rss:.0f} MB")
-    got, wall, rss = child(["-m", "partui", "bench", "blame-scale"])
+    got, wall, rss = child(["-m", "partui", "bench", "blame-scale"], ok=(0, 1))  # 1: over its goal, said in its table
     print(f"partui bench blame-scale (whole process): {wall:.1f} s wall (goal <= {GOALS['blame-scale']} s), "
           f"{got['process_cpu_s']:.1f} s CPU, peak RSS {rss:.0f} MB\n  " + str(got.get("output", "")).strip().replace("\n", "\n  "))
 
