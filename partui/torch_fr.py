@@ -11,6 +11,7 @@ partui's dump shape, so `partui doctor` gives the same verdict on either.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import pickle
 import re
@@ -167,16 +168,9 @@ def world_size(docs: dict) -> int | None:
         for e in doc.get("entries", []):
             ins, outs = e.get("input_sizes") or [], e.get("output_sizes") or []
             if e["process_group"][1] == "default_pg" and _op(e["profiling_name"]) == "all_gather" \
-                    and len(ins) == len(outs) == 1 and ins[0] and _numel(outs[0]) % _numel(ins[0]) == 0:
-                return _numel(outs[0]) // _numel(ins[0])
+                    and len(ins) == len(outs) == 1 and ins[0] and math.prod(outs[0]) % math.prod(ins[0]) == 0:
+                return math.prod(outs[0]) // math.prod(ins[0])
     return None
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def missing_facts(docs: dict, absent: list[int], guessed: list[str], inferred: bool) -> list[str]:

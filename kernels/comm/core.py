@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import math
 import os
 from dataclasses import dataclass
 
@@ -247,15 +248,8 @@ def _launch(group: Group | None, rec: OpRecord, fn):
     """Post the op (here or on the comm thread), then the op a swap fault held behind it."""
     work = post(group, fn)
     if faults.held:
-        faults.release_after(rec.group, sum(_numel(s) for s in rec.shapes[:1]))
+        faults.release_after(rec.group, sum(math.prod(s) for s in rec.shapes[:1]))
     return work
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _strike(op: str, group: Group | None, async_op: bool = False) -> str | None:
