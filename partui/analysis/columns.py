@@ -10,7 +10,6 @@ table, with the same dtypes and category order, as events.slices of the whole do
 from __future__ import annotations
 
 import io
-import re
 
 import numpy as np
 import pandas as pd
@@ -20,7 +19,6 @@ from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels,
 from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
-SPACED_GAP = re.compile(rb"\}\s+,|\},\s+\{")  # a gap between events with white space in it
 SPLIT_MIN = 1 << 20  # a refused batch is halved down to about this size (bytes)
 NUMBER_ARGS = tuple(k for k in ARG_KEYS if k not in TEXT_ARGS)
 TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
@@ -40,8 +38,8 @@ def arrow_reader():
                         ("pid", pa.int64()), ("tid", pa.int64()), ("ts", pa.float64()),
                         ("dur", pa.float64()), ("args", args)])
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
-                              newlines_in_values=True)  # torch.profiler pretty-prints its events
-    return pa, pj, pc, options
+                              newlines_in_values=False)  # one event a line (event_lines): arrow cuts
+    return pa, pj, pc, options  # its blocks at line breaks instead of parsing to find each event's end
 
 
 class Columns:
@@ -99,13 +97,18 @@ class Columns:
 
     def _arrow_table(self, text: bytes):
         pa, pj, pc, options = self.arrow
+        read = pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20))
+        flat, gap = event_lines(text)
+        lines = flat.replace(gap, b"}\n{")
         try:
-            spaced = SPACED_GAP.search(text) is not None  # compact JSON (partui's): a plain replace, 4x faster
-            lines = BETWEEN.sub(b"}\n{", text) if spaced else text.replace(b"},{", b"}\n{")
-            table = pj.read_json(io.BytesIO(lines), parse_options=options,
-                                 read_options=pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20)))
+            table = pj.read_json(io.BytesIO(lines), parse_options=options, read_options=read)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
+            if BETWEEN.search(lines) is None:  # no gap of another form left: not whole events as arrow types them
+                return None
+            try:  # gaps of more than one form (two events left on a line): each gap found by the regex
+                table = pj.read_json(io.BytesIO(BETWEEN.sub(b"}\n{", flat)), parse_options=options, read_options=read)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
         meta = table.filter(pc.equal(table.column("ph"), "M"))
         if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), "thread_name"),
                                             pc.is_null(meta.column("args")))).as_py():
@@ -123,7 +126,9 @@ class Columns:
         args = xs.column("args").combine_chunks()
         for key in FIELDS:
             col = xs.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
-            self.chunks[key].append(_numpy(col, key))
+            # a key no event of the batch holds (most of ARG_KEYS in a torch.profiler trace): only
+            # its count, the missing values made once at the join
+            self.chunks[key].append(len(col) if key in ARG_KEYS and col.null_count == len(col) else _numpy(col, key))
         self.events += table.num_rows
         self.batches["arrow"] += 1
 
@@ -132,6 +137,17 @@ class Columns:
         joined = {k: _join(self.chunks.pop(k), k) for k in list(self.chunks)}  # each batch's parts freed
         self.chunks = {k: [] for k in FIELDS}  # as soon as its column is joined, not after all of them
         return table(joined)
+
+
+def event_lines(text: bytes) -> tuple[bytes, bytes]:
+    """The batch without line breaks, and the gap between its first two events as written there
+    (compact: `},{`; torch.profiler's pretty-printed `},\n  {`: `},  {`). A raw line break in JSON is
+    only ever white space (a string holds none), so removing them changes no value; the caller
+    turns each gap into one, so arrow reads one event a line. A gap met inside a string, or a batch
+    whose gaps differ, leaves a line that is not one event: arrow refuses it, never misreads it."""
+    flat = text.translate(None, b"\r\n") if b"\n" in text or b"\r" in text else text  # compact: as is
+    first = BETWEEN.search(flat)
+    return flat, (flat[first.start():first.end()] if first else b"},{")
 
 
 def _numpy(col, key: str):
@@ -147,6 +163,7 @@ def _numpy(col, key: str):
 
 
 def _join(parts: list, key: str):
+    """One column of the batches' parts (an int: that many missing values)."""
     if key in TEXT_COLUMNS:
         return _text(parts)
     if key in ("pid", "tid"):
@@ -155,15 +172,21 @@ def _join(parts: list, key: str):
         if all(getattr(p, "dtype", None) == np.int64 for p in parts):
             return np.concatenate(parts)
         return ids(list(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
+    if parts and all(isinstance(p, int) for p in parts):
+        return np.full(sum(parts), np.nan)
+    parts = [np.full(p, np.nan) if isinstance(p, int) else p for p in parts]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _text(parts: list) -> pd.Categorical:
     """One categorical of arrow strings and decoded values, categories sorted as events.labels
     sorts them: in arrow when every value is text (decoded batches' too), else as objects."""
+    if parts and all(isinstance(p, int) for p in parts):  # a text key no event holds
+        return labels(np.full(sum(parts), None, dtype=object))
     arrow = arrow_reader()
     if arrow is not None and parts:
         pa, pc = arrow[0], arrow[2]
+        parts = [pa.nulls(p, pa.string()) if isinstance(p, int) else p for p in parts]
         try:  # a decoded batch's text as arrow strings; numbers among them (odd traces) stay objects
             parts = [pa.array(p, type=pa.string(), from_pandas=True) if isinstance(p, (list, np.ndarray)) else p
                      for p in parts]

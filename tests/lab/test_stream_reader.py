@@ -111,6 +111,32 @@ def test_false_cuts_inside_strings_and_nested_lists_cost_time_not_events(tmp_pat
                                                       if e["ph"] == "X" and i % 7 == 0)
 
 
+def test_event_lines_flatten_json_line_breaks_and_name_the_batchs_own_gap():
+    text = b'{"name": "a\\nb",\r\n  "ts": 1\n  },\n  {"name": "c"}'   # an escaped \\n stays as written
+    flat, gap = columns.event_lines(text)
+    assert flat == b'{"name": "a\\nb",  "ts": 1  },  {"name": "c"}' and gap == b"},  {"
+    assert json.loads(b"[" + flat + b"]") == json.loads(b"[" + text + b"]")
+    assert columns.event_lines(b'{"a": 1},{"a": 2}')[1] == b"},{"
+
+
+def test_gaps_of_several_forms_and_a_gap_inside_a_string_read_through_arrow_as_the_whole_read(tmp_path, small_blocks):
+    if columns.arrow_reader() is None:
+        pytest.skip("pyarrow is not installed")
+    doc = synthetic_kineto(600)
+    for i, e in enumerate(doc["traceEvents"]):
+        if e["ph"] == "X" and i % 11 == 0:
+            e["name"] = "odd},\n  {name"  # the pretty-printed gap, as text inside a name
+    raw = json.dumps(doc, indent=2).encode()
+    raw = raw.replace(b"},\n    {", b"} ,{", 40)  # the first 40 gaps written another way
+    path = tmp_path / "rank0.json"
+    path.write_bytes(raw)
+    got, batches = streamed(str(path))
+    same(got, whole(str(path)))
+    assert batches["arrow"] > 10  # the mixed gaps did not send batches to the dict decoder
+    assert (got["name"] == "odd},\n  {name").sum() == sum(1 for i, e in enumerate(doc["traceEvents"])
+                                                           if e["ph"] == "X" and i % 11 == 0)
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda raw: raw[: len(raw) * 2 // 3], "not valid JSON"),
     (lambda raw: raw.replace(b'{"ph":"X"', b'7,{"ph":"X"', 1), "not a JSON object"),
