@@ -128,7 +128,7 @@ class Columns:
             col = xs.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
             # a key no event of the batch holds (most of ARG_KEYS in a torch.profiler trace): only
             # its count, the missing values made once at the join
-            self.chunks[key].append(len(col) if key in ARG_KEYS and col.null_count == len(col) else _numpy(col, key))
+            self.chunks[key].append(len(col) if key in ARG_KEYS and col.null_count == len(col) else _numpy(col, key, pc))
         self.events += table.num_rows
         self.batches["arrow"] += 1
 
@@ -150,11 +150,11 @@ def event_lines(text: bytes) -> tuple[bytes, bytes]:
     return flat, (flat[first.start():first.end()] if first else b"},{")
 
 
-def _numpy(col, key: str):
+def _numpy(col, key: str, pc):
     """An arrow column as events.slices' values: floats (null -> NaN), ids (int64, or objects
-    when one is missing) and text (arrow strings, kept for one encoding at the end)."""
-    if key in TEXT_COLUMNS:
-        return col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    when one is missing) and text (a dictionary of its few names, joined by _text)."""
+    if key in TEXT_COLUMNS:  # a few names: kept as a dictionary, a small code a row (see _text)
+        return pc.dictionary_encode(col.combine_chunks() if hasattr(col, "combine_chunks") else col)
     if key in ("pid", "tid"):
         if col.null_count:
             return np.array(col.to_pylist(), dtype=object)
@@ -179,26 +179,38 @@ def _join(parts: list, key: str):
 
 
 def _text(parts: list) -> pd.Categorical:
-    """One categorical of arrow strings and decoded values, categories sorted as events.labels
-    sorts them: in arrow when every value is text (decoded batches' too), else as objects."""
+    """One categorical of the batches' text parts (arrow dictionaries, decoded values, or a count of
+    missing ones), categories sorted as events.labels sorts them. With arrow every part is a
+    dictionary (a few names, a small code a row), so the trace's text is never held whole; values
+    that are not all text (odd traces' numbers among names) are sorted as objects by labels."""
     if parts and all(isinstance(p, int) for p in parts):  # a text key no event holds
         return labels(np.full(sum(parts), None, dtype=object))
     arrow = arrow_reader()
-    if arrow is not None and parts:
-        pa, pc = arrow[0], arrow[2]
-        parts = [pa.nulls(p, pa.string()) if isinstance(p, int) else p for p in parts]
-        try:  # a decoded batch's text as arrow strings; numbers among them (odd traces) stay objects
-            parts = [pa.array(p, type=pa.string(), from_pandas=True) if isinstance(p, (list, np.ndarray)) else p
-                     for p in parts]
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass
-    if arrow is not None and parts and all(not isinstance(p, (list, np.ndarray)) for p in parts):
-        coded = pc.dictionary_encode(pa.chunked_array(parts, type=pa.string())).combine_chunks()
-        uniques = np.array(coded.dictionary.to_pylist(), dtype=object)
-        codes = coded.indices.fill_null(-1).to_numpy().astype(np.int64)
-        cats = labels(uniques).categories  # the few distinct names, ordered and typed as labels does
-        place = np.append(cats.get_indexer(uniques), -1)
-        return pd.Categorical.from_codes(place[codes], cats)  # -1 (missing) takes the appended -1
-    values = [p.to_numpy(zero_copy_only=False) if not isinstance(p, (list, np.ndarray)) else np.asarray(p, dtype=object)
-              for p in parts]
-    return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
+    coded = _dictionaries(parts, arrow[0], arrow[2]) if arrow is not None and parts else None
+    if coded is None:
+        values = [np.full(p, None, dtype=object) if isinstance(p, int)
+                  else np.asarray(p, dtype=object) if isinstance(p, (list, np.ndarray))
+                  else p.dictionary_decode().to_numpy(zero_copy_only=False) if hasattr(p, "dictionary")
+                  else p.to_numpy(zero_copy_only=False) for p in parts]
+        return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
+    names = [np.array(p.dictionary.to_pylist(), dtype=object) for p in coded]
+    cats = labels(np.array(list(dict.fromkeys(n for ns in names for n in ns)), dtype=object)).categories
+    codes = [np.append(cats.get_indexer(ns), -1)[p.indices.fill_null(-1).to_numpy().astype(np.int64)]
+             for ns, p in zip(names, coded)]  # a missing value (-1) takes the appended -1
+    return pd.Categorical.from_codes(np.concatenate(codes), cats)
+
+
+def _dictionaries(parts: list, pa, pc) -> list | None:
+    """Each part as an arrow dictionary array of strings; None when a decoded part holds a value
+    that is not text."""
+    out = []
+    for p in parts:
+        if isinstance(p, int):
+            p = pa.nulls(p, pa.string())
+        elif isinstance(p, (list, np.ndarray)):
+            try:
+                p = pa.array(p, type=pa.string(), from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return None
+        out.append(p if pa.types.is_dictionary(p.type) else pc.dictionary_encode(p))
+    return out
