@@ -2,14 +2,16 @@
 
 A batch is decoded by pyarrow's JSON reader straight into typed columns, in C++, when pyarrow is
 installed and the batch fits the schema (ints where partui and torch.profiler write ints, floats,
-strings); any other batch is decoded by orjson / json into dicts and read as events.slices reads
-a document. Either way each batch leaves only its complete ('X') events' columns and its thread
+strings), one event a line (event_lines); the few events arrow cannot type (a text pid, such as
+torch.profiler's "Spans") are cut out and decoded alone, and any other batch it refuses is decoded
+by orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves only its complete ('X') events' columns and its thread
 names: memory grows with the rows kept, not the bytes read. `Columns.frame` then builds the same
 table, with the same dtypes and category order, as events.slices of the whole document.
 """
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -19,6 +21,7 @@ from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels,
 from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
+TEXT_ID = re.compile(rb'"[pt]id"\s*:\s*"')  # an event whose pid or tid is text, which arrow cannot type
 SPLIT_MIN = 1 << 20  # a refused batch is halved down to about this size (bytes)
 NUMBER_ARGS = tuple(k for k in ARG_KEYS if k not in TEXT_ARGS)
 TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
@@ -66,13 +69,14 @@ class Columns:
         return True
 
     def _decoded(self, text: bytes) -> list | None:
-        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order; a batch
-        pyarrow refuses (a text pid, say torch.profiler's "Spans") is halved, down to SPLIT_MIN,
-        so only the pieces holding such events take the slower dicts; None: not whole events."""
+        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order: arrow's
+        table, or its runs around the few events with a text pid (_arrow_parts); a batch arrow
+        refuses for another reason is halved, down to SPLIT_MIN, so only the pieces holding such
+        events take the slower dicts; None: not whole events."""
         if self.arrow is not None:
-            table = self._arrow_table(text)
-            if table is not None:
-                return [(True, table)]
+            parts = self._arrow_parts(text)
+            if parts is not None:
+                return parts
             middle = BETWEEN.search(text, len(text) // 2) if len(text) > SPLIT_MIN else None
             if middle is not None:
                 first = self._decoded(text[:middle.start() + 1])
@@ -95,25 +99,55 @@ class Columns:
         for key in self.chunks:
             self.chunks[key].append(part[key])
 
-    def _arrow_table(self, text: bytes):
-        pa, pj, pc, options = self.arrow
-        read = pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20))
+    def _arrow_parts(self, text: bytes) -> list | None:
+        """[(True, the batch's arrow table)]; or, where arrow refuses it for events with a text pid
+        or tid (torch.profiler's "Spans" / "Traces" rows, a few per trace), the runs of events
+        between those as tables and those alone as dicts, in file order; None: arrow refuses it."""
         flat, gap = event_lines(text)
         lines = flat.replace(gap, b"}\n{")
+        table = self._read_lines(lines)
+        if table is None and BETWEEN.search(lines) is not None:  # gaps of more than one form: each
+            lines = BETWEEN.sub(b"}\n{", flat)                    # found by the regex
+            table = self._read_lines(lines)
+        return [(True, table)] if table is not None else self._around_text_ids(lines)
+
+    def _read_lines(self, lines: bytes):
+        """Arrow's table of one-event-a-line text, or None where it refuses it."""
+        pa, pj, pc, options = self.arrow
+        read = pj.ReadOptions(block_size=min(max(len(lines) // 8, 1 << 20), 8 << 20))
         try:
             table = pj.read_json(io.BytesIO(lines), parse_options=options, read_options=read)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            if BETWEEN.search(lines) is None:  # no gap of another form left: not whole events as arrow types them
-                return None
-            try:  # gaps of more than one form (two events left on a line): each gap found by the regex
-                table = pj.read_json(io.BytesIO(BETWEEN.sub(b"}\n{", flat)), parse_options=options, read_options=read)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                return None
+            return None
         meta = table.filter(pc.equal(table.column("ph"), "M"))
         if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), "thread_name"),
                                             pc.is_null(meta.column("args")))).as_py():
             return None  # a thread_name without args: the dict reader says what it does
         return table
+
+    def _around_text_ids(self, lines: bytes) -> list | None:
+        """The lines holding a text pid or tid decoded as dicts, the runs between them by arrow."""
+        parts, pos = [], 0
+        for hit in TEXT_ID.finditer(lines):
+            first = lines.rfind(b"\n", 0, hit.start()) + 1
+            if first < pos:
+                continue  # a second text id of the same line
+            last = lines.find(b"\n", hit.end())
+            last = len(lines) if last < 0 else last
+            run = self._read_lines(lines[pos:first - 1]) if first > pos else True
+            if run is None:
+                return None
+            if run is not True:
+                parts.append((True, run))
+            try:
+                parts.append((False, self.decode(b"[" + lines[first:last] + b"]")))
+            except ValueError:  # not one event a line (a gap inside a string): halve the batch
+                return None
+            pos = last + 1
+        rest = self._read_lines(lines[pos:]) if parts and pos < len(lines) else True
+        if not parts or rest is None:
+            return None
+        return parts + ([(True, rest)] if rest is not True else [])
 
     def _add_table(self, table) -> None:
         pa, pj, pc, options = self.arrow
