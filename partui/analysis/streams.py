@@ -51,10 +51,11 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     if not len(gpu):
         return defined(pd.DataFrame(columns=STREAM_COLUMNS))
     track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
-    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")
-    pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), track.cat.codes.to_numpy()])
-    code, uniq = pd.factorize(pair)
-    uniq = [(r, tracks[t]) for r, t in uniq]
+    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")  # code -1 (no track): "?"
+    rcode, ranks = pd.factorize(gpu["rank"].to_numpy())
+    tcode = np.where(track.cat.codes.to_numpy() < 0, len(tracks) - 1, track.cat.codes.to_numpy())
+    code, pairs = pd.factorize(rcode.astype(np.int64) * len(tracks) + tcode)  # one int per (rank, stream)
+    uniq = [(ranks[p // len(tracks)], tracks[p % len(tracks)]) for p in pairs]
     comm = (gpu["kind"] == "comm").to_numpy()
     keys, busy, _, _ = sweep(code, gpu["ts"].to_numpy(), gpu["end"].to_numpy(), np.zeros(len(gpu), np.int64), 1)
     ck, cbusy, _, _ = sweep(code[comm], gpu["ts"].to_numpy()[comm], gpu["end"].to_numpy()[comm],
