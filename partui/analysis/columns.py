@@ -116,7 +116,7 @@ class Columns:
         pa, pj, pc, options = self.arrow
         read = pj.ReadOptions(block_size=min(max(len(lines) // 8, 1 << 20), 8 << 20))
         try:
-            table = pj.read_json(io.BytesIO(lines), parse_options=options, read_options=read)
+            table = pj.read_json(pa.BufferReader(lines), parse_options=options, read_options=read)  # zero-copy
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         meta = table.filter(pc.equal(table.column("ph"), "M"))
