@@ -6,6 +6,7 @@ reported as `partui report` does for a GPU trace (overlap, GPU-side figures, str
     partui bench analysis 1000000                # every case, each in its own process, beside its goal
     partui bench analysis 1000000 --big-gb 0     # without the multi-GB trace
     partui bench analysis --kineto 1000000       # the Kineto case alone, in this process
+    partui bench analysis --hta-python DIR/bin/python   # report vs HTA, HTA in its own venv (analysis_torch)
 
 The cases: the partui trace (load and analyse; then again from its parquet cache), the torch.profiler
 trace, a multi-GB torch.profiler trace written tile by tile (its figures checked against one tile's,
