@@ -55,7 +55,7 @@ def kernel_steps(df: pd.DataFrame) -> np.ndarray:
     if not gpu.any() or not len(steps):
         return out
     rows = np.flatnonzero(gpu)
-    kernels = df.iloc[rows]
+    kernels = df[["rank", "correlation", "ts"]].iloc[rows]  # what the lookup reads: not every column
     launch = launch_times(df, kernels)
     rank, start = kernels["rank"].to_numpy(), kernels["ts"].to_numpy()
     for r, w in steps.groupby("rank"):
@@ -71,14 +71,16 @@ def kernel_steps(df: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def counted_kernels(df: pd.DataFrame) -> pd.DataFrame:
+def counted_kernels(df: pd.DataFrame, columns: list | None = None) -> pd.DataFrame:
     """The GPU compute and comm kernels every view counts: of positive length and, where the trace has
-    steps, belonging to one."""
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    gpu = gpu[gpu["end"] > gpu["ts"]]
-    if (df["kind"] == "step").any():
-        gpu = gpu[gpu["step"].notna()]
-    return gpu
+    steps, belonging to one. columns: only those of the table (a view that reads a few copies a few:
+    a million kernels' every column is ~120 MB)."""
+    kind = df["kind"]
+    keep = (df["device"] == "gpu").to_numpy() & kind.isin(["compute", "comm"]).to_numpy() \
+        & (df["end"].to_numpy() > df["ts"].to_numpy())
+    if (kind == "step").any():
+        keep &= df["step"].notna().to_numpy()
+    return df[keep] if columns is None else df.loc[keep, columns]
 
 
 def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
@@ -94,7 +96,7 @@ def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
 def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, step), in us (SUMS): the step's GPU window, its compute kernels merged, its comm
     kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end"])
     if not len(kernels):
         return pd.DataFrame(columns=SUMS)
     code, uniq = _step_keys(kernels)
@@ -113,7 +115,7 @@ def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
 def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per step: world_step_ms on the GPU, the first rank's first kernel of the step to the last rank's last
     (a trace without steps: one row, step 0, every counted kernel)."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["step", "ts", "end"])
     step = kernels["step"].fillna(0).astype(int).to_numpy()
     g = pd.DataFrame({"step": step, "ts": kernels["ts"].to_numpy(), "end": kernels["end"].to_numpy()}).groupby("step")
     spans = g.agg(t0=("ts", "min"), t1=("end", "max"))
@@ -126,7 +128,7 @@ BY_OP = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_com
 def gpu_by_op(df: pd.DataFrame) -> pd.DataFrame:
     """--by op on a GPU trace: per (op, group), its comm kernels merged per (rank, step) and swept
     against that step's compute kernels, summed; `bytes` NaN: a kernel records no bytes."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end", "op", "group", "name"])
     comm = kernels[kernels["kind"] == "comm"]
     if not len(comm):
         return pd.DataFrame(columns=BY_OP)

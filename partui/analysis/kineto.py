@@ -42,21 +42,22 @@ def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> p
     # every string test runs once per distinct name or category (a few thousand), then spreads by code
     names = pd.Series(df["name"].cat.categories.astype(str))
     ncode = df["name"].cat.codes.to_numpy()
-    cat = np.append(df["cat"].cat.categories.astype(str).str.lower().to_numpy(), "")[df["cat"].cat.codes.to_numpy()]
-    kernel = np.isin(cat, ["kernel", "gpu_memcpy", "gpu_memset"])
+    cats, ccode = df["cat"].cat.categories.astype(str).str.lower(), df["cat"].cat.codes.to_numpy()
+    cat_is = lambda *values: _spread(cats.isin(values), ccode, False)  # noqa: E731  a bool a row, no text
+    kernel = cat_is("kernel", "gpu_memcpy", "gpu_memset")
     gpu = kernel.any()
     df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
     step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
     # a step is the CPU's ProfilerStep#N; Kineto's copy of it on the GPU track is drawn, never a window
-    df["step"] = np.where(cat == "gpu_user_annotation", np.nan, _spread(step_no, ncode, np.nan))
+    df["step"] = np.where(cat_is("gpu_user_annotation"), np.nan, _spread(step_no, ncode, np.nan))
     lower = names.str.lower()
     if gpu:  # comm families against all other kernels; CPU ops are not counted
         comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
-        compute = (cat == "kernel") & ~comm
+        compute = cat_is("kernel") & ~comm
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
         by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
         comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
-        compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
+        compute = cat_is("cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
     wait = np.zeros(len(df), dtype=bool)
     ours = df["partui"].notna().to_numpy()  # partui run --profile: its own ranges say compute and wait
     if not gpu and ours.any():

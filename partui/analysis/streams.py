@@ -47,14 +47,16 @@ def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
 def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank and stream: kernels, comm kernels, busy time (its kernels merged), the comm part of it
     and busy as a % of the rank's GPU window."""
-    gpu = counted_kernels(df)
+    window = _windows(df)  # before this view's kernels: one copy of the kernels at a time
+    gpu = counted_kernels(df, ["rank", "track", "kind", "ts", "end"])
     if not len(gpu):
         return defined(pd.DataFrame(columns=STREAM_COLUMNS))
     track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
-    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")
-    pair = pd.MultiIndex.from_arrays([gpu["rank"].to_numpy(), track.cat.codes.to_numpy()])
-    code, uniq = pd.factorize(pair)
-    uniq = [(r, tracks[t]) for r, t in uniq]
+    tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")  # code -1 (no track): "?"
+    rcode, ranks = pd.factorize(gpu["rank"].to_numpy())
+    tcode = np.where(track.cat.codes.to_numpy() < 0, len(tracks) - 1, track.cat.codes.to_numpy())
+    code, pairs = pd.factorize(rcode.astype(np.int64) * len(tracks) + tcode)  # one int per (rank, stream)
+    uniq = [(ranks[p // len(tracks)], tracks[p % len(tracks)]) for p in pairs]
     comm = (gpu["kind"] == "comm").to_numpy()
     keys, busy, _, _ = sweep(code, gpu["ts"].to_numpy(), gpu["end"].to_numpy(), np.zeros(len(gpu), np.int64), 1)
     ck, cbusy, _, _ = sweep(code[comm], gpu["ts"].to_numpy()[comm], gpu["end"].to_numpy()[comm],
@@ -64,6 +66,6 @@ def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
                         "comm_kernels": np.bincount(code[comm], minlength=len(uniq))[keys],
                         "busy_ms": busy[:, 0] * US_MS})
     out["comm_busy_ms"] = pd.Series(cbusy[:, 0] * US_MS, index=ck).reindex(keys, fill_value=0.0).to_numpy()
-    window = _windows(df).reindex(out["rank"]).to_numpy()
+    window = window.reindex(out["rank"]).to_numpy()
     out["busy_pct"] = np.where(window > 0, 100 * out["busy_ms"] / (window * US_MS), np.nan)
     return defined(out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True))
