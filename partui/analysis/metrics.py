@@ -253,17 +253,44 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
 
 
 def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """The GPU events HTA keeps (see hta_overlap); CPU times rounded inward as HTA's parser does."""
-    gpu = df[df["device"] == "gpu"]
-    steps = df[(df["device"] == "cpu") & df["name"].str.startswith("ProfilerStep#").fillna(False)]
+    """The GPU events HTA keeps (see hta_overlap): their rank, name, ts and end only (all hta_overlap
+    reads), so a trace of millions of kernels is not copied whole; CPU times rounded inward as HTA's
+    parser does."""
+    gpu_rows = (df["device"] == "gpu").to_numpy()
+    gpu = df.loc[gpu_rows, ["rank", "name", "ts", "end"]]
+    cpu_rows = ~gpu_rows
+    steps = df.loc[cpu_rows & df["name"].str.startswith("ProfilerStep#").fillna(False).to_numpy(),
+                   ["rank", "name", "ts", "end"]]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
         return gpu
-    cpu = df[df["device"] == "cpu"]
     steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
     last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
-    bound = cpu["rank"].map(last["end" if include_last_profiler_step else "start"])
-    start = np.ceil(cpu["ts"])
-    kept = cpu[(start <= bound) if include_last_profiler_step else (start < bound)]
-    launched = pd.MultiIndex.from_frame(kept[["rank", "correlation"]].dropna())
-    mine = pd.MultiIndex.from_frame(gpu[["rank", "correlation"]])
-    return gpu[mine.isin(launched)]
+    cpu_rank = df["rank"].to_numpy()[cpu_rows]
+    bound = pd.Series(cpu_rank).map(last["end" if include_last_profiler_step else "start"]).to_numpy()
+    start = np.ceil(df["ts"].to_numpy()[cpu_rows])
+    kept = (start <= bound) if include_last_profiler_step else (start < bound)
+    correlation = df["correlation"].to_numpy()
+    launched = launched_by(gpu["rank"].to_numpy(), correlation[gpu_rows],
+                           cpu_rank[kept], correlation[cpu_rows][kept])
+    return gpu[launched]
+
+
+def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray,
+                cpu_corr: np.ndarray) -> np.ndarray:
+    """Per GPU event: whether a CPU event of its rank carries its correlation id (NaN matches nothing).
+    Each (rank, id) pair is packed into one int64 when the ids are whole numbers under 2**40 and the ranks
+    under 2**22, so one sorted np.isin answers; otherwise pandas matches the pairs."""
+    cpu_corr_known = ~np.isnan(cpu_corr)
+    cpu_rank, cpu_corr = cpu_rank[cpu_corr_known], cpu_corr[cpu_corr_known]
+    gpu_known = ~np.isnan(gpu_corr)
+    ids = np.concatenate([cpu_corr, gpu_corr[gpu_known]])
+    ranks = np.concatenate([cpu_rank, gpu_rank])
+    packable = (not len(ids) or (ids.min() >= 0 and ids.max() < 2 ** 40 and (ids == np.floor(ids)).all()
+                                 and ranks.min() >= 0 and ranks.max() < 2 ** 22))
+    if not packable:
+        launched = pd.MultiIndex.from_arrays([cpu_rank, cpu_corr])
+        return pd.MultiIndex.from_arrays([gpu_rank, gpu_corr]).isin(launched)
+    pack = lambda rank, corr: (rank.astype(np.int64) << 40) | corr.astype(np.int64)
+    out = np.zeros(len(gpu_rank), bool)
+    out[gpu_known] = np.isin(pack(gpu_rank[gpu_known], gpu_corr[gpu_known]), pack(cpu_rank, cpu_corr))
+    return out
