@@ -238,11 +238,12 @@ def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# a file under STREAM_MIN is decoded whole: its dicts fit in memory, and one decode is quicker than
-# batches (DeepSeek's trace repeated 25 times, 62 MB: 5.4 s whole, 13.6 s in batches, each copy's
-# text pids sending pieces to dicts); without pyarrow, batches of dicts cost ~1.6x the CPU of one
-# whole decode (the million-event bench trace), so only files past WHOLE_WITHOUT_ARROW stream
-STREAM_MIN = 96 << 20
+# a file under STREAM_MIN is decoded whole: its dicts fit in memory, and one decode of a small file
+# is as quick as batches. Past it, batches (with pyarrow) win: DeepSeek's trace repeated 25 times
+# (62 MB) loads streamed in ~0.95x the CPU of one whole decode, at 270 MB peak RSS against 640 MB for
+# the whole report. Without pyarrow, batches of dicts cost ~1.6x the CPU of one whole decode (the
+# million-event bench trace), so only files past WHOLE_WITHOUT_ARROW stream
+STREAM_MIN = 32 << 20
 WHOLE_WITHOUT_ARROW = 512 << 20
 
 
