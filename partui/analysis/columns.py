@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, slice_columns, table, \
-    thread_names
+from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, missing, slice_columns, \
+    table, thread_names
 from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
@@ -207,7 +207,7 @@ def _join(parts: list, key: str):
             return np.concatenate(parts)
         return ids(list(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
     if parts and all(isinstance(p, int) for p in parts):
-        return np.full(sum(parts), np.nan)
+        return missing(sum(parts))
     parts = [np.full(p, np.nan) if isinstance(p, int) else p for p in parts]
     return np.concatenate(parts) if parts else np.zeros(0)
 

@@ -54,11 +54,41 @@ def slice_columns(events: list) -> dict:
     present = set().union(*args)  # one C-level pass; absent keys cost no per-event lookup
     for key in ARG_KEYS:
         if key not in present:
-            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else np.full(len(xs), np.nan)
+            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else missing(len(xs))
             continue
         got = [a.get(key) for a in args]
         out[key] = np.array(got, dtype=object) if key in TEXT_ARGS else numbers(got)
     return out
+
+
+def missing(n: int) -> np.ndarray:
+    """n NaNs that cost no memory a row: one shared NaN seen n times (a read-only, zero-stride view).
+    A number column no event fills (a torch.profiler trace's mb, chunk, layer, bytes, peer, cpu_us,
+    transfer_us: 56 of a row's ~119 bytes) reads as any float column; frame_of puts it in a frame."""
+    return np.broadcast_to(np.float64(np.nan), (n,))
+
+
+# one Series of missing() NaNs per length, kept for good (each a few hundred bytes, no row's worth):
+# a frame's shared column then always has another holder, so pandas' copy on write gives a write into
+# it (df.loc[i, "mb"] = 1) the frame's own copy instead of writing into the read-only view
+_HELD_NAN: dict[int, pd.Series] = {}
+
+
+def frame_of(columns: dict) -> pd.DataFrame:
+    """The frame of these columns as they are (no copy); missing() columns stay shared and writable."""
+    def held(n: int) -> pd.Series:
+        if n not in _HELD_NAN:
+            _HELD_NAN[n] = pd.Series(missing(n), copy=False)
+        return _HELD_NAN[n]
+    return pd.DataFrame({key: held(len(values)) if is_missing(values) else values
+                         for key, values in columns.items()}, copy=False)
+
+
+def is_missing(values) -> bool:
+    """Whether a column is missing()'s shared NaNs (kept shared when rows are reordered or picked)."""
+    values = values.to_numpy() if isinstance(values, pd.arrays.NumpyExtensionArray) else values  # no copy
+    return isinstance(values, np.ndarray) and values.ndim == 1 and len(values) > 0 and values.strides == (0,) \
+        and values.dtype == np.float64 and np.isnan(values[0])
 
 
 def table(cols: dict) -> pd.DataFrame:
@@ -71,10 +101,10 @@ def table(cols: dict) -> pd.DataFrame:
             "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)}
     data.update({key: text(cols[key]) if key in TEXT_ARGS else cols[key] for key in ARG_KEYS})
     data["end"] = data["ts"] + data["dur"]
-    df = pd.DataFrame(data, copy=False)  # the columns as built: a dict's arrays are otherwise copied
-    if not keep.all():
-        df = df[keep].reset_index(drop=True)
-    return df
+    if not keep.all():  # the rows with a time; missing() columns stay shared
+        data = {key: missing(int(keep.sum())) if is_missing(values) else values[keep]
+                for key, values in data.items()}
+    return frame_of(data)  # the columns as built: a dict's arrays are otherwise copied
 
 
 def slices(events: list) -> pd.DataFrame:
@@ -119,15 +149,16 @@ def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
             df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
     order = rank_time_order(df["rank"].to_numpy(), df["ts"].to_numpy())
-    if not consume:
-        out = df[COLUMNS]
-        return (out if order is None else out.take(order)).reset_index(drop=True)
     columns = {}
     for col in COLUMNS:
         values = df[col].array
-        columns[col] = values if order is None else values.take(order)
-        del df[col]
-    return pd.DataFrame(columns, copy=False)
+        columns[col] = (values if order is None else missing(len(order)) if is_missing(values)
+                        else values.take(order))
+        if consume:
+            del df[col]
+    out = frame_of(columns)
+    out.attrs.update(df.attrs)
+    return out
 
 
 def rank_time_order(rank: np.ndarray, ts: np.ndarray) -> np.ndarray | None:

@@ -35,7 +35,7 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
 
 def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> pd.DataFrame:
     """The analysis table of a trace's slices (events.slices), thread names (events.thread_names)
-    and its other keys (doc: distributedInfo)."""
+    and its other keys (doc: distributedInfo). df is consumed: its columns move to the table returned."""
     df["track"] = track_names(df, names)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
@@ -80,12 +80,12 @@ def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> p
         codes = np.where(comm, np.append(per_name, -1)[ncode], -1)
         df["op"] = pd.Categorical.from_codes(codes, pd.Index(labels, dtype=object))
         df["group"] = pd.Categorical.from_codes(np.where(comm, 0, -1), ["world"])
-        return finish(df)
+        return finish(df, consume=True)  # df: this reader's own table of slices
     op = pd.Series(_spread(op.to_numpy(dtype=object), ncode, None), index=df.index)
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
     df["op"] = given_op.where(given_op.notna(), op.where(comm))
     df["group"] = given_group.where(given_group.notna(), np.where(comm, "world", None))
-    return finish(df)
+    return finish(df, consume=True)
 
 
 def _spread(per_name: np.ndarray, codes: np.ndarray, missing):
