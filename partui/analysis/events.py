@@ -148,6 +148,9 @@ def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
         if not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
+    if consume:  # the scratch columns the table does not keep (pid, tid, args): gone before the sort
+        for col in [c for c in df.columns if c not in COLUMNS]:
+            del df[col]
     order = rank_time_order(df["rank"].to_numpy(), df["ts"].to_numpy())
     columns = {}
     for col in COLUMNS:
@@ -165,6 +168,8 @@ def rank_time_order(rank: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
     """The stable (rank, ts) order of rows (ties keep file order, as np.lexsort), or None when they
     are in it already. Two stable passes, time then rank: a rank's codes sort by radix, ~2x faster
     than lexsort on a million rows."""
+    if len(rank) and rank.min() == rank.max():  # one rank (a torch.profiler file): time alone
+        return None if np.all(ts[1:] >= ts[:-1]) else np.argsort(ts, kind="stable")
     same = rank[1:] == rank[:-1]
     if np.all((rank[1:] > rank[:-1]) | (same & (ts[1:] >= ts[:-1]))):
         return None

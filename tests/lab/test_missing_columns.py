@@ -55,3 +55,23 @@ def test_a_torch_profiler_load_shares_its_unfilled_columns_and_they_take_writes(
     assert picked["mb"].isna().all() and len(picked) > 0
     df.loc[df.index[0], "mb"] = 1.0  # copy on write: the frame's own column now
     assert df["mb"].iloc[0] == 1.0 and df["mb"].iloc[1:].isna().all() and not is_missing(df["mb"].array)
+
+
+def test_one_ranks_time_order_is_lexsorts_with_ties_and_none_when_sorted():
+    rng = np.random.default_rng(3)
+    ts = rng.integers(0, 50, 400).astype(float)  # many ties: file order must hold among them
+    rank = np.full(400, 7)
+    order = events.rank_time_order(rank, ts)
+    assert (order == np.lexsort((ts, rank))).all()
+    assert events.rank_time_order(rank, ts[order]) is None
+    assert events.rank_time_order(np.zeros(0, np.int64), np.zeros(0)) is None
+
+
+def test_finish_consuming_drops_the_scratch_columns_and_equals_the_copying_finish():
+    ts = [3.0, 1.0, 2.0]
+    consumed, copied = table(columns_with(missing, ts)), table(columns_with(missing, ts))
+    for df in (consumed, copied):
+        df["rank"], df["track"], df["kind"], df["device"] = 0, "t", "compute", "gpu"
+    got, want = finish(consumed, consume=True), finish(copied)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert len(consumed.columns) == 0 and "pid" in copied.columns
