@@ -33,16 +33,23 @@ def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     c_rank, c_corr, c_ts = (df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts"))
     k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
     out = np.full(len(kernels), np.nan)
+    one_rank = len(k_rank) and len(c_rank) and k_rank.min() == k_rank.max() == c_rank.min() == c_rank.max()
     for r in np.unique(k_rank):
-        mine = c_rank == r
+        mine = slice(None) if one_rank else c_rank == r  # one rank (a torch.profiler file): no copies
         order = np.lexsort((c_ts[mine], c_corr[mine]))      # by id, the earliest call of an id first
-        ids, first = np.unique(c_corr[mine][order], return_index=True)
+        ids = c_corr[mine][order]
+        first = np.flatnonzero(np.append(True, ids[1:] != ids[:-1]))  # each id's earliest call
+        launched = c_ts[mine][order[first]]
+        ids = ids[first]
+        del order
         if not len(ids):
             continue
-        at = np.flatnonzero(k_rank == r)
-        k = np.clip(np.searchsorted(ids, k_corr[at]), 0, len(ids) - 1)
-        hit = ids[k] == k_corr[at]
-        out[at[hit]] = c_ts[mine][order][first][k[hit]]
+        at = np.arange(len(k_rank)) if one_rank else np.flatnonzero(k_rank == r)
+        wanted = k_corr[at]
+        k = np.searchsorted(ids, wanted)
+        np.minimum(k, len(ids) - 1, out=k)
+        hit = ids[k] == wanted
+        out[at[hit]] = launched[k[hit]]
     return out
 
 
@@ -55,19 +62,25 @@ def kernel_steps(df: pd.DataFrame) -> np.ndarray:
     if not gpu.any() or not len(steps):
         return out
     rows = np.flatnonzero(gpu)
-    kernels = df[["rank", "correlation", "ts"]].iloc[rows]  # what the lookup reads: not every column
-    launch = launch_times(df, kernels)
-    rank, start = kernels["rank"].to_numpy(), kernels["ts"].to_numpy()
+    rank = df["rank"].to_numpy()[rows]
+    kernels = pd.DataFrame({"rank": rank, "correlation": df["correlation"].to_numpy()[rows]}, copy=False)
+    t = launch_times(df, kernels)  # what the lookup reads: not every column
+    del kernels
+    claimed = ~np.isnan(t)
+    t[~claimed] = df["ts"].to_numpy()[rows][~claimed]  # an unclaimed kernel: by its own start
+    one_rank = len(rank) and rank.min() == rank.max()
     for r, w in steps.groupby("rank"):
         w = w.sort_values("ts")
         w0, w1, number = w["ts"].to_numpy(), w["end"].to_numpy(), w["step"].to_numpy()
-        mine = rank == r
-        claimed = ~np.isnan(launch)
-        t = np.where(claimed, launch, start)
-        k = np.searchsorted(w0, t, side="right") - 1
-        at = np.clip(k, 0, None)
-        ok = (k >= 0) & (~claimed | (t <= w1[at]))   # an orphan: the last step begun before it ran
-        out[rows[mine]] = np.where(ok, number[at], np.nan)[mine]
+        mine = slice(None) if one_rank and r == rank[0] else rank == r  # one rank: no masked copies
+        k = np.searchsorted(w0, t[mine], side="right")
+        k -= 1
+        ok = k >= 0
+        np.maximum(k, 0, out=k)
+        ok &= ~claimed[mine] | (t[mine] <= w1[k])   # an orphan: the last step begun before it ran
+        got = number[k].astype(float)
+        got[~ok] = np.nan
+        out[rows[mine]] = got
     return out
 
 
