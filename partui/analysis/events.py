@@ -129,15 +129,18 @@ def thread_names(events: list) -> dict:
 def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:
     """Each slice's thread name (names: thread_names' (pid, tid) -> name), else its tid as text:
     looked up once per distinct (pid, tid)."""
-    pcode, pids = pd.factorize(df["pid"].to_numpy())
+    pair, pids = pd.factorize(df["pid"].to_numpy())
     tcode, tids = pd.factorize(df["tid"].to_numpy())
-    pair = pcode.astype(np.int64) * max(len(tids), 1) + tcode
+    width = max(len(tids), 1)
+    pair *= width  # in place: a few row-length arrays held at once, not five
+    pair += tcode
+    del tcode
     inverse, combo = pd.factorize(pair)  # hashing: a few distinct pairs among a million
-    named = [names.get((pids[c // max(len(tids), 1)], tids[c % max(len(tids), 1)]),
-                       str(tids[c % max(len(tids), 1)])) for c in combo]
+    del pair
+    named = [names.get((pids[c // width], tids[c % width]), str(tids[c % width])) for c in combo]
     uniq = list(dict.fromkeys(named))
-    code = np.array([uniq.index(x) for x in named], dtype=np.int64)
-    return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int64), uniq)
+    code = np.array([uniq.index(x) for x in named], dtype=np.int8 if len(uniq) < 128 else np.int32)
+    return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int8), uniq)
 
 
 def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:

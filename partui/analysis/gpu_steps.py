@@ -30,27 +30,44 @@ def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it.
     Binary search per rank over the calls' sorted ids (no per-kernel hashing of index tuples)."""
     cpu = (df["device"] == "cpu").to_numpy() & df["correlation"].notna().to_numpy()
-    c_rank, c_corr, c_ts = (df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts"))
+    calls = {col: df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts")}
+    del cpu
     k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
     out = np.full(len(kernels), np.nan)
-    one_rank = len(k_rank) and len(c_rank) and k_rank.min() == k_rank.max() == c_rank.min() == c_rank.max()
+    c_rank = calls.pop("rank")
+    one_rank = bool(len(k_rank) and len(c_rank) and k_rank.min() == k_rank.max() == c_rank.min() == c_rank.max())
     for r in np.unique(k_rank):
-        mine = slice(None) if one_rank else c_rank == r  # one rank (a torch.profiler file): no copies
-        order = np.lexsort((c_ts[mine], c_corr[mine]))      # by id, the earliest call of an id first
-        ids = c_corr[mine][order]
-        first = np.flatnonzero(np.append(True, ids[1:] != ids[:-1]))  # each id's earliest call
-        launched = c_ts[mine][order[first]]
-        ids = ids[first]
-        del order
+        if one_rank:  # a torch.profiler file: its calls taken over, no masked copies
+            ids, launched = _first_calls(calls.pop("correlation"), calls.pop("ts"))
+        else:
+            mine = c_rank == r
+            ids, launched = _first_calls(calls["correlation"][mine], calls["ts"][mine])
         if not len(ids):
             continue
-        at = np.arange(len(k_rank)) if one_rank else np.flatnonzero(k_rank == r)
-        wanted = k_corr[at]
-        k = np.searchsorted(ids, wanted)
-        np.minimum(k, len(ids) - 1, out=k)
-        hit = ids[k] == wanted
-        out[at[hit]] = launched[k[hit]]
+        at = None if one_rank else np.flatnonzero(k_rank == r)
+        for lo in range(0, len(k_rank) if one_rank else len(at), LOOKUP_ROWS):  # bounded temporaries
+            rows = slice(lo, lo + LOOKUP_ROWS) if one_rank else at[lo:lo + LOOKUP_ROWS]
+            wanted = k_corr[rows]
+            k = np.searchsorted(ids, wanted)
+            np.minimum(k, len(ids) - 1, out=k)
+            hit = ids[k] == wanted
+            if one_rank:
+                out[rows][hit] = launched[k[hit]]  # a slice of out: a view, written in place
+            else:
+                out[rows[hit]] = launched[k[hit]]
     return out
+
+
+LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
+
+
+def _first_calls(corr: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct correlation ids in order, and each one's earliest call time."""
+    order = np.lexsort((ts, corr))  # by id, the earliest call of an id first
+    corr, ts = corr[order], ts[order]
+    del order
+    first = np.flatnonzero(np.append(True, corr[1:] != corr[:-1]))
+    return corr[first], ts[first]
 
 
 def kernel_steps(df: pd.DataFrame) -> np.ndarray:

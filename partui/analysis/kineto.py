@@ -37,6 +37,7 @@ def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> p
     """The analysis table of a trace's slices (events.slices), thread names (events.thread_names)
     and its other keys (doc: distributedInfo). df is consumed: its columns move to the table returned."""
     df["track"] = track_names(df, names)
+    del df["pid"]  # read by track_names alone: not held through the steps' lookup (8 B a row)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
     # every string test runs once per distinct name or category (a few thousand), then spreads by code

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from partui.analysis import gpu_steps
 from partui.analysis.gpu_steps import launch_times
 
 
@@ -16,8 +17,10 @@ def loop_oracle(df, kernels):
     return np.array(out, dtype=float)
 
 
+@pytest.mark.parametrize("lookup_rows", [7, 1 << 20])  # many pieces of kernels, one
 @pytest.mark.parametrize("ranks", [1, 3])
-def test_launch_times_is_each_kernels_earliest_call_of_its_rank(ranks):
+def test_launch_times_is_each_kernels_earliest_call_of_its_rank(ranks, lookup_rows, monkeypatch):
+    monkeypatch.setattr(gpu_steps, "LOOKUP_ROWS", lookup_rows)
     rng = np.random.default_rng(11)
     n = 600
     df = pd.DataFrame({"rank": rng.integers(0, ranks, n) + 4, "device": rng.choice(["cpu", "gpu"], n),
