@@ -26,32 +26,34 @@ from partui.analysis.timing import actions, pipeline_windows
 US_MS = 1e-3
 
 
-def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
+def overlap(df: pd.DataFrame, by: str = "rank", gpu_sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank, per (rank, step), or per (op, group): times in ms and percentages; what each
     column counts (partui.analysis.definitions) is in `.attrs["definitions"]`. Only step windows are
-    measured: time between steps (the controller, a user deciding) enters no figure."""
-    return overlap_views(df, (by,))[by]
+    measured: time between steps (the controller, a user deciding) enters no figure. gpu_sums: see
+    overlap_views."""
+    return overlap_views(df, (by,), gpu_sums)[by]
 
 
-def overlap_views(df: pd.DataFrame, views=("rank", "step", "op")) -> dict:
+def overlap_views(df: pd.DataFrame, views=("rank", "step", "op"), gpu_sums: pd.DataFrame | None = None) -> dict:
     """{view: overlap(df, view)} for several views of one trace, the per-window sweep, core sharing
-    and the pipeline simulations computed once for all of them."""
+    and the pipeline simulations computed once for all of them. gpu_sums: gpu_step_sums(df) where the
+    caller has it (a report's GPU tables read it too), else computed here."""
     bad = [v for v in views if v not in ("rank", "step", "op")]
     if bad:
         raise ValueError(f"by must be rank, step or op, not {bad[0]!r}")
     if "step" in views and not bool((df["kind"] == "step").any()):
         raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
-    shared = _per_window(df) if set(views) & {"rank", "step"} else None
+    shared = _per_window(df, gpu_sums) if set(views) & {"rank", "step"} else None
     out = {}
     for by in views:
         out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared))
     return out
 
 
-def _per_window(df: pd.DataFrame):
+def _per_window(df: pd.DataFrame, gpu_sums: pd.DataFrame | None = None):
     """(per-window sums in us, the pipeline simulations or None): what rank and step views share."""
     if (df["device"] == "gpu").any():   # kernels in the step that launched them, over its GPU window
-        return gpu_step_sums(df), None
+        return (gpu_step_sums(df) if gpu_sums is None else gpu_sums), None
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
     acts = actions(df)   # once: the pipeline windows and the simulations' costs read it
     pipe = pipeline_windows(df, windows, acts)

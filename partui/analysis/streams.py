@@ -23,15 +23,16 @@ GPU_COLUMNS = ["rank", "gpu_window_ms", "kernel_compute_ms", "kernel_comm_ms", "
                "gpu_exposed_comm_ms", "compute_idle_ms", "kernel_overlap_pct"]
 
 
-def _windows(df: pd.DataFrame) -> pd.Series:
+def _windows(df: pd.DataFrame, sums: pd.DataFrame | None = None) -> pd.Series:
     """Per rank: its steps' GPU windows summed (us)."""
-    return gpu_step_sums(df).groupby("rank")["window"].sum()
+    return (gpu_step_sums(df) if sums is None else sums).groupby("rank")["window"].sum()
 
 
-def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
+def gpu_overlap(df: pd.DataFrame, sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank: the GPU window, compute and comm kernels merged, their intersection, the comm no
-    compute kernel ran beside (exposed on the GPU) and the window no compute kernel covered."""
-    sums = gpu_step_sums(df)
+    compute kernel ran beside (exposed on the GPU) and the window no compute kernel covered. sums:
+    gpu_step_sums(df) where the caller has it (one sweep of the kernels per report, not three)."""
+    sums = gpu_step_sums(df) if sums is None else sums
     if not len(sums):
         return defined(pd.DataFrame(columns=GPU_COLUMNS))
     per = sums.drop(columns=["step", "wait"]).groupby("rank", as_index=False).sum()
@@ -44,10 +45,10 @@ def gpu_overlap(df: pd.DataFrame) -> pd.DataFrame:
                                  "compute_idle_ms": (window - comp) * US_MS, "kernel_overlap_pct": pct}))
 
 
-def stream_busy(df: pd.DataFrame) -> pd.DataFrame:
+def stream_busy(df: pd.DataFrame, sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank and stream: kernels, comm kernels, busy time (its kernels merged), the comm part of it
-    and busy as a % of the rank's GPU window."""
-    window = _windows(df)  # before this view's kernels: one copy of the kernels at a time
+    and busy as a % of the rank's GPU window. sums: as gpu_overlap's."""
+    window = _windows(df, sums)  # before this view's kernels: one copy of the kernels at a time
     gpu = counted_kernels(df, ["rank", "track", "kind", "ts", "end"])
     if not len(gpu):
         return defined(pd.DataFrame(columns=STREAM_COLUMNS))

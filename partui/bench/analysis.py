@@ -28,6 +28,7 @@ import numpy as np
 
 from partui.analysis import hta_overlap, load, overlap_views
 from partui.analysis.comm_kernels import family_table
+from partui.analysis.gpu_steps import gpu_step_sums
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.bench.analysis_scale import repeat_trace, report_figures, scaled_mismatch, write_tiles
 from partui.bench.analysis_torch import HTA_ENV, describe_vs_hta, find_hta_python, hta_python_arg, \
@@ -158,8 +159,9 @@ def bench_kineto(n_kernels: int = 1_000_000) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         df = load(path)
         t1, c1 = time.perf_counter(), time.process_time()
-        overlap_views(df, ("rank", "op"))
-        gpu_overlap(df), stream_busy(df), family_table(df), hta_overlap(df)
+        sums = gpu_step_sums(df)  # once, as partui report does
+        overlap_views(df, ("rank", "op"), sums)
+        gpu_overlap(df, sums), stream_busy(df, sums), family_table(df), hta_overlap(df)
         t2, c2 = time.perf_counter(), time.process_time()
     return {"kernels": n_kernels, "events": n, "file_mb": size / 2**20, "load_s": t1 - t0, "report_s": t2 - t1,
             "load_and_report_s": t2 - t0, "load_and_report_cpu_s": c2 - c0}
