@@ -93,10 +93,14 @@ def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
     if not len(k) or k.min() < 0 or k.max() >= 2**32:
         return np.lexsort((t, k))
     o = np.argsort(t)
+    # each 16-bit digit made once (2 bytes a row) and then reordered: never an int64 copy of k reordered
     if k.max() >= 2**16:
-        o = o[np.argsort((k[o] & 0xFFFF).astype(np.uint16), kind="stable")]
-        return o[np.argsort((k[o] >> 16).astype(np.uint16), kind="stable")]
-    return o[np.argsort(k[o].astype(np.uint16), kind="stable")]
+        digit = (k & 0xFFFF).astype(np.uint16)
+        o = o[np.argsort(digit[o], kind="stable")]
+        digit = (k >> 16).astype(np.uint16)
+        return o[np.argsort(digit[o], kind="stable")]
+    digit = k.astype(np.uint16)
+    return o[np.argsort(digit[o], kind="stable")]
 
 
 def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.ndarray):
