@@ -2,8 +2,9 @@
 
 A batch is decoded by pyarrow's JSON reader straight into typed columns, in C++, when pyarrow is
 installed and the batch fits the schema (ints where partui and torch.profiler write ints, floats,
-strings); any other batch is decoded by orjson / json into dicts and read as events.slices reads
-a document. Either way each batch leaves only its complete ('X') events' columns and its thread
+strings), one event a line (event_lines); the few events arrow cannot type (a text pid, such as
+torch.profiler's "Spans") are cut out and decoded alone, and any other batch it refuses is decoded
+by orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves only its complete ('X') events' columns and its thread
 names: memory grows with the rows kept, not the bytes read. `Columns.frame` then builds the same
 table, with the same dtypes and category order, as events.slices of the whole document.
 """
@@ -15,12 +16,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, slice_columns, table, \
-    thread_names
+from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, missing, slice_columns, \
+    table, thread_names
 from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
-SPACED_GAP = re.compile(rb"\}\s+,|\},\s+\{")  # a gap between events with white space in it
+TEXT_ID = re.compile(rb'"[pt]id"\s*:\s*"')  # an event whose pid or tid is text, which arrow cannot type
 SPLIT_MIN = 1 << 20  # a refused batch is halved down to about this size (bytes)
 NUMBER_ARGS = tuple(k for k in ARG_KEYS if k not in TEXT_ARGS)
 TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
@@ -40,8 +41,8 @@ def arrow_reader():
                         ("pid", pa.int64()), ("tid", pa.int64()), ("ts", pa.float64()),
                         ("dur", pa.float64()), ("args", args)])
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
-                              newlines_in_values=True)  # torch.profiler pretty-prints its events
-    return pa, pj, pc, options
+                              newlines_in_values=False)  # one event a line (event_lines): arrow cuts
+    return pa, pj, pc, options  # its blocks at line breaks instead of parsing to find each event's end
 
 
 class Columns:
@@ -68,13 +69,14 @@ class Columns:
         return True
 
     def _decoded(self, text: bytes) -> list | None:
-        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order; a batch
-        pyarrow refuses (a text pid, say torch.profiler's "Spans") is halved, down to SPLIT_MIN,
-        so only the pieces holding such events take the slower dicts; None: not whole events."""
+        """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order: arrow's
+        table, or its runs around the few events with a text pid (_arrow_parts); a batch arrow
+        refuses for another reason is halved, down to SPLIT_MIN, so only the pieces holding such
+        events take the slower dicts; None: not whole events."""
         if self.arrow is not None:
-            table = self._arrow_table(text)
-            if table is not None:
-                return [(True, table)]
+            parts = self._arrow_parts(text)
+            if parts is not None:
+                return parts
             middle = BETWEEN.search(text, len(text) // 2) if len(text) > SPLIT_MIN else None
             if middle is not None:
                 first = self._decoded(text[:middle.start() + 1])
@@ -97,13 +99,24 @@ class Columns:
         for key in self.chunks:
             self.chunks[key].append(part[key])
 
-    def _arrow_table(self, text: bytes):
+    def _arrow_parts(self, text: bytes) -> list | None:
+        """[(True, the batch's arrow table)]; or, where arrow refuses it for events with a text pid
+        or tid (torch.profiler's "Spans" / "Traces" rows, a few per trace), the runs of events
+        between those as tables and those alone as dicts, in file order; None: arrow refuses it."""
+        flat, gap = event_lines(text)
+        lines = flat.replace(gap, b"}\n{")
+        table = self._read_lines(lines)
+        if table is None and BETWEEN.search(lines) is not None:  # gaps of more than one form: each
+            lines = BETWEEN.sub(b"}\n{", flat)                    # found by the regex
+            table = self._read_lines(lines)
+        return [(True, table)] if table is not None else self._around_text_ids(lines)
+
+    def _read_lines(self, lines: bytes):
+        """Arrow's table of one-event-a-line text, or None where it refuses it."""
         pa, pj, pc, options = self.arrow
+        read = pj.ReadOptions(block_size=min(max(len(lines) // 8, 1 << 20), 8 << 20))
         try:
-            spaced = SPACED_GAP.search(text) is not None  # compact JSON (partui's): a plain replace, 4x faster
-            lines = BETWEEN.sub(b"}\n{", text) if spaced else text.replace(b"},{", b"}\n{")
-            table = pj.read_json(io.BytesIO(lines), parse_options=options,
-                                 read_options=pj.ReadOptions(block_size=min(max(len(text) // 8, 1 << 20), 8 << 20)))
+            table = pj.read_json(pa.BufferReader(lines), parse_options=options, read_options=read)  # zero-copy
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         meta = table.filter(pc.equal(table.column("ph"), "M"))
@@ -111,6 +124,30 @@ class Columns:
                                             pc.is_null(meta.column("args")))).as_py():
             return None  # a thread_name without args: the dict reader says what it does
         return table
+
+    def _around_text_ids(self, lines: bytes) -> list | None:
+        """The lines holding a text pid or tid decoded as dicts, the runs between them by arrow."""
+        parts, pos = [], 0
+        for hit in TEXT_ID.finditer(lines):
+            first = lines.rfind(b"\n", 0, hit.start()) + 1
+            if first < pos:
+                continue  # a second text id of the same line
+            last = lines.find(b"\n", hit.end())
+            last = len(lines) if last < 0 else last
+            run = self._read_lines(lines[pos:first - 1]) if first > pos else True
+            if run is None:
+                return None
+            if run is not True:
+                parts.append((True, run))
+            try:
+                parts.append((False, self.decode(b"[" + lines[first:last] + b"]")))
+            except ValueError:  # not one event a line (a gap inside a string): halve the batch
+                return None
+            pos = last + 1
+        rest = self._read_lines(lines[pos:]) if parts and pos < len(lines) else True
+        if not parts or rest is None:
+            return None
+        return parts + ([(True, rest)] if rest is not True else [])
 
     def _add_table(self, table) -> None:
         pa, pj, pc, options = self.arrow
@@ -123,7 +160,9 @@ class Columns:
         args = xs.column("args").combine_chunks()
         for key in FIELDS:
             col = xs.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
-            self.chunks[key].append(_numpy(col, key))
+            # a key no event of the batch holds (most of ARG_KEYS in a torch.profiler trace): only
+            # its count, the missing values made once at the join
+            self.chunks[key].append(len(col) if key in ARG_KEYS and col.null_count == len(col) else _numpy(col, key, pc))
         self.events += table.num_rows
         self.batches["arrow"] += 1
 
@@ -134,11 +173,22 @@ class Columns:
         return table(joined)
 
 
-def _numpy(col, key: str):
+def event_lines(text: bytes) -> tuple[bytes, bytes]:
+    """The batch without line breaks, and the gap between its first two events as written there
+    (compact: `},{`; torch.profiler's pretty-printed `},\n  {`: `},  {`). A raw line break in JSON is
+    only ever white space (a string holds none), so removing them changes no value; the caller
+    turns each gap into one, so arrow reads one event a line. A gap met inside a string, or a batch
+    whose gaps differ, leaves a line that is not one event: arrow refuses it, never misreads it."""
+    flat = text.translate(None, b"\r\n") if b"\n" in text or b"\r" in text else text  # compact: as is
+    first = BETWEEN.search(flat)
+    return flat, (flat[first.start():first.end()] if first else b"},{")
+
+
+def _numpy(col, key: str, pc):
     """An arrow column as events.slices' values: floats (null -> NaN), ids (int64, or objects
-    when one is missing) and text (arrow strings, kept for one encoding at the end)."""
-    if key in TEXT_COLUMNS:
-        return col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    when one is missing) and text (a dictionary of its few names, joined by _text)."""
+    if key in TEXT_COLUMNS:  # a few names: kept as a dictionary, a small code a row (see _text)
+        return pc.dictionary_encode(col.combine_chunks() if hasattr(col, "combine_chunks") else col)
     if key in ("pid", "tid"):
         if col.null_count:
             return np.array(col.to_pylist(), dtype=object)
@@ -147,6 +197,7 @@ def _numpy(col, key: str):
 
 
 def _join(parts: list, key: str):
+    """One column of the batches' parts (an int: that many missing values)."""
     if key in TEXT_COLUMNS:
         return _text(parts)
     if key in ("pid", "tid"):
@@ -155,27 +206,45 @@ def _join(parts: list, key: str):
         if all(getattr(p, "dtype", None) == np.int64 for p in parts):
             return np.concatenate(parts)
         return ids(list(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
+    if parts and all(isinstance(p, int) for p in parts):
+        return missing(sum(parts))
+    parts = [np.full(p, np.nan) if isinstance(p, int) else p for p in parts]
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _text(parts: list) -> pd.Categorical:
-    """One categorical of arrow strings and decoded values, categories sorted as events.labels
-    sorts them: in arrow when every value is text (decoded batches' too), else as objects."""
+    """One categorical of the batches' text parts (arrow dictionaries, decoded values, or a count of
+    missing ones), categories sorted as events.labels sorts them. With arrow every part is a
+    dictionary (a few names, a small code a row), so the trace's text is never held whole; values
+    that are not all text (odd traces' numbers among names) are sorted as objects by labels."""
+    if parts and all(isinstance(p, int) for p in parts):  # a text key no event holds
+        return labels(np.full(sum(parts), None, dtype=object))
     arrow = arrow_reader()
-    if arrow is not None and parts:
-        pa, pc = arrow[0], arrow[2]
-        try:  # a decoded batch's text as arrow strings; numbers among them (odd traces) stay objects
-            parts = [pa.array(p, type=pa.string(), from_pandas=True) if isinstance(p, (list, np.ndarray)) else p
-                     for p in parts]
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass
-    if arrow is not None and parts and all(not isinstance(p, (list, np.ndarray)) for p in parts):
-        coded = pc.dictionary_encode(pa.chunked_array(parts, type=pa.string())).combine_chunks()
-        uniques = np.array(coded.dictionary.to_pylist(), dtype=object)
-        codes = coded.indices.fill_null(-1).to_numpy().astype(np.int64)
-        cats = labels(uniques).categories  # the few distinct names, ordered and typed as labels does
-        place = np.append(cats.get_indexer(uniques), -1)
-        return pd.Categorical.from_codes(place[codes], cats)  # -1 (missing) takes the appended -1
-    values = [p.to_numpy(zero_copy_only=False) if not isinstance(p, (list, np.ndarray)) else np.asarray(p, dtype=object)
-              for p in parts]
-    return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
+    coded = _dictionaries(parts, arrow[0], arrow[2]) if arrow is not None and parts else None
+    if coded is None:
+        values = [np.full(p, None, dtype=object) if isinstance(p, int)
+                  else np.asarray(p, dtype=object) if isinstance(p, (list, np.ndarray))
+                  else p.dictionary_decode().to_numpy(zero_copy_only=False) if hasattr(p, "dictionary")
+                  else p.to_numpy(zero_copy_only=False) for p in parts]
+        return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
+    names = [np.array(p.dictionary.to_pylist(), dtype=object) for p in coded]
+    cats = labels(np.array(list(dict.fromkeys(n for ns in names for n in ns)), dtype=object)).categories
+    codes = [np.append(cats.get_indexer(ns), -1)[p.indices.fill_null(-1).to_numpy().astype(np.int64)]
+             for ns, p in zip(names, coded)]  # a missing value (-1) takes the appended -1
+    return pd.Categorical.from_codes(np.concatenate(codes), cats)
+
+
+def _dictionaries(parts: list, pa, pc) -> list | None:
+    """Each part as an arrow dictionary array of strings; None when a decoded part holds a value
+    that is not text."""
+    out = []
+    for p in parts:
+        if isinstance(p, int):
+            p = pa.nulls(p, pa.string())
+        elif isinstance(p, (list, np.ndarray)):
+            try:
+                p = pa.array(p, type=pa.string(), from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return None
+        out.append(p if pa.types.is_dictionary(p.type) else pc.dictionary_encode(p))
+    return out

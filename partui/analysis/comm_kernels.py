@@ -55,7 +55,7 @@ def family_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank and family: comm kernels matched and their summed time (ms); the patterns are the ones
     the trace was loaded with (`df.attrs["comm_kernels"]`)."""
     cols = ["rank", "family", "kernels", "kernel_ms"]
-    kernels = counted_kernels(df)   # the kernels every view counts (gpu_steps)
+    kernels = counted_kernels(df, ["rank", "kind", "name", "dur"])   # the kernels every view counts (gpu_steps)
     comm = kernels[kernels["kind"] == "comm"]
     if not len(comm):
         return pd.DataFrame(columns=cols)

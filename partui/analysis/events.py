@@ -54,11 +54,41 @@ def slice_columns(events: list) -> dict:
     present = set().union(*args)  # one C-level pass; absent keys cost no per-event lookup
     for key in ARG_KEYS:
         if key not in present:
-            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else np.full(len(xs), np.nan)
+            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else missing(len(xs))
             continue
         got = [a.get(key) for a in args]
         out[key] = np.array(got, dtype=object) if key in TEXT_ARGS else numbers(got)
     return out
+
+
+def missing(n: int) -> np.ndarray:
+    """n NaNs that cost no memory a row: one shared NaN seen n times (a read-only, zero-stride view).
+    A number column no event fills (a torch.profiler trace's mb, chunk, layer, bytes, peer, cpu_us,
+    transfer_us: 56 of a row's ~119 bytes) reads as any float column; frame_of puts it in a frame."""
+    return np.broadcast_to(np.float64(np.nan), (n,))
+
+
+# one Series of missing() NaNs per length, kept for good (each a few hundred bytes, no row's worth):
+# a frame's shared column then always has another holder, so pandas' copy on write gives a write into
+# it (df.loc[i, "mb"] = 1) the frame's own copy instead of writing into the read-only view
+_HELD_NAN: dict[int, pd.Series] = {}
+
+
+def frame_of(columns: dict) -> pd.DataFrame:
+    """The frame of these columns as they are (no copy); missing() columns stay shared and writable."""
+    def held(n: int) -> pd.Series:
+        if n not in _HELD_NAN:
+            _HELD_NAN[n] = pd.Series(missing(n), copy=False)
+        return _HELD_NAN[n]
+    return pd.DataFrame({key: held(len(values)) if is_missing(values) else values
+                         for key, values in columns.items()}, copy=False)
+
+
+def is_missing(values) -> bool:
+    """Whether a column is missing()'s shared NaNs (kept shared when rows are reordered or picked)."""
+    values = values.to_numpy() if isinstance(values, pd.arrays.NumpyExtensionArray) else values  # no copy
+    return isinstance(values, np.ndarray) and values.ndim == 1 and len(values) > 0 and values.strides == (0,) \
+        and values.dtype == np.float64 and np.isnan(values[0])
 
 
 def table(cols: dict) -> pd.DataFrame:
@@ -71,10 +101,10 @@ def table(cols: dict) -> pd.DataFrame:
             "ts": ts, "dur": np.nan_to_num(cols["dur"], nan=0.0)}
     data.update({key: text(cols[key]) if key in TEXT_ARGS else cols[key] for key in ARG_KEYS})
     data["end"] = data["ts"] + data["dur"]
-    df = pd.DataFrame(data, copy=False)  # the columns as built: a dict's arrays are otherwise copied
-    if not keep.all():
-        df = df[keep].reset_index(drop=True)
-    return df
+    if not keep.all():  # the rows with a time; missing() columns stay shared
+        data = {key: missing(int(keep.sum())) if is_missing(values) else values[keep]
+                for key, values in data.items()}
+    return frame_of(data)  # the columns as built: a dict's arrays are otherwise copied
 
 
 def slices(events: list) -> pd.DataFrame:
@@ -99,15 +129,18 @@ def thread_names(events: list) -> dict:
 def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:
     """Each slice's thread name (names: thread_names' (pid, tid) -> name), else its tid as text:
     looked up once per distinct (pid, tid)."""
-    pcode, pids = pd.factorize(df["pid"].to_numpy())
+    pair, pids = pd.factorize(df["pid"].to_numpy())
     tcode, tids = pd.factorize(df["tid"].to_numpy())
-    pair = pcode.astype(np.int64) * max(len(tids), 1) + tcode
+    width = max(len(tids), 1)
+    pair *= width  # in place: a few row-length arrays held at once, not five
+    pair += tcode
+    del tcode
     inverse, combo = pd.factorize(pair)  # hashing: a few distinct pairs among a million
-    named = [names.get((pids[c // max(len(tids), 1)], tids[c % max(len(tids), 1)]),
-                       str(tids[c % max(len(tids), 1)])) for c in combo]
+    del pair
+    named = [names.get((pids[c // width], tids[c % width]), str(tids[c % width])) for c in combo]
     uniq = list(dict.fromkeys(named))
-    code = np.array([uniq.index(x) for x in named], dtype=np.int64)
-    return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int64), uniq)
+    code = np.array([uniq.index(x) for x in named], dtype=np.int8 if len(uniq) < 128 else np.int32)
+    return pd.Categorical.from_codes(code[inverse] if len(combo) else np.zeros(0, np.int8), uniq)
 
 
 def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
@@ -118,22 +151,28 @@ def finish(df: pd.DataFrame, consume: bool = False) -> pd.DataFrame:
         if not isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = labels(df[col].to_numpy(dtype=object))
     df["rank"] = df["rank"].astype("int64")
+    if consume:  # the scratch columns the table does not keep (pid, tid, args): gone before the sort
+        for col in [c for c in df.columns if c not in COLUMNS]:
+            del df[col]
     order = rank_time_order(df["rank"].to_numpy(), df["ts"].to_numpy())
-    if not consume:
-        out = df[COLUMNS]
-        return (out if order is None else out.take(order)).reset_index(drop=True)
     columns = {}
     for col in COLUMNS:
         values = df[col].array
-        columns[col] = values if order is None else values.take(order)
-        del df[col]
-    return pd.DataFrame(columns, copy=False)
+        columns[col] = (values if order is None else missing(len(order)) if is_missing(values)
+                        else values.take(order))
+        if consume:
+            del df[col]
+    out = frame_of(columns)
+    out.attrs.update(df.attrs)
+    return out
 
 
 def rank_time_order(rank: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
     """The stable (rank, ts) order of rows (ties keep file order, as np.lexsort), or None when they
     are in it already. Two stable passes, time then rank: a rank's codes sort by radix, ~2x faster
     than lexsort on a million rows."""
+    if len(rank) and rank.min() == rank.max():  # one rank (a torch.profiler file): time alone
+        return None if np.all(ts[1:] >= ts[:-1]) else np.argsort(ts, kind="stable")
     same = rank[1:] == rank[:-1]
     if np.all((rank[1:] > rank[:-1]) | (same & (ts[1:] >= ts[:-1]))):
         return None

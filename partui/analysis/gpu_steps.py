@@ -30,20 +30,44 @@ def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it.
     Binary search per rank over the calls' sorted ids (no per-kernel hashing of index tuples)."""
     cpu = (df["device"] == "cpu").to_numpy() & df["correlation"].notna().to_numpy()
-    c_rank, c_corr, c_ts = (df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts"))
+    calls = {col: df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts")}
+    del cpu
     k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
     out = np.full(len(kernels), np.nan)
+    c_rank = calls.pop("rank")
+    one_rank = bool(len(k_rank) and len(c_rank) and k_rank.min() == k_rank.max() == c_rank.min() == c_rank.max())
     for r in np.unique(k_rank):
-        mine = c_rank == r
-        order = np.lexsort((c_ts[mine], c_corr[mine]))      # by id, the earliest call of an id first
-        ids, first = np.unique(c_corr[mine][order], return_index=True)
+        if one_rank:  # a torch.profiler file: its calls taken over, no masked copies
+            ids, launched = _first_calls(calls.pop("correlation"), calls.pop("ts"))
+        else:
+            mine = c_rank == r
+            ids, launched = _first_calls(calls["correlation"][mine], calls["ts"][mine])
         if not len(ids):
             continue
-        at = np.flatnonzero(k_rank == r)
-        k = np.clip(np.searchsorted(ids, k_corr[at]), 0, len(ids) - 1)
-        hit = ids[k] == k_corr[at]
-        out[at[hit]] = c_ts[mine][order][first][k[hit]]
+        at = None if one_rank else np.flatnonzero(k_rank == r)
+        for lo in range(0, len(k_rank) if one_rank else len(at), LOOKUP_ROWS):  # bounded temporaries
+            rows = slice(lo, lo + LOOKUP_ROWS) if one_rank else at[lo:lo + LOOKUP_ROWS]
+            wanted = k_corr[rows]
+            k = np.searchsorted(ids, wanted)
+            np.minimum(k, len(ids) - 1, out=k)
+            hit = ids[k] == wanted
+            if one_rank:
+                out[rows][hit] = launched[k[hit]]  # a slice of out: a view, written in place
+            else:
+                out[rows[hit]] = launched[k[hit]]
     return out
+
+
+LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
+
+
+def _first_calls(corr: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct correlation ids in order, and each one's earliest call time."""
+    order = np.lexsort((ts, corr))  # by id, the earliest call of an id first
+    corr, ts = corr[order], ts[order]
+    del order
+    first = np.flatnonzero(np.append(True, corr[1:] != corr[:-1]))
+    return corr[first], ts[first]
 
 
 def kernel_steps(df: pd.DataFrame) -> np.ndarray:
@@ -55,30 +79,38 @@ def kernel_steps(df: pd.DataFrame) -> np.ndarray:
     if not gpu.any() or not len(steps):
         return out
     rows = np.flatnonzero(gpu)
-    kernels = df.iloc[rows]
-    launch = launch_times(df, kernels)
-    rank, start = kernels["rank"].to_numpy(), kernels["ts"].to_numpy()
+    rank = df["rank"].to_numpy()[rows]
+    kernels = pd.DataFrame({"rank": rank, "correlation": df["correlation"].to_numpy()[rows]}, copy=False)
+    t = launch_times(df, kernels)  # what the lookup reads: not every column
+    del kernels
+    claimed = ~np.isnan(t)
+    t[~claimed] = df["ts"].to_numpy()[rows][~claimed]  # an unclaimed kernel: by its own start
+    one_rank = len(rank) and rank.min() == rank.max()
     for r, w in steps.groupby("rank"):
         w = w.sort_values("ts")
         w0, w1, number = w["ts"].to_numpy(), w["end"].to_numpy(), w["step"].to_numpy()
-        mine = rank == r
-        claimed = ~np.isnan(launch)
-        t = np.where(claimed, launch, start)
-        k = np.searchsorted(w0, t, side="right") - 1
-        at = np.clip(k, 0, None)
-        ok = (k >= 0) & (~claimed | (t <= w1[at]))   # an orphan: the last step begun before it ran
-        out[rows[mine]] = np.where(ok, number[at], np.nan)[mine]
+        mine = slice(None) if one_rank and r == rank[0] else rank == r  # one rank: no masked copies
+        k = np.searchsorted(w0, t[mine], side="right")
+        k -= 1
+        ok = k >= 0
+        np.maximum(k, 0, out=k)
+        ok &= ~claimed[mine] | (t[mine] <= w1[k])   # an orphan: the last step begun before it ran
+        got = number[k].astype(float)
+        got[~ok] = np.nan
+        out[rows[mine]] = got
     return out
 
 
-def counted_kernels(df: pd.DataFrame) -> pd.DataFrame:
+def counted_kernels(df: pd.DataFrame, columns: list | None = None) -> pd.DataFrame:
     """The GPU compute and comm kernels every view counts: of positive length and, where the trace has
-    steps, belonging to one."""
-    gpu = df[(df["device"] == "gpu") & df["kind"].isin(["compute", "comm"])]
-    gpu = gpu[gpu["end"] > gpu["ts"]]
-    if (df["kind"] == "step").any():
-        gpu = gpu[gpu["step"].notna()]
-    return gpu
+    steps, belonging to one. columns: only those of the table (a view that reads a few copies a few:
+    a million kernels' every column is ~120 MB)."""
+    kind = df["kind"]
+    keep = (df["device"] == "gpu").to_numpy() & kind.isin(["compute", "comm"]).to_numpy() \
+        & (df["end"].to_numpy() > df["ts"].to_numpy())
+    if (kind == "step").any():
+        keep &= df["step"].notna().to_numpy()
+    return df[keep] if columns is None else df.loc[keep, columns]
 
 
 def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
@@ -94,7 +126,7 @@ def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
 def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, step), in us (SUMS): the step's GPU window, its compute kernels merged, its comm
     kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end"])
     if not len(kernels):
         return pd.DataFrame(columns=SUMS)
     code, uniq = _step_keys(kernels)
@@ -113,7 +145,7 @@ def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
 def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:
     """Per step: world_step_ms on the GPU, the first rank's first kernel of the step to the last rank's last
     (a trace without steps: one row, step 0, every counted kernel)."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["step", "ts", "end"])
     step = kernels["step"].fillna(0).astype(int).to_numpy()
     g = pd.DataFrame({"step": step, "ts": kernels["ts"].to_numpy(), "end": kernels["end"].to_numpy()}).groupby("step")
     spans = g.agg(t0=("ts", "min"), t1=("end", "max"))
@@ -126,7 +158,7 @@ BY_OP = ["op", "group", "ops", "bytes", "comm_ms", "overlapped_ms", "exposed_com
 def gpu_by_op(df: pd.DataFrame) -> pd.DataFrame:
     """--by op on a GPU trace: per (op, group), its comm kernels merged per (rank, step) and swept
     against that step's compute kernels, summed; `bytes` NaN: a kernel records no bytes."""
-    kernels = counted_kernels(df)
+    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end", "op", "group", "name"])
     comm = kernels[kernels["kind"] == "comm"]
     if not len(comm):
         return pd.DataFrame(columns=BY_OP)

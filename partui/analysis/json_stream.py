@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-BLOCK = 32 << 20  # bytes read at a time: large enough for the decoders, small beside the trace
+BLOCK = 8 << 20  # bytes read at a time: large enough for the decoders, small beside the trace; under
+# glibc's largest mmap threshold (32 MB), so each batch's buffers reuse freed heap instead of faulting in
+# fresh pages (1M kernels: 1.0 s of system time, not 2.2)
 ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 BETWEEN = re.compile(rb"\}\s*,\s*\{")  # the gap between two events (or a false cut, see above)
 HEAD_LIMIT = 64 << 20  # the array's key must start within this many bytes, else: not streamed

@@ -35,28 +35,30 @@ def kineto_frame(doc: dict, comm_kernels=()) -> pd.DataFrame:
 
 def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> pd.DataFrame:
     """The analysis table of a trace's slices (events.slices), thread names (events.thread_names)
-    and its other keys (doc: distributedInfo)."""
+    and its other keys (doc: distributedInfo). df is consumed: its columns move to the table returned."""
     df["track"] = track_names(df, names)
+    del df["pid"]  # read by track_names alone: not held through the steps' lookup (8 B a row)
     info = doc.get("distributedInfo") or {}
     df["rank"] = int(info.get("rank", 0))
     # every string test runs once per distinct name or category (a few thousand), then spreads by code
     names = pd.Series(df["name"].cat.categories.astype(str))
     ncode = df["name"].cat.codes.to_numpy()
-    cat = np.append(df["cat"].cat.categories.astype(str).str.lower().to_numpy(), "")[df["cat"].cat.codes.to_numpy()]
-    kernel = np.isin(cat, ["kernel", "gpu_memcpy", "gpu_memset"])
+    cats, ccode = df["cat"].cat.categories.astype(str).str.lower(), df["cat"].cat.codes.to_numpy()
+    cat_is = lambda *values: _spread(cats.isin(values), ccode, False)  # noqa: E731  a bool a row, no text
+    kernel = cat_is("kernel", "gpu_memcpy", "gpu_memset")
     gpu = kernel.any()
     df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
     step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
     # a step is the CPU's ProfilerStep#N; Kineto's copy of it on the GPU track is drawn, never a window
-    df["step"] = np.where(cat == "gpu_user_annotation", np.nan, _spread(step_no, ncode, np.nan))
+    df["step"] = np.where(cat_is("gpu_user_annotation"), np.nan, _spread(step_no, ncode, np.nan))
     lower = names.str.lower()
     if gpu:  # comm families against all other kernels; CPU ops are not counted
         comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
-        compute = (cat == "kernel") & ~comm
+        compute = cat_is("kernel") & ~comm
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
         by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
         comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
-        compute = (cat == "cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
+        compute = cat_is("cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
     wait = np.zeros(len(df), dtype=bool)
     ours = df["partui"].notna().to_numpy()  # partui run --profile: its own ranges say compute and wait
     if not gpu and ours.any():
@@ -79,12 +81,12 @@ def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> p
         codes = np.where(comm, np.append(per_name, -1)[ncode], -1)
         df["op"] = pd.Categorical.from_codes(codes, pd.Index(labels, dtype=object))
         df["group"] = pd.Categorical.from_codes(np.where(comm, 0, -1), ["world"])
-        return finish(df)
+        return finish(df, consume=True)  # df: this reader's own table of slices
     op = pd.Series(_spread(op.to_numpy(dtype=object), ncode, None), index=df.index)
     given_op, given_group = df["op"].astype(object), df["group"].astype(object)  # categoricals: new labels
     df["op"] = given_op.where(given_op.notna(), op.where(comm))
     df["group"] = given_group.where(given_group.notna(), np.where(comm, "world", None))
-    return finish(df)
+    return finish(df, consume=True)
 
 
 def _spread(per_name: np.ndarray, codes: np.ndarray, missing):

@@ -35,7 +35,7 @@ HOLDER_BLOCK = 4096   # parts matched against their holders this many at a time 
 def annotated_parts(df: pd.DataFrame) -> pd.DataFrame:
     """The part annotations: rank, tid, ts, end, name, part, side, layer (k-th of its name), pair (the
     smallest other annotation holding it, e.g. DeepSeek's "1F1B")."""
-    cpu = df[(df["device"] == "cpu") & (df["cat"].astype(str) == "user_annotation")]
+    cpu = df[(df["device"] == "cpu") & (df["cat"] == "user_annotation")]  # categorical: codes compared
     names = cpu["name"].astype(str)
     part = pd.Series(None, index=cpu.index, dtype=object)
     side = pd.Series(None, index=cpu.index, dtype=object)
@@ -166,7 +166,7 @@ def is_part_trace(df: pd.DataFrame) -> bool:
     """A torch.profiler trace with part annotations (then --by pair reads them)."""
     if df.attrs.get("format") != "kineto":
         return False
-    names = df.loc[df["cat"].astype(str) == "user_annotation", "name"].astype(str)
+    names = df.loc[df["cat"] == "user_annotation", "name"].astype(str)
     return any(names.str.match(pattern).any() for pattern, _ in PART_NAMES)
 
 

@@ -26,32 +26,34 @@ from partui.analysis.timing import actions, pipeline_windows
 US_MS = 1e-3
 
 
-def overlap(df: pd.DataFrame, by: str = "rank") -> pd.DataFrame:
+def overlap(df: pd.DataFrame, by: str = "rank", gpu_sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank, per (rank, step), or per (op, group): times in ms and percentages; what each
     column counts (partui.analysis.definitions) is in `.attrs["definitions"]`. Only step windows are
-    measured: time between steps (the controller, a user deciding) enters no figure."""
-    return overlap_views(df, (by,))[by]
+    measured: time between steps (the controller, a user deciding) enters no figure. gpu_sums: see
+    overlap_views."""
+    return overlap_views(df, (by,), gpu_sums)[by]
 
 
-def overlap_views(df: pd.DataFrame, views=("rank", "step", "op")) -> dict:
+def overlap_views(df: pd.DataFrame, views=("rank", "step", "op"), gpu_sums: pd.DataFrame | None = None) -> dict:
     """{view: overlap(df, view)} for several views of one trace, the per-window sweep, core sharing
-    and the pipeline simulations computed once for all of them."""
+    and the pipeline simulations computed once for all of them. gpu_sums: gpu_step_sums(df) where the
+    caller has it (a report's GPU tables read it too), else computed here."""
     bad = [v for v in views if v not in ("rank", "step", "op")]
     if bad:
         raise ValueError(f"by must be rank, step or op, not {bad[0]!r}")
     if "step" in views and not bool((df["kind"] == "step").any()):
         raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
-    shared = _per_window(df) if set(views) & {"rank", "step"} else None
+    shared = _per_window(df, gpu_sums) if set(views) & {"rank", "step"} else None
     out = {}
     for by in views:
         out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared))
     return out
 
 
-def _per_window(df: pd.DataFrame):
+def _per_window(df: pd.DataFrame, gpu_sums: pd.DataFrame | None = None):
     """(per-window sums in us, the pipeline simulations or None): what rank and step views share."""
     if (df["device"] == "gpu").any():   # kernels in the step that launched them, over its GPU window
-        return gpu_step_sums(df), None
+        return (gpu_step_sums(df) if gpu_sums is None else gpu_sums), None
     windows = windows_of(df, by_step=bool((df["kind"] == "step").any()))
     acts = actions(df)   # once: the pipeline windows and the simulations' costs read it
     pipe = pipeline_windows(df, windows, acts)
@@ -253,17 +255,44 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
 
 
 def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
-    """The GPU events HTA keeps (see hta_overlap); CPU times rounded inward as HTA's parser does."""
-    gpu = df[df["device"] == "gpu"]
-    steps = df[(df["device"] == "cpu") & df["name"].str.startswith("ProfilerStep#").fillna(False)]
+    """The GPU events HTA keeps (see hta_overlap): their rank, name, ts and end only (all hta_overlap
+    reads), so a trace of millions of kernels is not copied whole; CPU times rounded inward as HTA's
+    parser does."""
+    gpu_rows = (df["device"] == "gpu").to_numpy()
+    gpu = df.loc[gpu_rows, ["rank", "name", "ts", "end"]]
+    cpu_rows = ~gpu_rows
+    steps = df.loc[cpu_rows & df["name"].str.startswith("ProfilerStep#").fillna(False).to_numpy(),
+                   ["rank", "name", "ts", "end"]]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
         return gpu
-    cpu = df[df["device"] == "cpu"]
     steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
     last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
-    bound = cpu["rank"].map(last["end" if include_last_profiler_step else "start"])
-    start = np.ceil(cpu["ts"])
-    kept = cpu[(start <= bound) if include_last_profiler_step else (start < bound)]
-    launched = pd.MultiIndex.from_frame(kept[["rank", "correlation"]].dropna())
-    mine = pd.MultiIndex.from_frame(gpu[["rank", "correlation"]])
-    return gpu[mine.isin(launched)]
+    cpu_rank = df["rank"].to_numpy()[cpu_rows]
+    bound = pd.Series(cpu_rank).map(last["end" if include_last_profiler_step else "start"]).to_numpy()
+    start = np.ceil(df["ts"].to_numpy()[cpu_rows])
+    kept = (start <= bound) if include_last_profiler_step else (start < bound)
+    correlation = df["correlation"].to_numpy()
+    launched = launched_by(gpu["rank"].to_numpy(), correlation[gpu_rows],
+                           cpu_rank[kept], correlation[cpu_rows][kept])
+    return gpu[launched]
+
+
+def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray,
+                cpu_corr: np.ndarray) -> np.ndarray:
+    """Per GPU event: whether a CPU event of its rank carries its correlation id (NaN matches nothing).
+    Each (rank, id) pair is packed into one int64 when the ids are whole numbers under 2**40 and the ranks
+    under 2**22, so one sorted np.isin answers; otherwise pandas matches the pairs."""
+    cpu_corr_known = ~np.isnan(cpu_corr)
+    cpu_rank, cpu_corr = cpu_rank[cpu_corr_known], cpu_corr[cpu_corr_known]
+    gpu_known = ~np.isnan(gpu_corr)
+    ids = np.concatenate([cpu_corr, gpu_corr[gpu_known]])
+    ranks = np.concatenate([cpu_rank, gpu_rank])
+    packable = (not len(ids) or (ids.min() >= 0 and ids.max() < 2 ** 40 and (ids == np.floor(ids)).all()
+                                 and ranks.min() >= 0 and ranks.max() < 2 ** 22))
+    if not packable:
+        launched = pd.MultiIndex.from_arrays([cpu_rank, cpu_corr])
+        return pd.MultiIndex.from_arrays([gpu_rank, gpu_corr]).isin(launched)
+    pack = lambda rank, corr: (rank.astype(np.int64) << 40) | corr.astype(np.int64)
+    out = np.zeros(len(gpu_rank), bool)
+    out[gpu_known] = np.isin(pack(gpu_rank[gpu_known], gpu_corr[gpu_known]), pack(cpu_rank, cpu_corr))
+    return out

@@ -127,7 +127,9 @@ def read_table(path: str, comm_kernels=(), progress: Progress | None = None) -> 
 
 def _table(fmt: str, cols: Columns, head: dict, path: str, comm_kernels) -> pd.DataFrame:
     try:
-        df = FORMAT_OF[fmt].table(cols.frame(), cols.names, head, comm_kernels)
+        frame = cols.frame()
+        release_freed_memory()  # the batches' freed parts (~260 MB on a 3 GB trace) before the table's peak
+        df = FORMAT_OF[fmt].table(frame, cols.names, head, comm_kernels)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise TraceError(f"{path or 'trace'}: its events do not read as a {fmt} trace "
                          f"({type(exc).__name__}: {exc}); record it again (partui run --trace PATH)") from None
@@ -238,11 +240,12 @@ def frame(doc: dict, path: str = "", comm_kernels=()) -> pd.DataFrame:
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-# a file under STREAM_MIN is decoded whole: its dicts fit in memory, and one decode is quicker than
-# batches (DeepSeek's trace repeated 25 times, 62 MB: 5.4 s whole, 13.6 s in batches, each copy's
-# text pids sending pieces to dicts); without pyarrow, batches of dicts cost ~1.6x the CPU of one
-# whole decode (the million-event bench trace), so only files past WHOLE_WITHOUT_ARROW stream
-STREAM_MIN = 96 << 20
+# a file under STREAM_MIN is decoded whole: its dicts fit in memory, and one decode of a small file
+# is as quick as batches. Past it, batches (with pyarrow) win: DeepSeek's trace repeated 25 times
+# (62 MB) loads streamed in ~0.95x the CPU of one whole decode, at 270 MB peak RSS against 640 MB for
+# the whole report. Without pyarrow, batches of dicts cost ~1.6x the CPU of one whole decode (the
+# million-event bench trace), so only files past WHOLE_WITHOUT_ARROW stream
+STREAM_MIN = 32 << 20
 WHOLE_WITHOUT_ARROW = 512 << 20
 
 

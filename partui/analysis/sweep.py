@@ -93,10 +93,14 @@ def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
     if not len(k) or k.min() < 0 or k.max() >= 2**32:
         return np.lexsort((t, k))
     o = np.argsort(t)
+    # each 16-bit digit made once (2 bytes a row) and then reordered: never an int64 copy of k reordered
     if k.max() >= 2**16:
-        o = o[np.argsort((k[o] & 0xFFFF).astype(np.uint16), kind="stable")]
-        return o[np.argsort((k[o] >> 16).astype(np.uint16), kind="stable")]
-    return o[np.argsort(k[o].astype(np.uint16), kind="stable")]
+        digit = (k & 0xFFFF).astype(np.uint16)
+        o = o[np.argsort(digit[o], kind="stable")]
+        digit = (k >> 16).astype(np.uint16)
+        return o[np.argsort(digit[o], kind="stable")]
+    digit = k.astype(np.uint16)
+    return o[np.argsort(digit[o], kind="stable")]
 
 
 def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.ndarray):
@@ -123,17 +127,29 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
     the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts
     only while no wait is open: a blocking op inside an "F+B" span is exposed, not overlapped. Returns (keys, lengths[key, cls], inter0[key, cls], union[key])."""
     m = len(ts)
+    # each row-length temporary freed as soon as it is spent: on millions of kernels the sweep's
+    # arrays, not the table, set the report's peak memory
     t = np.concatenate([ts, end])
     k = np.concatenate([key, key])
     order = sort_by_key_then_time(k, t)
-    t, k = t[order], k[order]
-    step = np.where(order < m, 1, -1).astype(np.int8)    # +1 at a start, -1 at an end
-    c = np.concatenate([cls, cls]).astype(np.int8)[order]  # a handful of classes: a byte each
+    t = t[order]
+    k = k[order]
+    step = (order < m).astype(np.int8)    # +1 at a start, -1 at an end
+    step *= 2
+    step -= 1
+    cls8 = cls.astype(np.int8)            # a handful of classes: a byte each
+    c = np.concatenate([cls8, cls8])[order]
+    del order, cls8
     new_key = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
     keys = k[new_key]
-    idx = np.cumsum(new_key) - 1                  # each boundary's key, without a second sort
+    del k
+    idx = np.cumsum(new_key)              # each boundary's key, without a second sort
+    idx -= 1
     seg = np.diff(t, append=t[-1:] if len(t) else t)
-    seg = np.where(np.r_[~new_key[1:], False], seg, 0.0)  # no segment across keys
+    del t
+    if len(seg):
+        seg[np.r_[new_key[1:], True]] = 0.0   # no segment across keys
+    del new_key
     # each interval adds +1 then -1, so a class's depth is 0 between keys
     on = [np.cumsum(step * (c == j), dtype=np.int32) > 0 for j in range(n_cls)]  # bytes in, 4x faster
     if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span

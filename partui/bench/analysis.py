@@ -6,6 +6,7 @@ reported as `partui report` does for a GPU trace (overlap, GPU-side figures, str
     partui bench analysis 1000000                # every case, each in its own process, beside its goal
     partui bench analysis 1000000 --big-gb 0     # without the multi-GB trace
     partui bench analysis --kineto 1000000       # the Kineto case alone, in this process
+    partui bench analysis --hta-python DIR/bin/python   # report vs HTA, HTA in its own venv (analysis_torch)
 
 The cases: the partui trace (load and analyse; then again from its parquet cache), the torch.profiler
 trace, a multi-GB torch.profiler trace written tile by tile (its figures checked against one tile's,
@@ -27,8 +28,11 @@ import numpy as np
 
 from partui.analysis import hta_overlap, load, overlap_views
 from partui.analysis.comm_kernels import family_table
+from partui.analysis.gpu_steps import gpu_step_sums
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.bench.analysis_scale import repeat_trace, report_figures, scaled_mismatch, write_tiles
+from partui.bench.analysis_torch import HTA_ENV, describe_vs_hta, find_hta_python, hta_python_arg, \
+    report_vs_hta
 from partui.tracefile import FORMAT, write_atomic
 from planning.pipeline.catalog import DEFAULT_SCHEDULE
 
@@ -155,8 +159,9 @@ def bench_kineto(n_kernels: int = 1_000_000) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         df = load(path)
         t1, c1 = time.perf_counter(), time.process_time()
-        overlap_views(df, ("rank", "op"))
-        gpu_overlap(df), stream_busy(df), family_table(df), hta_overlap(df)
+        sums = gpu_step_sums(df)  # once, as partui report does
+        overlap_views(df, ("rank", "op"), sums)
+        gpu_overlap(df, sums), stream_busy(df, sums), family_table(df), hta_overlap(df)
         t2, c2 = time.perf_counter(), time.process_time()
     return {"kernels": n_kernels, "events": n, "file_mb": size / 2**20, "load_s": t1 - t0, "report_s": t2 - t1,
             "load_and_report_s": t2 - t0, "load_and_report_cpu_s": c2 - c0}
@@ -224,7 +229,7 @@ def beside(wall: float, rss: float, goal: tuple) -> str:
             + (f" (goal <= {mb} MB)" if mb else ""))
 
 
-def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
+def run_all(n: int, big_gb: float, real: str | None, folder: str, hta_python: str | None = None) -> None:
     """Every case, each in its own process, each figure beside its goal (see module doc)."""
     me = ["-m", "partui.bench.analysis", "--case"]
     cold = {"PARTUI_TRACE_CACHE": "0"}
@@ -263,28 +268,13 @@ def run_all(n: int, big_gb: float, real: str | None, folder: str) -> None:
               + ("yes" if not bad else "NO: " + "; ".join(bad[:3])))
         os.unlink(big)
     if real:
-        cases(real, folder)
+        cases(real, folder, hta_python)
 
 
-def cases(real: str, folder: str) -> None:
+def cases(real: str, folder: str, hta_python: str | None = None) -> None:
     """`partui report` whole process on a real trace (beside HTA's, when installed), `--by pair` on
     DeepSeek's trace repeated 25 times, and `partui bench blame-scale` when that bench exists."""
-    got, wall, rss = child(["-m", "partui", "report", real, "--format", "json"])
-    line = (f"partui report {os.path.basename(real)} (whole process): {wall:.2f} s wall, "
-            f"{got['process_cpu_s']:.2f} s CPU, peak RSS {rss:.0f} MB")
-    try:
-        import hta  # noqa: F401  optional: HTA itself
-    except ImportError:
-        print(line + "; HTA is not installed (pip install HolisticTraceAnalysis): no ratio")
-    else:
-        alone = os.path.join(folder, "hta")  # HTA reads a directory of rank files
-        os.makedirs(alone, exist_ok=True)
-        os.symlink(os.path.abspath(real), os.path.join(alone, "rank0" + (".json.gz" if real.endswith(".gz") else ".json")))
-        hta_got, hta_wall, _ = child(["-c", "import sys; from hta.trace_analysis import TraceAnalysis; "
-                                "TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap()", alone])
-        print(line + f"; HTA get_comm_comp_overlap {hta_wall:.2f} s wall, {hta_got['process_cpu_s']:.2f} s CPU: "
-              f"ratio {wall / hta_wall:.2f} wall, {got['process_cpu_s'] / hta_got['process_cpu_s']:.2f} CPU "
-              f"(goal <= {GOALS['report/hta']})")
+    print(describe_vs_hta(real, report_vs_hta(real, folder, hta_python)))  # analysis_torch
     deepseek = os.path.join(os.path.dirname(os.path.dirname(real.rstrip("/"))), "deepseek-profile-data", "train.json.gz")
     if os.path.isfile(deepseek):
         tiled = repeat_trace(deepseek, os.path.join(folder, "pairs25.json"), 25)
@@ -306,6 +296,8 @@ def main(argv: list[str]) -> int:
                     "fly (GB; 0: none)")
     ap.add_argument("--real", default=REAL if os.path.isfile(REAL) else None,
                     help="a real torch.profiler trace file for report vs HTA (default: HTA's nccl_data test trace)")
+    ap.add_argument("--hta-python", type=hta_python_arg, metavar="PATH", help="a python that imports hta, for "
+                    f"report vs HTA (default: ${HTA_ENV}, else this python when it has HTA)")
     ap.add_argument("--case", nargs=2, metavar=("CASE", "PATH"), help=argparse.SUPPRESS)  # one child's work
     ap.add_argument("--write", nargs=3, metavar=("KIND", "PATH", "N"), help=argparse.SUPPRESS)  # a child's trace
     args = ap.parse_args(argv)
@@ -323,10 +315,15 @@ def main(argv: list[str]) -> int:
     if args.kineto:
         print(describe_kineto(bench_kineto(n)))
         return 0
+    try:  # a bad $PARTUI_HTA_PYTHON is refused now, not after the long cases
+        hta_python = find_hta_python(args.hta_python) if args.real else None
+    except ValueError as exc:
+        print(f"partui bench analysis: {exc}", file=sys.stderr)
+        return 2
     print("partui bench analysis: each case in its own process; wall and CPU seconds in that process, its peak "
           "RSS; goals are issue 36's, for a quiet 2-core machine")
     with tempfile.TemporaryDirectory() as folder:
-        run_all(n, args.big_gb, args.real, folder)
+        run_all(n, args.big_gb, args.real, folder, hta_python)
     return 0
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from partui.analysis import load, overlap_views
 from partui.analysis.comm_kernels import family_table
+from partui.analysis.gpu_steps import gpu_step_sums
 from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.tracefile import write_atomic
 
@@ -82,10 +83,11 @@ def write_tiles(path: str, n_kernels: int, tiles: int) -> int:
 
 def report_figures(df) -> dict:
     """The additive figures of a GPU trace's report (each k times one tile's in a k-tile trace)."""
-    by_rank = overlap_views(df, ("rank",))["rank"]
+    sums = gpu_step_sums(df)  # once, as partui report does
+    by_rank = overlap_views(df, ("rank",), sums)["rank"]
     fam = family_table(df)
-    gpu = gpu_overlap(df)
-    busy = stream_busy(df)
+    gpu = gpu_overlap(df, sums)
+    busy = stream_busy(df, sums)
     pick = lambda frame, cols: {c: float(frame[c].sum()) for c in cols if c in frame}  # noqa: E731
     out = pick(by_rank, [c for c in by_rank.columns if c.endswith("_ms")])
     out.update({f"family {k}": v for k, v in pick(fam, ["kernels", "kernel_ms"]).items()})

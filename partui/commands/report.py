@@ -15,6 +15,7 @@ from partui.analysis.comm_kernels import FAMILIES, family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import (BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, definitions,
                                          help_text, legend)
+from partui.analysis.gpu_steps import gpu_step_sums
 from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
 from partui.analysis.memory import memory_table, plot_memory
 from partui.analysis.pair_plan import recorded_vs_planner
@@ -80,12 +81,12 @@ def render(df: pd.DataFrame, fmt: str, digits: dict | None = None) -> str:
     return df.to_string(index=False, na_rep="-")
 
 
-def gpu_sections(df: pd.DataFrame, fmt: str) -> list[tuple[str, object]]:
+def gpu_sections(df: pd.DataFrame, fmt: str, sums: pd.DataFrame | None = None) -> list[tuple[str, object]]:
     """A torch.profiler GPU trace's extra tables: GPU kernels per rank (comm against compute on the GPU,
     what no compute kernel hid), streams, comm families; rendered text, or rows for json."""
     if not (df["device"] == "gpu").any():
         return []
-    tables = [("gpu", gpu_overlap(df)), ("streams", stream_busy(df)), ("comm_kernels", family_table(df))]
+    tables = [("gpu", gpu_overlap(df, sums)), ("streams", stream_busy(df, sums)), ("comm_kernels", family_table(df))]
     if fmt == "json":
         return [(name, json.loads(t.round(3).to_json(orient="records"))) for name, t in tables]
     return [(name, render(t, fmt)) for name, t in tables[:2] if len(t)]   # families: family_lines
@@ -136,6 +137,7 @@ def run(args) -> int:
         quiet = False if args.format == "json" else None  # progress on a terminal (None), never in json
         df = load(args.trace, args.comm_kernels, progress=quiet)
         other = load(args.vs, args.comm_kernels, progress=quiet) if args.vs else None
+        sums = None
         if other is not None:
             table = compare(df, other)
         elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
@@ -148,13 +150,14 @@ def run(args) -> int:
                 return 2
         elif args.by == "schedule":
             table = schedule_view(df, args.step)
-        else:
-            table = overlap(df, args.by)
+        else:  # a GPU trace's per-step kernel sums: swept once, read by this table and the GPU ones
+            sums = gpu_step_sums(df) if args.by in ("rank", "step") and (df["device"] == "gpu").any() else None
+            table = overlap(df, args.by, sums)
             if args.by == "rank" and (df["device"] == "gpu").any():  # HTA's own figure beside
                 table = table.merge(hta_overlap(df, args.include_last_step), on="rank", how="left")
         shown_rows, left_out = head_of(table, limit, args.format)
         out = render(shown_rows, args.format) + (f"\n{left_out}" if left_out else "")
-        gpu_blocks = gpu_sections(df, args.format) if other is None and args.by == "rank" else []
+        gpu_blocks = gpu_sections(df, args.format, sums) if other is None and args.by == "rank" else []
         if args.format == "json" and gpu_blocks:
             doc = {**json.loads(out), **dict(gpu_blocks)}
             doc["definitions"].update(definitions([c for _, rows in gpu_blocks for r in rows[:1] for c in r]))

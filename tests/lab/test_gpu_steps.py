@@ -7,9 +7,11 @@ import json
 import os
 import re
 
+import pandas as pd
 import pytest
 
 from partui.analysis import load, overlap
+from partui.analysis.gpu_steps import counted_kernels
 from partui.cli import main
 
 LAUNCHES = [("cuda_runtime", "cudaLaunchKernel"), ("cuda_driver", "cuLaunchKernel"),
@@ -198,3 +200,18 @@ def test_a_cpu_kineto_trace_records_no_wait_nor_bytes_either(tmp_path, capsys):
         assert [(r["comm_ms"], r["wait_ms"]) for r in rows] == [(pytest.approx(0.1), None)] * len(rows)
         ops = report_json(capsys, path, "--by", "op")["rows"]
         assert [(o["op"], o["bytes"]) for o in ops] == [("all_reduce", None)]
+
+
+def test_the_counted_kernels_narrowed_to_a_views_columns_are_the_same_rows(tmp_path):
+    """counted_kernels(df, columns) is counted_kernels(df)[columns]: the same kernels (the pre-step gemm
+    and a zero-length kernel out, six in), only fewer columns copied."""
+    doc = lagging_trace()
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": 150,
+                               "dur": 0, "args": {"stream": 7}})
+    path = tmp_path / "lag.json"
+    path.write_text(json.dumps(doc))
+    df = load(str(path))
+    every = counted_kernels(df)
+    assert len(every) == 6 and every["end"].gt(every["ts"]).all() and every["step"].notna().all()
+    narrow = counted_kernels(df, ["rank", "track", "kind", "ts", "end"])
+    pd.testing.assert_frame_equal(narrow, every[["rank", "track", "kind", "ts", "end"]])

@@ -83,19 +83,25 @@ def test_a_pretty_printed_gzipped_kineto_trace_with_text_pids_is_the_whole_read(
     assert got["tid"].dtype == object  # ids stay as read: ints and text
 
 
-def test_a_refused_batch_is_halved_so_only_the_piece_with_a_text_pid_takes_dicts(tmp_path, monkeypatch):
+def test_a_refused_batch_sends_only_its_text_pid_events_to_dicts(tmp_path, monkeypatch):
     if columns.arrow_reader() is None:
         pytest.skip("pyarrow is not installed")
     monkeypatch.setattr(json_stream, "BLOCK", 1 << 16)
     monkeypatch.setattr(reader, "STREAM_MIN", 0)
     monkeypatch.setattr(columns, "SPLIT_MIN", 2048)
     doc = synthetic_kineto(1500)
-    doc["traceEvents"].insert(700, {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
-                                    "tid": "PyTorch Profiler", "ts": 1.0, "dur": 5e3})
+    for at, pid in ((700, "Spans"), (702, "Traces")):  # two close by: one batch, two runs of arrow around them
+        doc["traceEvents"].insert(at, {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": pid,
+                                       "tid": "PyTorch Profiler", "ts": 1.0, "dur": 5e3})
     path = write(tmp_path / "rank0.json", doc, indent=1)
-    got, batches = streamed(path)
-    assert batches["dicts"] <= 2 and batches["arrow"] > 10  # the text pid's few events, the tail
-    same(got, whole(path))
+    decoded = []
+    keep = columns.Columns.add_events
+    monkeypatch.setattr(columns.Columns, "add_events", lambda self, events: (decoded.append(events), keep(self, events))[1])
+    head, cols = reader.read_streamed(path)
+    text_pid = [[e["pid"] for e in events] for events in decoded if any(isinstance(e["pid"], str) for e in events)]
+    assert text_pid == [["Spans"], ["Traces"]]  # each alone: every other event of its batch read by arrow
+    assert cols.batches["arrow"] > 10 and cols.batches["dicts"] == 3  # the two, and the events after the last cut
+    same(reader.read_table(path), whole(path))
 
 
 def test_false_cuts_inside_strings_and_nested_lists_cost_time_not_events(tmp_path, small_blocks):
@@ -109,6 +115,32 @@ def test_false_cuts_inside_strings_and_nested_lists_cost_time_not_events(tmp_pat
     same(got, whole(path))
     assert (got["name"] == "odd},{name").sum() == sum(1 for i, e in enumerate(doc["traceEvents"])
                                                       if e["ph"] == "X" and i % 7 == 0)
+
+
+def test_event_lines_flatten_json_line_breaks_and_name_the_batchs_own_gap():
+    text = b'{"name": "a\\nb",\r\n  "ts": 1\n  },\n  {"name": "c"}'   # an escaped \\n stays as written
+    flat, gap = columns.event_lines(text)
+    assert flat == b'{"name": "a\\nb",  "ts": 1  },  {"name": "c"}' and gap == b"},  {"
+    assert json.loads(b"[" + flat + b"]") == json.loads(b"[" + text + b"]")
+    assert columns.event_lines(b'{"a": 1},{"a": 2}')[1] == b"},{"
+
+
+def test_gaps_of_several_forms_and_a_gap_inside_a_string_read_through_arrow_as_the_whole_read(tmp_path, small_blocks):
+    if columns.arrow_reader() is None:
+        pytest.skip("pyarrow is not installed")
+    doc = synthetic_kineto(600)
+    for i, e in enumerate(doc["traceEvents"]):
+        if e["ph"] == "X" and i % 11 == 0:
+            e["name"] = "odd},\n  {name"  # the pretty-printed gap, as text inside a name
+    raw = json.dumps(doc, indent=2).encode()
+    raw = raw.replace(b"},\n    {", b"} ,{", 40)  # the first 40 gaps written another way
+    path = tmp_path / "rank0.json"
+    path.write_bytes(raw)
+    got, batches = streamed(str(path))
+    same(got, whole(str(path)))
+    assert batches["arrow"] > 10  # the mixed gaps did not send batches to the dict decoder
+    assert (got["name"] == "odd},\n  {name").sum() == sum(1 for i, e in enumerate(doc["traceEvents"])
+                                                           if e["ph"] == "X" and i % 11 == 0)
 
 
 @pytest.mark.parametrize("damage, words", [

@@ -105,3 +105,13 @@ def test_clip_index_when_every_interval_lies_in_one_window():
     # the last interval is empty: no piece; the second is cut at its window's end
     assert list(zip(rows.tolist(), wid.tolist(), a.tolist(), b.tolist())) == \
         [(0, 0, 1.0, 9.0), (1, 1, 12.0, 20.0), (2, 2, 2.0, 3.0)] == clip_by_hand(rank, ts, end, windows)
+
+
+def test_sweep_of_no_intervals_is_empty_and_of_one_is_its_length():
+    from partui.analysis.sweep import sweep
+    none = np.zeros(0)
+    keys, lengths, inter0, union = sweep(np.zeros(0, np.int64), none, none, np.zeros(0, np.int64), 2)
+    assert len(keys) == 0 and lengths.shape == (0, 2) and inter0.shape == (0, 2) and len(union) == 0
+    keys, lengths, inter0, union = sweep(np.array([4]), np.array([1.0]), np.array([3.5]), np.array([1]), 2)
+    assert keys.tolist() == [4] and lengths.tolist() == [[0.0, 2.5]] and inter0.tolist() == [[0.0, 0.0]]
+    assert union.tolist() == [2.5]
