@@ -57,16 +57,21 @@ def test_a_kernel_belongs_to_the_step_that_launched_it_whatever_the_api(tmp_path
         assert {k: row[k] for k in want} == pytest.approx(want)
 
 
+def lagging_with_gemm(tmp_path, ts, dur):
+    """The lagging trace plus one gemm no CPU call launched (no correlation), at ts for dur us, loaded."""
+    doc = lagging_trace()
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": ts,
+                               "dur": dur, "args": {"stream": 7}})
+    path = tmp_path / "lag.json"
+    path.write_text(json.dumps(doc))
+    return load(str(path))
+
+
 def test_each_kernel_carries_its_launching_step_and_an_unclaimed_one_the_last_begun(tmp_path):
     """Cut to CPU windows, step 1 would hold 15 us of its gemm and none of its all-reduce; here each step
     holds its own 60 and 30 us. A kernel no CPU call claims (no correlation) runs at 250: it cannot have run
     before its launch, so it is the last step's begun by then (3); the pre-step gemm is no step's."""
-    doc = lagging_trace()
-    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": 250,
-                               "dur": 5, "args": {"stream": 7}})
-    path = tmp_path / "lag.json"
-    path.write_text(json.dumps(doc))
-    df = load(str(path))
+    df = lagging_with_gemm(tmp_path, ts=250, dur=5)
     gpu = df[df["device"] == "gpu"].sort_values("ts")
     assert gpu["step"].tolist()[0] != gpu["step"].tolist()[0]                 # NaN: launched before step 1
     assert gpu.loc[gpu["ts"] == 250, "step"].tolist() == [3]
@@ -205,12 +210,7 @@ def test_a_cpu_kineto_trace_records_no_wait_nor_bytes_either(tmp_path, capsys):
 def test_the_counted_kernels_narrowed_to_a_views_columns_are_the_same_rows(tmp_path):
     """counted_kernels(df, columns) is counted_kernels(df)[columns]: the same kernels (the pre-step gemm
     and a zero-length kernel out, six in), only fewer columns copied."""
-    doc = lagging_trace()
-    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": 150,
-                               "dur": 0, "args": {"stream": 7}})
-    path = tmp_path / "lag.json"
-    path.write_text(json.dumps(doc))
-    df = load(str(path))
+    df = lagging_with_gemm(tmp_path, ts=150, dur=0)
     every = counted_kernels(df)
     assert len(every) == 6 and every["end"].gt(every["ts"]).all() and every["step"].notna().all()
     narrow = counted_kernels(df, ["rank", "track", "kind", "ts", "end"])
