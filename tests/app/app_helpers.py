@@ -42,6 +42,22 @@ async def launched(app, pilot, plan_command: str):
     return app.world.pids()
 
 
+def notifications(app) -> list:
+    """(message, severity) of every notification the app posts from now on (app.notify replaced)."""
+    seen = []
+    app.notify = lambda msg, **kw: seen.append((msg, kw.get("severity")))
+    return seen
+
+
+async def steps_then_save(app, pilot, seen, steps: int, folder) -> None:
+    """`step N`, then `save FOLDER`, each waited for, until a notification in `seen` says saved."""
+    await command(app, pilot, f"step {steps}")
+    await idle(app, pilot, f"step {steps}")
+    await command(app, pilot, f"save {folder}")
+    await idle(app, pilot, "save")
+    await wait_for(pilot, lambda: any("saved" in m for m, _ in seen), what="the save")
+
+
 async def trace_one_step(app, pilot):
     """`t` on, `s`, `t` off (which saves the trace and draws its report), as a user would; returns
     the trace panel once its per-rank report is drawn."""

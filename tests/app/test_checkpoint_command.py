@@ -3,7 +3,7 @@ the world and resume it (numbered on from the checkpoint's step); a bad folder i
 notification naming the fix, and the world keeps running."""
 import pytest
 
-from app_helpers import command, idle, launched, wait_for
+from app_helpers import command, idle, launched, notifications, steps_then_save, wait_for
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
 
 pytestmark = pytest.mark.timeout(200)
@@ -23,13 +23,8 @@ async def test_save_and_load_between_steps(tmp_path):
     app = PartuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await launched(app, pilot, "plan zero2 dp=2")
-        seen = []
-        app.notify = lambda msg, **kw: seen.append((msg, kw.get("severity")))
-        await command(app, pilot, "step 2")
-        await idle(app, pilot, "step 2")
-        await command(app, pilot, f"save {tmp_path}")
-        await idle(app, pilot, "save")
-        await wait_for(pilot, lambda: any("saved" in m for m, _ in seen), what="the save")
+        seen = notifications(app)
+        await steps_then_save(app, pilot, seen, 2, tmp_path)
         assert (tmp_path / "step-00000002" / "partui.json").exists()
         await command(app, pilot, "step 1")
         await idle(app, pilot, "step 1")

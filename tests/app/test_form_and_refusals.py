@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app_helpers import command, engine_ready, idle, launched, wait_for
+from app_helpers import command, engine_ready, idle, launched, notifications, wait_for
 from partui.app.screens import setup
 from partui.app.widgets.command_line import CommandError, parse
 from planning import mesh
@@ -80,8 +80,7 @@ async def test_trace_save_into_an_unwritable_folder_names_it_and_keeps_the_recor
     app = PartuiApp()
     async with app.run_test(size=(80, 24)) as pilot:
         await launched(app, pilot, "plan single")
-        seen = []
-        app.notify = lambda msg, **kw: seen.append((msg, kw.get("severity")))
+        seen = notifications(app)
         await pilot.press("t")
         await idle(app, pilot, "trace on")
         await pilot.press("s")

@@ -3,7 +3,7 @@ and `doctor` (issue 37: the flight recorder's verdict and each rank's last ops),
 dialog; a bad folder is an error notification and the world keeps running."""
 import pytest
 
-from app_helpers import command, idle, launched, wait_for
+from app_helpers import command, idle, launched, notifications, steps_then_save, wait_for
 from partui.app.screens.dialogs import TextDialog
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
 
@@ -26,13 +26,8 @@ async def test_map_shows_saved_ranks_feeding_the_planned_world_and_doctor_the_la
     app = PartuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await launched(app, pilot, "plan zero2 dp=2")
-        seen = []
-        app.notify = lambda msg, **kw: seen.append((msg, kw.get("severity")))
-        await command(app, pilot, "step 1")
-        await idle(app, pilot, "step 1")
-        await command(app, pilot, f"save {tmp_path}")
-        await idle(app, pilot, "save")
-        await wait_for(pilot, lambda: any("saved" in m for m, _ in seen), what="the save")
+        seen = notifications(app)
+        await steps_then_save(app, pilot, seen, 1, tmp_path)
         await command(app, pilot, f"map {tmp_path}")
         await wait_for(pilot, lambda: isinstance(app.screen, TextDialog), what="the map", timeout=120)
         text = dialog_text(app)

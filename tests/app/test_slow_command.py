@@ -4,7 +4,7 @@ World.slow, says so, the Trace tab of a traced step names rank 1 and leads its b
 and `slow off` clears it; a rank outside the world is an error notification."""
 import pytest
 
-from app_helpers import command, idle, launched, trace_one_step, wait_for
+from app_helpers import command, idle, launched, notifications, trace_one_step, wait_for
 from partui.app.widgets.command_line import EXAMPLES, CommandError, CommandSuggester, parse
 
 pytestmark = pytest.mark.timeout(200)
@@ -33,8 +33,7 @@ async def test_slow_between_steps():
     app = PartuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
         await launched(app, pilot, "plan zero2 dp=2")
-        seen = []
-        app.notify = lambda msg, **kw: seen.append((msg, kw.get("severity")))
+        seen = notifications(app)
         await command(app, pilot, "slow 1=3")
         await idle(app, pilot, "slow")
         assert app.world.slowed == {"rank": 1, "factor": 3.0}
