@@ -10,14 +10,13 @@ table, with the same dtypes and category order, as events.slices of the whole do
 """
 from __future__ import annotations
 
-import io
 import re
 
-import numpy as np
 import pandas as pd
 
-from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, ids, labels, missing, slice_columns, \
-    table, thread_names
+from partui.analysis.column_parts import Names, Rows, id_part, join_ids, join_numbers, number_part, \
+    release_freed_memory
+from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, is_missing, slice_columns, table, thread_names
 from partui.analysis.json_stream import BETWEEN
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
@@ -53,6 +52,7 @@ class Columns:
         self.arrow = arrow_reader() if use_arrow else None
         self.chunks: dict[str, list] = {k: [] for k in FIELDS}
         self.names: dict = {}
+        self.text = {k: Names() for k in TEXT_COLUMNS}  # each text column's names, first met first
         self.events = 0  # every event, of any phase (an empty trace is refused)
         self.batches = {"arrow": 0, "dicts": 0}  # how each batch was decoded (the tests check)
 
@@ -96,8 +96,14 @@ class Columns:
         self.batches["dicts"] += 1
         self.names.update(thread_names(events))
         part = slice_columns(events)
+        n = len(part["ts"])
         for key in self.chunks:
-            self.chunks[key].append(part[key])
+            values = part.pop(key)
+            if key in TEXT_COLUMNS:
+                values = self.text[key].values_part(values)
+            elif key not in ("pid", "tid") and is_missing(values):
+                values = None
+            self.chunks[key].append(n if values is None else values)
 
     def _arrow_parts(self, text: bytes) -> list | None:
         """[(True, the batch's arrow table)]; or, where arrow refuses it for events with a text pid
@@ -150,26 +156,36 @@ class Columns:
         return parts + ([(True, rest)] if rest is not True else [])
 
     def _add_table(self, table) -> None:
+        """One arrow batch into owned parts (column_parts): the table itself is dropped by the caller."""
         pa, pj, pc, options = self.arrow
         ph = table.column("ph")
         meta = table.filter(pc.and_(pc.equal(ph, "M"), pc.equal(table.column("name"), "thread_name")))
         if meta.num_rows:
             label = pc.struct_field(meta.column("args"), "name").to_pylist()
             self.names.update(zip(zip(meta.column("pid").to_pylist(), meta.column("tid").to_pylist()), label))
-        xs = table.filter(pc.equal(ph, "X"))
-        args = xs.column("args").combine_chunks()
+        rows = Rows(pc.fill_null(pc.equal(ph, "X"), False))
+        args = table.column("args")
         for key in FIELDS:
-            col = xs.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
-            # a key no event of the batch holds (most of ARG_KEYS in a torch.profiler trace): only
-            # its count, the missing values made once at the join
-            self.chunks[key].append(len(col) if key in ARG_KEYS and col.null_count == len(col) else _numpy(col, key, pc))
+            col = table.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
+            part = (self.text[key].arrow_part(col, rows, pc) if key in TEXT_COLUMNS
+                    else id_part(col, rows) if key in ("pid", "tid") else number_part(col, rows))
+            # a key no complete event of the batch holds (most of ARG_KEYS in a torch.profiler trace):
+            # only its count, the missing values made once at the join
+            self.chunks[key].append(rows.n if part is None else part)
         self.events += table.num_rows
         self.batches["arrow"] += 1
 
     def frame(self) -> pd.DataFrame:
-        """The slices table (events.slices' columns, dtypes and category order) of every batch."""
-        joined = {k: _join(self.chunks.pop(k), k) for k in list(self.chunks)}  # each batch's parts freed
-        self.chunks = {k: [] for k in FIELDS}  # as soon as its column is joined, not after all of them
+        """The slices table (events.slices' columns, dtypes and category order) of every batch,
+        joined a column at a time, the memory its parts held given back before the next one."""
+        joined = {}
+        for key in FIELDS:
+            parts = self.chunks.pop(key)
+            joined[key] = (self.text[key].categorical(parts) if key in TEXT_COLUMNS
+                           else join_ids(parts) if key in ("pid", "tid") else join_numbers(parts))
+            release_freed_memory()
+        self.chunks = {k: [] for k in FIELDS}
+        self.text = {k: Names() for k in TEXT_COLUMNS}
         return table(joined)
 
 
@@ -182,69 +198,3 @@ def event_lines(text: bytes) -> tuple[bytes, bytes]:
     flat = text.translate(None, b"\r\n") if b"\n" in text or b"\r" in text else text  # compact: as is
     first = BETWEEN.search(flat)
     return flat, (flat[first.start():first.end()] if first else b"},{")
-
-
-def _numpy(col, key: str, pc):
-    """An arrow column as events.slices' values: floats (null -> NaN), ids (int64, or objects
-    when one is missing) and text (a dictionary of its few names, joined by _text)."""
-    if key in TEXT_COLUMNS:  # a few names: kept as a dictionary, a small code a row (see _text)
-        return pc.dictionary_encode(col.combine_chunks() if hasattr(col, "combine_chunks") else col)
-    if key in ("pid", "tid"):
-        if col.null_count:
-            return np.array(col.to_pylist(), dtype=object)
-        return col.to_numpy()
-    return col.to_numpy(zero_copy_only=False).astype(float, copy=False)
-
-
-def _join(parts: list, key: str):
-    """One column of the batches' parts (an int: that many missing values)."""
-    if key in TEXT_COLUMNS:
-        return _text(parts)
-    if key in ("pid", "tid"):
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        if all(getattr(p, "dtype", None) == np.int64 for p in parts):
-            return np.concatenate(parts)
-        return ids(list(np.concatenate([np.asarray(p, dtype=object) for p in parts])))
-    if parts and all(isinstance(p, int) for p in parts):
-        return missing(sum(parts))
-    parts = [np.full(p, np.nan) if isinstance(p, int) else p for p in parts]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def _text(parts: list) -> pd.Categorical:
-    """One categorical of the batches' text parts (arrow dictionaries, decoded values, or a count of
-    missing ones), categories sorted as events.labels sorts them. With arrow every part is a
-    dictionary (a few names, a small code a row), so the trace's text is never held whole; values
-    that are not all text (odd traces' numbers among names) are sorted as objects by labels."""
-    if parts and all(isinstance(p, int) for p in parts):  # a text key no event holds
-        return labels(np.full(sum(parts), None, dtype=object))
-    arrow = arrow_reader()
-    coded = _dictionaries(parts, arrow[0], arrow[2]) if arrow is not None and parts else None
-    if coded is None:
-        values = [np.full(p, None, dtype=object) if isinstance(p, int)
-                  else np.asarray(p, dtype=object) if isinstance(p, (list, np.ndarray))
-                  else p.dictionary_decode().to_numpy(zero_copy_only=False) if hasattr(p, "dictionary")
-                  else p.to_numpy(zero_copy_only=False) for p in parts]
-        return labels(np.concatenate(values) if values else np.zeros(0, dtype=object))
-    names = [np.array(p.dictionary.to_pylist(), dtype=object) for p in coded]
-    cats = labels(np.array(list(dict.fromkeys(n for ns in names for n in ns)), dtype=object)).categories
-    codes = [np.append(cats.get_indexer(ns), -1)[p.indices.fill_null(-1).to_numpy().astype(np.int64)]
-             for ns, p in zip(names, coded)]  # a missing value (-1) takes the appended -1
-    return pd.Categorical.from_codes(np.concatenate(codes), cats)
-
-
-def _dictionaries(parts: list, pa, pc) -> list | None:
-    """Each part as an arrow dictionary array of strings; None when a decoded part holds a value
-    that is not text."""
-    out = []
-    for p in parts:
-        if isinstance(p, int):
-            p = pa.nulls(p, pa.string())
-        elif isinstance(p, (list, np.ndarray)):
-            try:
-                p = pa.array(p, type=pa.string(), from_pandas=True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                return None
-        out.append(p if pa.types.is_dictionary(p.type) else pc.dictionary_encode(p))
-    return out

@@ -5,7 +5,6 @@ A format is one `TraceFormat` record in FORMATS: how to recognise its document, 
 the events table, and how a user records one. Adding a reader is its module plus one record here."""
 from __future__ import annotations
 
-import ctypes
 import gc
 import gzip
 import json
@@ -18,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from partui.analysis import trace_cache
+from partui.analysis.column_parts import release_freed_memory
 from partui.analysis.columns import Columns, arrow_reader
 from partui.analysis.comm_kernels import families
 from partui.analysis.events import TraceError
@@ -281,17 +281,3 @@ def load(path: str, comm_kernels=(), progress: bool | None = False) -> pd.DataFr
         trace_cache.put(path, files, comm_kernels, df)
     release_freed_memory()
     return df
-
-
-def release_freed_memory() -> None:
-    """Give the decoders' freed buffers back to the system: pyarrow's pool and the C heap keep what a
-    read freed (a million-event trace: ~200 MB the analysis would otherwise stand on)."""
-    try:  # optional: pyarrow only where installed, malloc_trim only in glibc
-        import pyarrow
-        pyarrow.default_memory_pool().release_unused()
-    except ImportError:
-        pass
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
