@@ -54,6 +54,7 @@ class Columns:
         self.names: dict = {}
         self.text = {k: Names() for k in TEXT_COLUMNS}  # each text column's names, first met first
         self.events = 0  # every event, of any phase (an empty trace is refused)
+        self.text_ids = False  # a batch held events with a text pid or tid (see _arrow_parts)
         self.batches = {"arrow": 0, "dicts": 0}  # how each batch was decoded (the tests check)
 
     def add_text(self, text: bytes) -> bool:
@@ -108,17 +109,27 @@ class Columns:
     def _arrow_parts(self, text: bytes) -> list | None:
         """[(True, the batch's arrow table)]; or, where arrow refuses it for events with a text pid
         or tid (torch.profiler's "Spans" / "Traces" rows, a few per trace), the runs of events
-        between those as tables and those alone as dicts, in file order; None: arrow refuses it."""
+        between those as tables and those alone as dicts, in file order; None: arrow refuses it.
+        Once a batch held such events, each later one is searched for them before arrow reads it:
+        a refused read costs up to a whole parse (a trace tiled from copies holds them in every batch)."""
         flat, gap = event_lines(text)
         lines = flat.replace(gap, b"}\n{")
+        if self.text_ids:
+            parts = self._around_text_ids(lines, written_text_ids(lines))
+            if parts is not None:
+                return parts
         table = self._read_lines(lines)
         if table is None and BETWEEN.search(lines) is not None:  # gaps of more than one form: each
             lines = BETWEEN.sub(b"}\n{", flat)                    # found by the regex
             table = self._read_lines(lines)
-        return [(True, table)] if table is not None else self._around_text_ids(lines)
+        if table is not None:
+            return [(True, table)]
+        parts = self._around_text_ids(lines, (hit.start() for hit in TEXT_ID.finditer(lines)))
+        self.text_ids = self.text_ids or parts is not None
+        return parts
 
-    def _read_lines(self, lines: bytes):
-        """Arrow's table of one-event-a-line text, or None where it refuses it."""
+    def _read_lines(self, lines):
+        """Arrow's table of one-event-a-line text (bytes or an arrow buffer), or None where it refuses it."""
         pa, pj, pc, options = self.arrow
         read = pj.ReadOptions(block_size=min(max(len(lines) // 8, 1 << 20), 8 << 20))
         try:
@@ -131,16 +142,19 @@ class Columns:
             return None  # a thread_name without args: the dict reader says what it does
         return table
 
-    def _around_text_ids(self, lines: bytes) -> list | None:
-        """The lines holding a text pid or tid decoded as dicts, the runs between them by arrow."""
+    def _around_text_ids(self, lines: bytes, hits) -> list | None:
+        """The lines holding a text pid or tid (hits: where each such key starts, in order) decoded
+        as dicts, the runs between them by arrow (read in place: slices of one arrow buffer over the
+        lines, no copies); None: no such line, or arrow refuses a run."""
         parts, pos = [], 0
-        for hit in TEXT_ID.finditer(lines):
-            first = lines.rfind(b"\n", 0, hit.start()) + 1
+        whole = self.arrow[0].py_buffer(lines)
+        for hit in hits:
+            first = lines.rfind(b"\n", 0, hit) + 1
             if first < pos:
                 continue  # a second text id of the same line
-            last = lines.find(b"\n", hit.end())
+            last = lines.find(b"\n", hit)
             last = len(lines) if last < 0 else last
-            run = self._read_lines(lines[pos:first - 1]) if first > pos else True
+            run = self._read_lines(whole.slice(pos, first - 1 - pos)) if first > pos else True
             if run is None:
                 return None
             if run is not True:
@@ -150,7 +164,7 @@ class Columns:
             except ValueError:  # not one event a line (a gap inside a string): halve the batch
                 return None
             pos = last + 1
-        rest = self._read_lines(lines[pos:]) if parts and pos < len(lines) else True
+        rest = self._read_lines(whole.slice(pos)) if parts and pos < len(lines) else True
         if not parts or rest is None:
             return None
         return parts + ([(True, rest)] if rest is not True else [])
@@ -187,6 +201,21 @@ class Columns:
         self.chunks = {k: [] for k in FIELDS}
         self.text = {k: Names() for k in TEXT_COLUMNS}
         return table(joined)
+
+
+def written_text_ids(lines: bytes) -> list:
+    """Where a text pid or tid starts, as torch.profiler writes one (compact or pretty-printed):
+    found by bytes.find, ~2x faster than TEXT_ID's scan, whose first character is every key's
+    quote. A text id written another way is missed here: arrow then refuses its run, and the
+    caller reads the batch the slower, exact way."""
+    hits = []
+    for written in (b'id":"', b'id": "'):
+        at = lines.find(written)
+        while at >= 0:
+            if TEXT_ID.match(lines, at - 2):  # the key is "pid" or "tid", not another id
+                hits.append(at - 2)
+            at = lines.find(written, at + len(written))
+    return sorted(hits)
 
 
 def event_lines(text: bytes) -> tuple[bytes, bytes]:
