@@ -11,6 +11,7 @@ table, with the same dtypes and category order, as events.slices of the whole do
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pandas as pd
 
@@ -56,18 +57,40 @@ class Columns:
         self.events = 0  # every event, of any phase (an empty trace is refused)
         self.text_ids = False  # a batch held events with a text pid or tid (see _arrow_parts)
         self.batches = {"arrow": 0, "dicts": 0}  # how each batch was decoded (the tests check)
+        self.worker: ThreadPoolExecutor | None = None  # keeps arrow's batches (add_text)
+        self.pending: Future | None = None
 
     def add_text(self, text: bytes) -> bool:
-        """One batch of comma-separated events; False when it is not whole events (a false cut)."""
+        """One batch of comma-separated events; False when it is not whole events (a false cut).
+        A batch arrow decoded whole is kept on a worker thread while the caller reads and decodes
+        the next one (arrow's decoder runs outside the GIL, so the two overlap on two cores); the
+        batches are kept in file order, one at a time (each waits for the one before)."""
         parts = self._decoded(text)
         if parts is None:
             return False
-        for arrow, part in parts:  # all decoded before any is kept: a failed batch leaves nothing
+        self.settle()  # the batch before kept first; this one was decoded whole before any of it is kept
+        if all(arrow for arrow, _ in parts):
+            if self.worker is None:
+                self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partui-columns")
+            self.pending = self.worker.submit(self._keep, parts)
+        else:
+            self._keep(parts)
+        return True
+
+    def settle(self) -> None:
+        """Wait for the batch being kept on the worker (its error raised here)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
+
+    def _keep(self, parts: list) -> None:
+        while parts:  # each arrow table dropped once copied out (column_parts)
+            arrow, part = parts.pop(0)
             if arrow:
                 self._add_table(part)
             else:
-                self.add_events(part)
-        return True
+                self._add_events(part)
+            del part
 
     def _decoded(self, text: bytes) -> list | None:
         """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order: arrow's
@@ -91,6 +114,10 @@ class Columns:
 
     def add_events(self, events: list) -> None:
         """Decoded event dicts (a batch pyarrow could not type, or the events after the last cut)."""
+        self.settle()
+        self._add_events(events)
+
+    def _add_events(self, events: list) -> None:
         if set(map(type, events)) - {dict}:
             raise TypeError("an event that is not a JSON object")  # the whole-file read names it
         self.events += len(events)
@@ -192,6 +219,10 @@ class Columns:
     def frame(self) -> pd.DataFrame:
         """The slices table (events.slices' columns, dtypes and category order) of every batch,
         joined a column at a time, the memory its parts held given back before the next one."""
+        self.settle()
+        if self.worker is not None:
+            self.worker.shutdown()
+            self.worker = None
         joined = {}
         for key in FIELDS:
             parts = self.chunks.pop(key)
