@@ -122,18 +122,22 @@ def kineto_pairs(df: pd.DataFrame) -> pd.DataFrame:
     label = dict(zip(parts.index, (f"{n} L{k}" for n, k in zip(parts["name"].astype(str), parts["layer"]))))
     rows = []
     for rank, mine in kernels.groupby("rank"):
-        compute = mine[mine["kind"] == "compute"].sort_values("ts")
-        busy = Covered(merge(list(zip(compute["ts"], compute["end"]))))
+        is_compute = (mine["kind"] == "compute").to_numpy()  # categorical: codes compared, once a rank
+        compute = mine[is_compute].sort_values("ts")
+        # the interval lists as Python floats (tolist): the merges' comparisons and sums, the same
+        # values and order, run ~3x faster than over numpy scalars
+        busy = Covered(merge(list(zip(compute["ts"].tolist(), compute["end"].tolist()))))
         c_ts, c_end, c_part = (compute[c].to_numpy() for c in ("ts", "end", "part_id"))
         longest = float((c_end - c_ts).max()) if len(c_ts) else 0.0
         own_of = mine.groupby("part_id").indices
-        ts, end, kind = mine["ts"].to_numpy(), mine["end"].to_numpy(), mine["kind"].to_numpy()
+        ts, end = mine["ts"].to_numpy(), mine["end"].to_numpy()
+        is_comm = (mine["kind"] == "comm").to_numpy()
         mine_parts = parts[parts["rank"] == rank]
         for pid, pair, layer, part, name in zip(mine_parts.index, mine_parts["pair"], mine_parts["layer"],
                                                 mine_parts["part"], mine_parts["name"].astype(str)):
             own = own_of.get(pid, np.array([], dtype=int))
-            comm = own[kind[own] == "comm"]
-            flight = merge(list(zip(ts[comm], end[comm])))
+            comm = own[is_comm[own]]
+            flight = merge(list(zip(ts[comm].tolist(), end[comm].tolist())))
             under_ids = set()
             for a, b in flight:     # compute kernels of other parts running during [a, b)
                 lo = np.searchsorted(c_ts, a - longest, side="right")
@@ -143,7 +147,7 @@ def kineto_pairs(df: pd.DataFrame) -> pd.DataFrame:
             covered = busy.within(flight)
             rows.append({"rank": rank, "pair": pair, "layer_k": int(layer), "part": part,
                          "annotation": name, "launched": len(own),
-                         "gpu_ms": length(merge(list(zip(ts[own], end[own])))) * 1e-3,
+                         "gpu_ms": length(merge(list(zip(ts[own].tolist(), end[own].tolist())))) * 1e-3,
                          "a2a_ms": length(flight) * 1e-3, "a2a_under_ms": covered * 1e-3,
                          "a2a_exposed_ms": (length(flight) - covered) * 1e-3,
                          "under": ", ".join(label[i] for i in sorted(under_ids))})
