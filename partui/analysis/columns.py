@@ -3,10 +3,14 @@
 A batch is decoded by pyarrow's JSON reader straight into typed columns, in C++, when pyarrow is
 installed and the batch fits the schema (ints where partui and torch.profiler write ints, floats,
 strings), one event a line (event_lines); the few events arrow cannot type (a text pid, such as
-torch.profiler's "Spans") are cut out and decoded alone, and any other batch it refuses is decoded
-by orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves only its complete ('X') events' columns and its thread
-names: memory grows with the rows kept, not the bytes read. `Columns.frame` then builds the same
-table, with the same dtypes and category order, as events.slices of the whole document.
+torch.profiler's "Spans") are cut out and decoded alone (once a trace has shown one, each later
+batch is split around them before arrow reads it), and any other batch it refuses is decoded by
+orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves
+only its complete ('X') events' columns, as numpy parts this process owns (column_parts: text as
+codes), and its thread names: memory grows with the rows kept, not the bytes read. A batch arrow
+decoded whole is kept on a worker thread while the next one is decoded. `Columns.frame` then joins
+the parts a column at a time into the same table, with the same dtypes and category order, as
+events.slices of the whole document.
 """
 from __future__ import annotations
 
