@@ -7,8 +7,8 @@ torch.profiler's "Spans") are cut out and decoded alone (once a trace has shown 
 batch is split around them before arrow reads it), and any other batch it refuses is decoded by
 orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves
 only its complete ('X') events' columns, as numpy parts this process owns (column_parts: text as
-codes), and its thread names: memory grows with the rows kept, not the bytes read. A batch arrow
-decoded whole is kept on a worker thread while the next one is decoded. `Columns.frame` then joins
+codes), and its thread names: memory grows with the rows kept, not the bytes read. With arrow, a
+decoded batch is kept on a worker thread while the next one is decoded. `Columns.frame` then joins
 the parts a column at a time into the same table, with the same dtypes and category order, as
 events.slices of the whole document.
 """
@@ -66,14 +66,14 @@ class Columns:
 
     def add_text(self, text: bytes) -> bool:
         """One batch of comma-separated events; False when it is not whole events (a false cut).
-        A batch arrow decoded whole is kept on a worker thread while the caller reads and decodes
+        With arrow, the decoded batch is kept on a worker thread while the caller reads and decodes
         the next one (arrow's decoder runs outside the GIL, so the two overlap on two cores); the
         batches are kept in file order, one at a time (each waits for the one before)."""
         parts = self._decoded(text)
         if parts is None:
             return False
         self.settle()  # the batch before kept first; this one was decoded whole before any of it is kept
-        if all(arrow for arrow, _ in parts):
+        if self.arrow is not None:  # (dicts alone hold the GIL throughout: nothing to overlap)
             if self.worker is None:
                 self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partui-columns")
             self.pending = self.worker.submit(self._keep, parts)
