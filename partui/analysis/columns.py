@@ -7,15 +7,13 @@ torch.profiler's "Spans") are cut out and decoded alone (once a trace has shown 
 batch is split around them before arrow reads it), and any other batch it refuses is decoded by
 orjson / json into dicts and read as events.slices reads a document. Either way each batch leaves
 only its complete ('X') events' columns, as numpy parts this process owns (column_parts: text as
-codes), and its thread names: memory grows with the rows kept, not the bytes read. With arrow, a
-decoded batch is kept on a worker thread while the next one is decoded. `Columns.frame` then joins
-the parts a column at a time into the same table, with the same dtypes and category order, as
-events.slices of the whole document.
+codes), and its thread names: memory grows with the rows kept, not the bytes read. `Columns.frame`
+then joins the parts a column at a time into the same table, with the same dtypes and category
+order, as events.slices of the whole document.
 """
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import pandas as pd
 
@@ -61,40 +59,20 @@ class Columns:
         self.events = 0  # every event, of any phase (an empty trace is refused)
         self.text_ids = False  # a batch held events with a text pid or tid (see _arrow_parts)
         self.batches = {"arrow": 0, "dicts": 0}  # how each batch was decoded (the tests check)
-        self.worker: ThreadPoolExecutor | None = None  # keeps arrow's batches (add_text)
-        self.pending: Future | None = None
 
     def add_text(self, text: bytes) -> bool:
-        """One batch of comma-separated events; False when it is not whole events (a false cut).
-        With arrow, the decoded batch is kept on a worker thread while the caller reads and decodes
-        the next one (arrow's decoder runs outside the GIL, so the two overlap on two cores); the
-        batches are kept in file order, one at a time (each waits for the one before)."""
+        """One batch of comma-separated events; False when it is not whole events (a false cut)."""
         parts = self._decoded(text)
         if parts is None:
             return False
-        self.settle()  # the batch before kept first; this one was decoded whole before any of it is kept
-        if self.arrow is not None:  # (dicts alone hold the GIL throughout: nothing to overlap)
-            if self.worker is None:
-                self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="partui-columns")
-            self.pending = self.worker.submit(self._keep, parts)
-        else:
-            self._keep(parts)
-        return True
-
-    def settle(self) -> None:
-        """Wait for the batch being kept on the worker (its error raised here)."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.result()
-
-    def _keep(self, parts: list) -> None:
-        while parts:  # each arrow table dropped once copied out (column_parts)
-            arrow, part = parts.pop(0)
+        while parts:  # all decoded before any is kept: a failed batch leaves nothing
+            arrow, part = parts.pop(0)  # each arrow table dropped once copied out (column_parts)
             if arrow:
                 self._add_table(part)
             else:
-                self._add_events(part)
+                self.add_events(part)
             del part
+        return True
 
     def _decoded(self, text: bytes) -> list | None:
         """[(True, an arrow table) or (False, event dicts), ...] of the batch, in order: arrow's
@@ -118,10 +96,6 @@ class Columns:
 
     def add_events(self, events: list) -> None:
         """Decoded event dicts (a batch pyarrow could not type, or the events after the last cut)."""
-        self.settle()
-        self._add_events(events)
-
-    def _add_events(self, events: list) -> None:
         if set(map(type, events)) - {dict}:
             raise TypeError("an event that is not a JSON object")  # the whole-file read names it
         self.events += len(events)
@@ -223,10 +197,6 @@ class Columns:
     def frame(self) -> pd.DataFrame:
         """The slices table (events.slices' columns, dtypes and category order) of every batch,
         joined a column at a time, the memory its parts held given back before the next one."""
-        self.settle()
-        if self.worker is not None:
-            self.worker.shutdown()
-            self.worker = None
         joined = {}
         for key in FIELDS:
             parts = self.chunks.pop(key)

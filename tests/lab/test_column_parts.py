@@ -1,8 +1,8 @@
 """The streaming reader's memory and work, each pinned on a hand-built trace against the whole-document
 read (reader.frame of read_doc, the oracle): batches copied out of arrow (nothing of arrow's pool held
 between batches), text kept as codes in the order names are met and sorted at the join as events.labels
-sorts them, text-pid events found before arrow refuses a batch once a trace has shown them, and the
-worker thread that keeps a batch while the next is decoded (its errors fall back to the whole read)."""
+sorts them, text-pid events found before arrow refuses a batch once a trace has shown them, and an
+error keeping a batch falls back to the whole read."""
 from __future__ import annotations
 
 import json
@@ -137,7 +137,7 @@ def test_a_text_pid_written_an_odd_way_after_the_first_still_reads_as_the_whole_
     same(reader.read_table(path), whole(path))
 
 
-def test_an_error_keeping_a_batch_on_the_worker_falls_back_to_the_whole_read(tmp_path, small_blocks, monkeypatch):
+def test_an_error_keeping_a_batch_falls_back_to_the_whole_read(tmp_path, small_blocks, monkeypatch):
     path = write(tmp_path, kineto(300))
     add = columns.Columns._add_table
     kept = []
@@ -149,6 +149,6 @@ def test_an_error_keeping_a_batch_on_the_worker_falls_back_to_the_whole_read(tmp
         add(self, table)
 
     monkeypatch.setattr(columns.Columns, "_add_table", third_fails)
-    assert reader.read_streamed(path) is None  # raised on the worker, seen by the reader
+    assert reader.read_streamed(path) is None  # the reader gives up streaming, not the load
     monkeypatch.setattr(columns.Columns, "_add_table", add)
     same(reader.load(path), whole(path))

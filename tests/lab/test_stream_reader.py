@@ -95,8 +95,8 @@ def test_a_refused_batch_sends_only_its_text_pid_events_to_dicts(tmp_path, monke
                                        "tid": "PyTorch Profiler", "ts": 1.0, "dur": 5e3})
     path = write(tmp_path / "rank0.json", doc, indent=1)
     decoded = []
-    keep = columns.Columns._add_events
-    monkeypatch.setattr(columns.Columns, "_add_events", lambda self, events: (decoded.append(events), keep(self, events))[1])
+    keep = columns.Columns.add_events
+    monkeypatch.setattr(columns.Columns, "add_events", lambda self, events: (decoded.append(events), keep(self, events))[1])
     head, cols = reader.read_streamed(path)
     text_pid = [[e["pid"] for e in events] for events in decoded if any(isinstance(e["pid"], str) for e in events)]
     assert text_pid == [["Spans"], ["Traces"]]  # each alone: every other event of its batch read by arrow
