@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from partui.analysis import column_parts, columns, json_stream, reader
-from partui.analysis.events import labels
+from partui.analysis.events import labels, slices
 
 pa = pytest.importorskip("pyarrow")
 
@@ -152,3 +152,17 @@ def test_an_error_keeping_a_batch_falls_back_to_the_whole_read(tmp_path, small_b
     assert reader.read_streamed(path) is None  # the reader gives up streaming, not the load
     monkeypatch.setattr(columns.Columns, "_add_table", add)
     same(reader.load(path), whole(path))
+
+
+@pytest.mark.parametrize("trim_rows, calls", [(0, len(columns.FIELDS)), (1 << 40, 0)])
+def test_a_big_join_gives_memory_back_between_columns_a_small_one_does_not(tmp_path, small_blocks, monkeypatch,
+                                                                           trim_rows, calls):
+    path = write(tmp_path, kineto(200))
+    head, cols = reader.read_streamed(path)
+    released = []
+    monkeypatch.setattr(columns, "TRIM_ROWS", trim_rows)
+    monkeypatch.setattr(columns, "release_freed_memory", lambda: released.append(1))
+    got = cols.frame()
+    assert len(released) == calls
+    same(got, slices(reader.read_doc(path)["traceEvents"]))  # the whole document's slices table
+    assert len(got) == sum(1 for e in kineto(200)["traceEvents"] if e["ph"] == "X")
