@@ -127,8 +127,7 @@ def read_table(path: str, comm_kernels=(), progress: Progress | None = None) -> 
 
 def _table(fmt: str, cols: Columns, head: dict, path: str, comm_kernels) -> pd.DataFrame:
     try:
-        frame = cols.frame()
-        release_freed_memory()  # the batches' freed parts (~260 MB on a 3 GB trace) before the table's peak
+        frame = cols.frame()  # a big one gives its parts' memory back as it joins (columns.TRIM_ROWS)
         df = FORMAT_OF[fmt].table(frame, cols.names, head, comm_kernels)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise TraceError(f"{path or 'trace'}: its events do not read as a {fmt} trace "
