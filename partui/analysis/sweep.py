@@ -122,10 +122,81 @@ def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.nda
     return keys, np.bincount(idx.ravel(), weights=adds, minlength=len(keys))
 
 
-def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int):
+CHUNK_ROWS = 1 << 20  # intervals swept at a time: the sweep's temporaries (~100 bytes a row) stay this size
+
+
+def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int,
+          chunk_rows: int = CHUNK_ROWS):
     """Per key: merged length of each class, of each class's intersection with class 0, and of
     the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts
-    only while no wait is open: a blocking op inside an "F+B" span is exposed, not overlapped. Returns (keys, lengths[key, cls], inter0[key, cls], union[key])."""
+    only while no wait is open: a blocking op inside an "F+B" span is exposed, not overlapped.
+    Returns (keys, lengths[key, cls], inter0[key, cls], union[key]), keys rising. Intervals end at
+    or after they start. More than chunk_rows intervals are swept a run of keys at a time (a key
+    longer than that, a piece of its time at a time): the same figures bit for bit, in memory that
+    does not grow with the trace."""
+    if len(ts) <= chunk_rows:
+        return _sweep_rows(key, ts, end, cls, n_cls)
+    parts = [_sweep_rows(key[rows], ts[rows], end[rows], cls[rows], n_cls) if rows is not None
+             else _sweep_long_key(key, ts, end, cls, n_cls, k, count, chunk_rows)
+             for rows, k, count in _key_runs(key, chunk_rows)]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+
+
+def _key_runs(key: np.ndarray, chunk_rows: int):
+    """Runs of consecutive keys holding chunk_rows intervals at most, one at a time: (rows of the run,
+    None, None), or (None, the key, its count) for one key longer than chunk_rows. A run's rows are
+    found by one pass of masks over the keys (a byte a row), never by sorting them."""
+    lo, hi = int(key.min()), int(key.max())
+    if lo >= 0 and hi < 4 * len(key) + (1 << 16):  # codes, ranks, window ids: counted in place
+        counts = np.bincount(key, minlength=hi + 1)
+        present = np.flatnonzero(counts)
+        counts = counts[present]
+    else:
+        present, counts = np.unique(key, return_counts=True)
+    ends = np.cumsum(counts)
+    a = 0
+    while a < len(present):
+        b = max(a + 1, int(np.searchsorted(ends, ends[a] - counts[a] + chunk_rows, side="right")))
+        if b == a + 1 and counts[a] > chunk_rows:
+            yield None, present[a], int(counts[a])
+        else:
+            inside = key >= present[a]
+            inside &= key <= present[b - 1]
+            yield np.flatnonzero(inside), None, None
+        a = b
+
+
+def _sweep_long_key(key, ts, end, cls, n_cls, k, count: int, chunk_rows: int):
+    """One key's sweep, a piece of time at a time: the boundaries in [cut_i, cut_i+1) sorted and swept
+    from where the piece before left off (each class's depth, the last boundary's time, the sums so
+    far added first), so the figures are the one sweep's bit for bit. The cuts are quantiles of a
+    sample of its starts; a piece they leave long is only slower, never wrong."""
+    mine = key == k
+    stride = max(1, len(ts) // (1 << 16))
+    sample = np.sort(ts[::stride][mine[::stride]])
+    pieces = 2 * count // chunk_rows + 2
+    cuts = np.unique(sample[np.linspace(0, len(sample) - 1, pieces + 1).astype(np.int64)[1:-1]]) \
+        if len(sample) else np.zeros(0)
+    cuts = np.r_[-np.inf, cuts, np.inf]
+    carry = None
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        starts = np.flatnonzero(mine & (ts >= lo) & (ts < hi))
+        ends = np.flatnonzero(mine & (end >= lo) & (end < hi))
+        if not len(starts) + len(ends):
+            continue
+        t = np.concatenate([ts[starts], end[ends]])
+        order = np.argsort(t)
+        step = (order < len(starts)).astype(np.int8)
+        step *= 2
+        step -= 1
+        c = np.concatenate([cls[starts].astype(np.int8), cls[ends].astype(np.int8)])[order]
+        carry = _sweep_sorted(np.zeros(len(t), np.int8), t[order], step, c, n_cls, carry)[4]
+    depth, last, lengths, inter0, union = carry
+    return (np.array([k], dtype=key.dtype), lengths[None, :], inter0[None, :], np.array([union]))
+
+
+def _sweep_rows(key, ts, end, cls, n_cls):
+    """The sweep of all its intervals at once: their 2m boundaries sorted by (key, time)."""
     m = len(ts)
     # each row-length temporary freed as soon as it is spent: on millions of kernels the sweep's
     # arrays, not the table, set the report's peak memory
@@ -140,29 +211,53 @@ def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_c
     cls8 = cls.astype(np.int8)            # a handful of classes: a byte each
     c = np.concatenate([cls8, cls8])[order]
     del order, cls8
+    return _sweep_sorted(k, t, step, c, n_cls)[:4]
+
+
+def _sweep_sorted(k, t, step, c, n_cls, carry=None):
+    """The sweep of boundaries sorted by (key, time): k, t, step (+1 / -1), c (class). carry: where
+    the same key's sweep left off ((depth per class, last time, lengths, inter0, union) of one key),
+    whose boundaries these continue. Returns (keys, lengths, inter0, union, the last key's carry)."""
     new_key = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
     keys = k[new_key]
     del k
     idx = np.cumsum(new_key)              # each boundary's key, without a second sort
     idx -= 1
+    depth0 = np.zeros(n_cls, np.int32)
+    if carry is not None:                 # the segment from the last boundary before these
+        depth0, t = carry[0], np.r_[carry[1], t]
+        step, c, idx = np.r_[np.int8(0), step], np.r_[np.int8(0), c], np.r_[0, idx]
     seg = np.diff(t, append=t[-1:] if len(t) else t)
+    last = t[-1] if len(t) else None
     del t
     if len(seg):
-        seg[np.r_[new_key[1:], True]] = 0.0   # no segment across keys
+        seg[np.r_[new_key[1:], True] if carry is None else np.r_[False, new_key[1:], True]] = 0.0
     del new_key
     # each interval adds +1 then -1, so a class's depth is 0 between keys
-    on = [np.cumsum(step * (c == j), dtype=np.int32) > 0 for j in range(n_cls)]  # bytes in, 4x faster
+    depth = [np.cumsum(step * (c == j), dtype=np.int32) for j in range(n_cls)]  # bytes in, 4x faster
+    for j in range(n_cls):
+        depth[j] += depth0[j]
+    on = [d > 0 for d in depth]
     if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span
         on[0] = on[0] & ~on[2]
     n = len(keys)
-    # bincount per class: np.add.at is ~10x slower on a million boundaries
-    lengths = np.stack([np.bincount(idx, weights=seg * o, minlength=n) for o in on], axis=1) \
+    first = (lambda j, part: None) if carry is None else (lambda j, part: carry[part][j])
+    lengths = np.stack([_per_key(idx, seg * o, n, first(j, 2)) for j, o in enumerate(on)], axis=1) \
         if n else np.zeros((0, n_cls))
-    inter0 = np.stack([np.bincount(idx, weights=seg * (o & on[0]), minlength=n) for o in on], axis=1) \
+    inter0 = np.stack([_per_key(idx, seg * (o & on[0]), n, first(j, 3)) for j, o in enumerate(on)], axis=1) \
         if n else np.zeros((0, n_cls))
-    union = np.bincount(idx, weights=seg * (on[0] | on[1] if n_cls > 1 else on[0]), minlength=n) \
+    union = _per_key(idx, seg * (on[0] | on[1] if n_cls > 1 else on[0]), n, None if carry is None else carry[4]) \
         if n else np.zeros(0)
-    return keys, lengths, inter0, union
+    after = (np.array([d[-1] for d in depth], np.int32), last, lengths[-1], inter0[-1], union[-1]) if n else carry
+    return keys, lengths, inter0, union, after
+
+
+def _per_key(idx, weights, n, first):
+    """Each key's weights summed in order (bincount adds them one by one: np.add.at is ~10x slower);
+    `first`: a sum carried in for key 0, added before its weights, as one unbroken sum would."""
+    if first is None:
+        return np.bincount(idx, weights=weights, minlength=n)
+    return np.bincount(np.r_[0, idx], weights=np.r_[first, weights], minlength=n)
 
 
 _CLASSES = {"compute": 0, "comm": 1, "wait": 2}
