@@ -105,12 +105,19 @@ def counted_kernels(df: pd.DataFrame, columns: list | None = None) -> pd.DataFra
     """The GPU compute and comm kernels every view counts: of positive length and, where the trace has
     steps, belonging to one. columns: only those of the table (a view that reads a few copies a few:
     a million kernels' every column is ~120 MB)."""
+    keep = counted_rows(df)
+    return df[keep] if columns is None else df.loc[keep, columns]
+
+
+def counted_rows(df: pd.DataFrame) -> np.ndarray:
+    """Which rows of df counted_kernels keeps, as a mask (a byte a row: a view that reads a column or
+    two takes just those, never a frame of the kernels)."""
     kind = df["kind"]
     keep = (df["device"] == "gpu").to_numpy() & kind.isin(["compute", "comm"]).to_numpy() \
         & (df["end"].to_numpy() > df["ts"].to_numpy())
     if (kind == "step").any():
         keep &= df["step"].notna().to_numpy()
-    return df[keep] if columns is None else df.loc[keep, columns]
+    return keep
 
 
 def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
@@ -125,18 +132,32 @@ def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
 
 def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, step), in us (SUMS): the step's GPU window, its compute kernels merged, its comm
-    kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits."""
-    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end"])
-    if not len(kernels):
+    kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits. Only the
+    kernels' ts, end, a key and a class byte are taken (~25 bytes a kernel; the sweep runs a chunk of
+    keys at a time), so millions of kernels add little to the loaded table."""
+    keep = counted_rows(df)
+    if not keep.any():
         return pd.DataFrame(columns=SUMS)
-    code, uniq = _step_keys(kernels)
-    cls = (kernels["kind"] == "comm").to_numpy().astype(np.int64)
-    ts, end = kernels["ts"].to_numpy(), kernels["end"].to_numpy()
+    code = df["step"].to_numpy(dtype=float)[keep]   # (rank, step + 1) packed in one int64, built in place
+    np.nan_to_num(code, copy=False, nan=-1.0)   # -1: a trace without steps, each rank one window
+    code += 1
+    span = int(code.max()) + 1
+    code = code.astype(np.int64)
+    rank = df["rank"].to_numpy()[keep].astype(np.int64, copy=False)
+    rank *= span
+    code += rank
+    del rank
+    cls = (df["kind"] == "comm").to_numpy()[keep].view(np.int8)
+    ts, end = df["ts"].to_numpy()[keep], df["end"].to_numpy()[keep]
+    del keep
     keys, lengths, inter0, union = sweep(code, ts, end, cls, 2)
-    w0 = pd.Series(ts).groupby(code).min().reindex(keys).to_numpy()
-    w1 = pd.Series(end).groupby(code).max().reindex(keys).to_numpy()
-    step = np.array([uniq[k][1] for k in keys], dtype=float)
-    out = pd.DataFrame({"rank": [uniq[k][0] for k in keys], "step": np.where(step < 0, np.nan, step),
+    w0, w1 = np.full(len(keys), np.inf), np.full(len(keys), -np.inf)
+    for lo in range(0, len(code), LOOKUP_ROWS):   # each step's first start and last end
+        at = np.searchsorted(keys, code[lo:lo + LOOKUP_ROWS])
+        np.minimum.at(w0, at, ts[lo:lo + LOOKUP_ROWS])
+        np.maximum.at(w1, at, end[lo:lo + LOOKUP_ROWS])
+    step = (keys % span - 1).astype(float)
+    out = pd.DataFrame({"rank": keys // span, "step": np.where(step < 0, np.nan, step),
                         "window": w1 - w0, "compute": lengths[:, 0], "comm": lengths[:, 1], "wait": np.nan,
                         "overlapped": inter0[:, 1], "union": union})
     return out.sort_values(["rank", "step"]).reset_index(drop=True)
