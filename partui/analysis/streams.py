@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.definitions import defined
-from partui.analysis.gpu_steps import counted_kernels, gpu_step_sums
+from partui.analysis.gpu_steps import counted_rows, gpu_step_sums
 from partui.analysis.sweep import sweep
 
 US_MS = 1e-3
@@ -49,24 +49,32 @@ def stream_busy(df: pd.DataFrame, sums: pd.DataFrame | None = None) -> pd.DataFr
     """Per rank and stream: kernels, comm kernels, busy time (its kernels merged), the comm part of it
     and busy as a % of the rank's GPU window. sums: as gpu_overlap's."""
     window = _windows(df, sums)  # before this view's kernels: one copy of the kernels at a time
-    gpu = counted_kernels(df, ["rank", "track", "kind", "ts", "end"])
-    if not len(gpu):
+    keep = counted_rows(df)   # only the kernels' ts, end, a key and a class byte are taken
+    if not keep.any():
         return defined(pd.DataFrame(columns=STREAM_COLUMNS))
-    track = gpu["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    track = df["track"]
+    if not isinstance(track.dtype, pd.CategoricalDtype):  # a directory's concat gives objects
+        track = track[keep].astype("category")
     tracks = np.append(track.cat.categories.astype(str).to_numpy(), "?")  # code -1 (no track): "?"
-    rcode, ranks = pd.factorize(gpu["rank"].to_numpy())
-    tcode = np.where(track.cat.codes.to_numpy() < 0, len(tracks) - 1, track.cat.codes.to_numpy())
-    code, pairs = pd.factorize(rcode.astype(np.int64) * len(tracks) + tcode)  # one int per (rank, stream)
-    uniq = [(ranks[p // len(tracks)], tracks[p % len(tracks)]) for p in pairs]
-    comm = (gpu["kind"] == "comm").to_numpy()
-    keys, busy, _, _ = sweep(code, gpu["ts"].to_numpy(), gpu["end"].to_numpy(), np.zeros(len(gpu), np.int64), 1)
-    ck, cbusy, _, _ = sweep(code[comm], gpu["ts"].to_numpy()[comm], gpu["end"].to_numpy()[comm],
-                            np.zeros(int(comm.sum()), np.int64), 1)
-    out = pd.DataFrame({"rank": [uniq[k][0] for k in keys], "stream": [uniq[k][1] for k in keys],
-                        "kernels": np.bincount(code, minlength=len(uniq))[keys],
-                        "comm_kernels": np.bincount(code[comm], minlength=len(uniq))[keys],
-                        "busy_ms": busy[:, 0] * US_MS})
-    out["comm_busy_ms"] = pd.Series(cbusy[:, 0] * US_MS, index=ck).reindex(keys, fill_value=0.0).to_numpy()
+    tcode = track.cat.codes.to_numpy()
+    tcode = (tcode[keep] if len(tcode) == len(keep) else tcode).astype(np.int64)
+    tcode[tcode < 0] = len(tracks) - 1
+    rcode, ranks = pd.factorize(df["rank"].to_numpy()[keep])
+    code = rcode.astype(np.int64)   # one int per (rank, stream), packed
+    del rcode
+    code *= len(tracks)
+    code += tcode
+    del tcode
+    comm = (df["kind"] == "comm").to_numpy()[keep].view(np.int8)
+    ts, end = df["ts"].to_numpy()[keep], df["end"].to_numpy()[keep]
+    del keep
+    # one sweep: busy is the union of compute (class 0) and comm (class 1), the comm part class 1 merged
+    keys, lengths, _, busy = sweep(code, ts, end, comm, 2)
+    del ts, end
+    out = pd.DataFrame({"rank": ranks[keys // len(tracks)], "stream": tracks[keys % len(tracks)],
+                        "kernels": np.bincount(code)[keys],
+                        "comm_kernels": np.bincount(code, weights=comm)[keys].astype(np.int64),
+                        "busy_ms": busy * US_MS, "comm_busy_ms": lengths[:, 1] * US_MS})
     window = window.reindex(out["rank"]).to_numpy()
     out["busy_pct"] = np.where(window > 0, 100 * out["busy_ms"] / (window * US_MS), np.nan)
     return defined(out[STREAM_COLUMNS].sort_values(["rank", "stream"]).reset_index(drop=True))
