@@ -122,18 +122,20 @@ def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.nda
     return keys, np.bincount(idx.ravel(), weights=adds, minlength=len(keys))
 
 
-CHUNK_ROWS = 1 << 20  # intervals swept at a time: the sweep's temporaries (~100 bytes a row) stay this size
+CHUNK_ROWS = 1 << 18  # intervals swept at a time: the sweep's temporaries, ~130 bytes a row, stay this size
+# (~35 MB); smaller chunks sort no slower (1M kernels: the same time at 2**17 to 2**20 rows a chunk)
 
 
 def sweep(key: np.ndarray, ts: np.ndarray, end: np.ndarray, cls: np.ndarray, n_cls: int,
-          chunk_rows: int = CHUNK_ROWS):
+          chunk_rows: int | None = None):
     """Per key: merged length of each class, of each class's intersection with class 0, and of
     the union of classes 0 and 1 (compute and comm). With a third class (waits), class 0 counts
     only while no wait is open: a blocking op inside an "F+B" span is exposed, not overlapped.
     Returns (keys, lengths[key, cls], inter0[key, cls], union[key]), keys rising. Intervals end at
     or after they start. More than chunk_rows intervals are swept a run of keys at a time (a key
     longer than that, a piece of its time at a time): the same figures bit for bit, in memory that
-    does not grow with the trace."""
+    does not grow with the trace (chunk_rows: CHUNK_ROWS unless given)."""
+    chunk_rows = chunk_rows or CHUNK_ROWS
     if len(ts) <= chunk_rows:
         return _sweep_rows(key, ts, end, cls, n_cls)
     parts = [_sweep_rows(key[rows], ts[rows], end[rows], cls[rows], n_cls) if rows is not None
@@ -151,8 +153,11 @@ def _key_runs(key: np.ndarray, chunk_rows: int):
         counts = np.bincount(key, minlength=hi + 1)
         present = np.flatnonzero(counts)
         counts = counts[present]
-    else:
-        present, counts = np.unique(key, return_counts=True)
+    else:  # by a sort: np.unique hashes, ~10x slower on millions
+        present = np.sort(key)
+        first = np.flatnonzero(np.r_[True, present[1:] != present[:-1]])
+        counts = np.diff(np.r_[first, len(present)])
+        present = present[first]
     ends = np.cumsum(counts)
     a = 0
     while a < len(present):
@@ -167,21 +172,23 @@ def _key_runs(key: np.ndarray, chunk_rows: int):
 
 
 def _sweep_long_key(key, ts, end, cls, n_cls, k, count: int, chunk_rows: int):
-    """One key's sweep, a piece of time at a time: the boundaries in [cut_i, cut_i+1) sorted and swept
+    """One key's sweep, a piece of time at a time: the boundaries in [cut_j-1, cut_j) sorted and swept
     from where the piece before left off (each class's depth, the last boundary's time, the sums so
     far added first), so the figures are the one sweep's bit for bit. The cuts are quantiles of a
-    sample of its starts; a piece they leave long is only slower, never wrong."""
+    sample of its starts, ~chunk_rows intervals' boundaries a piece; a piece they leave long is only
+    slower, never wrong. Each row's piece (of its start, of its end) is kept in two bytes, so a piece's
+    boundaries are found by one pass over them."""
     mine = key == k
     stride = max(1, len(ts) // (1 << 16))
     sample = np.sort(ts[::stride][mine[::stride]])
-    pieces = 2 * count // chunk_rows + 2
+    pieces = count // chunk_rows + 1
     cuts = np.unique(sample[np.linspace(0, len(sample) - 1, pieces + 1).astype(np.int64)[1:-1]]) \
         if len(sample) else np.zeros(0)
-    cuts = np.r_[-np.inf, cuts, np.inf]
+    start_piece, end_piece = _piece_of(ts, cuts, mine), _piece_of(end, cuts, mine)
+    del mine
     carry = None
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        starts = np.flatnonzero(mine & (ts >= lo) & (ts < hi))
-        ends = np.flatnonzero(mine & (end >= lo) & (end < hi))
+    for j in range(len(cuts) + 1):
+        starts, ends = np.flatnonzero(start_piece == j), np.flatnonzero(end_piece == j)
         if not len(starts) + len(ends):
             continue
         t = np.concatenate([ts[starts], end[ends]])
@@ -193,6 +200,15 @@ def _sweep_long_key(key, ts, end, cls, n_cls, k, count: int, chunk_rows: int):
         carry = _sweep_sorted(np.zeros(len(t), np.int8), t[order], step, c, n_cls, carry)[4]
     depth, last, lengths, inter0, union = carry
     return (np.array([k], dtype=key.dtype), lengths[None, :], inter0[None, :], np.array([union]))
+
+
+def _piece_of(t: np.ndarray, cuts: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Per row, the piece its time falls in (the cuts at or before it); -1 for rows of other keys."""
+    out = np.empty(len(t), np.int16 if len(cuts) < 2 ** 15 - 1 else np.int32)
+    for lo in range(0, len(t), 1 << 20):
+        out[lo:lo + (1 << 20)] = np.searchsorted(cuts, t[lo:lo + (1 << 20)], side="right")
+    out[~mine] = -1
+    return out
 
 
 def _sweep_rows(key, ts, end, cls, n_cls):
