@@ -235,17 +235,29 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
     there are no kernels and, as with HTA, the figure is NaN. The comm families of the other figures
     (comm_kernels.py) do not enter: this is HTA's number, for comparison with HTA."""
     ranks = sorted(df["rank"].unique())
-    gpu = hta_kernels(df, include_last_profiler_step)
-    name = gpu["name"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    rows = hta_rows(df, include_last_profiler_step)  # a mask: only the columns read are taken, row by kept row
+    name = df["name"]
+    if not isinstance(name.dtype, pd.CategoricalDtype):  # a directory's concat gives objects
+        name = name[rows].astype("category")
     labels = pd.Series(name.cat.categories.astype(str))  # each distinct name tested once
     per_name = np.append(np.select([labels.str.match(HTA_COMM).to_numpy(), labels.str.contains(HTA_MEMORY).to_numpy()],
-                                   [1, -1], 0), -1)
-    cls = per_name[name.cat.codes.to_numpy()]
-    ts, end = np.ceil(gpu["ts"].to_numpy()), np.floor(gpu["end"].to_numpy())
+                                   [1, -1], 0), -1).astype(np.int8)
+    codes = name.cat.codes.to_numpy()
+    cls = per_name[codes[rows] if len(codes) == len(rows) else codes]
+    del codes
+    ts, end = df["ts"].to_numpy()[rows], df["end"].to_numpy()[rows]
+    np.ceil(ts, out=ts)
+    np.floor(end, out=end)
     keep = (cls >= 0) & (end > ts)
+    if not keep.all():  # one array at a time, each freed before the next is cut
+        ts = ts[keep]
+        end = end[keep]
+        cls = cls[keep]
+        rows[rows] = keep
+    rank = df["rank"].to_numpy()[rows]
     out = pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": np.nan})
     if keep.any():
-        keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy()[keep], ts[keep], end[keep], cls[keep], 2)
+        keys, lengths, inter0, _ = sweep(rank, ts, end, cls, 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(lengths[:, 1] > 0, 100 * inter0[:, 1] / lengths[:, 1], np.nan)
         out = out.set_index("rank")
@@ -258,23 +270,77 @@ def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
     """The GPU events HTA keeps (see hta_overlap): their rank, name, ts and end only (all hta_overlap
     reads), so a trace of millions of kernels is not copied whole; CPU times rounded inward as HTA's
     parser does."""
+    return df.loc[hta_rows(df, include_last_profiler_step), ["rank", "name", "ts", "end"]]
+
+
+def hta_rows(df: pd.DataFrame, include_last_profiler_step: bool = False) -> np.ndarray:
+    """Which rows of df are the GPU events HTA keeps, as a mask (see hta_overlap). Where every (rank,
+    correlation) packs into an int64 (launched_by), the launches are packed and the kernels looked
+    up LOOKUP_ROWS rows at a time: a few bytes a row held, not copies of the columns."""
     gpu_rows = (df["device"] == "gpu").to_numpy()
-    gpu = df.loc[gpu_rows, ["rank", "name", "ts", "end"]]
-    cpu_rows = ~gpu_rows
-    steps = df.loc[cpu_rows & df["name"].str.startswith("ProfilerStep#").fillna(False).to_numpy(),
-                   ["rank", "name", "ts", "end"]]
+    steps = df.loc[~gpu_rows & _starts_with(df["name"], "ProfilerStep#"), ["rank", "name", "ts", "end"]]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
-        return gpu
+        return gpu_rows
     steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
     last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
-    cpu_rank = df["rank"].to_numpy()[cpu_rows]
-    bound = pd.Series(cpu_rank).map(last["end" if include_last_profiler_step else "start"]).to_numpy()
-    start = np.ceil(df["ts"].to_numpy()[cpu_rows])
-    kept = (start <= bound) if include_last_profiler_step else (start < bound)
-    correlation = df["correlation"].to_numpy()
-    launched = launched_by(gpu["rank"].to_numpy(), correlation[gpu_rows],
-                           cpu_rank[kept], correlation[cpu_rows][kept])
-    return gpu[launched]
+    bound_of = last["end" if include_last_profiler_step else "start"]
+    rank, ts, corr = df["rank"].to_numpy(), df["ts"].to_numpy(), df["correlation"].to_numpy()
+    if not _packable(rank, corr):  # pandas' pairs, on whole copies of the columns
+        cpu_rows = ~gpu_rows
+        bound = pd.Series(rank[cpu_rows]).map(bound_of).to_numpy()
+        start = np.ceil(ts[cpu_rows])
+        kept = (start <= bound) if include_last_profiler_step else (start < bound)
+        out = gpu_rows.copy()
+        out[gpu_rows] = launched_by(rank[gpu_rows], corr[gpu_rows], rank[cpu_rows][kept], corr[cpu_rows][kept])
+        return out
+    launches = []
+    for lo in range(0, len(df), LOOKUP_ROWS):  # the launches before the bound, packed
+        at = slice(lo, lo + LOOKUP_ROWS)
+        bound = pd.Series(rank[at]).map(bound_of).to_numpy()
+        start = np.ceil(ts[at])
+        kept = (start <= bound) if include_last_profiler_step else (start < bound)
+        kept &= ~gpu_rows[at] & ~np.isnan(corr[at])
+        launches.append(_pack(rank[at][kept], corr[at][kept]))
+    launches = np.concatenate(launches)
+    launches.sort()  # in place; repeats do no harm to a lookup (np.unique hashes, ~10x slower)
+    out = np.zeros(len(df), bool)
+    if not len(launches):
+        return out
+    for lo in range(0, len(df), LOOKUP_ROWS):  # each kernel's (rank, id) among them
+        at = slice(lo, lo + LOOKUP_ROWS)
+        mine = np.flatnonzero(gpu_rows[at] & ~np.isnan(corr[at]))
+        key = _pack(rank[at][mine], corr[at][mine])
+        k = np.searchsorted(launches, key)
+        np.minimum(k, len(launches) - 1, out=k)
+        out[lo + mine[launches[k] == key]] = True
+    return out
+
+
+LOOKUP_ROWS = 1 << 20  # rows of the table looked at a time by hta_rows
+
+
+def _starts_with(name: pd.Series, prefix: str) -> np.ndarray:
+    """name.str.startswith(prefix) as a bool array, NaN False; a categorical's categories tested once."""
+    if isinstance(name.dtype, pd.CategoricalDtype):
+        hit = np.append(name.cat.categories.astype(str).str.startswith(prefix), False)  # code -1: False
+        return hit[name.cat.codes.to_numpy()]
+    return name.str.startswith(prefix).fillna(False).to_numpy(dtype=bool)
+
+
+def _packable(rank: np.ndarray, corr: np.ndarray) -> bool:
+    """Whether every (rank, correlation) of these columns packs into one int64 (_pack): ranks under
+    2**22, ids whole numbers under 2**40 (NaN aside), checked a chunk at a time."""
+    if not len(rank):
+        return True
+    if rank.min() < 0 or rank.max() >= 2 ** 22 or np.nanmin(corr, initial=np.inf) < 0 \
+            or np.nanmax(corr, initial=-np.inf) >= 2 ** 40:
+        return False
+    return all(bool(np.all((c == np.floor(c)) | np.isnan(c)))
+               for c in (corr[lo:lo + LOOKUP_ROWS] for lo in range(0, len(corr), LOOKUP_ROWS)))
+
+
+def _pack(rank: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (rank.astype(np.int64) << 40) | corr.astype(np.int64)
 
 
 def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray,
