@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.events import TraceError
-from partui.analysis.gpu_steps import counted_kernels
+from partui.analysis.gpu_steps import counted_rows
 
 FAMILIES = {  # family -> pattern (re.search, case-insensitive) over GPU kernel and memcpy names
     "NCCL": r"^nccl|ncclDevKernel|ncclKernel",
@@ -55,12 +55,12 @@ def family_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank and family: comm kernels matched and their summed time (ms); the patterns are the ones
     the trace was loaded with (`df.attrs["comm_kernels"]`)."""
     cols = ["rank", "family", "kernels", "kernel_ms"]
-    kernels = counted_kernels(df, ["rank", "kind", "name", "dur"])   # the kernels every view counts (gpu_steps)
-    comm = kernels[kernels["kind"] == "comm"]
-    if not len(comm):
+    # the comm kernels of those every view counts (gpu_steps), by a mask: only their rank, name and dur taken
+    comm = counted_rows(df) & (df["kind"] == "comm").to_numpy()
+    if not comm.any():
         return pd.DataFrame(columns=cols)
-    fam = family_of(comm["name"], np.ones(len(comm), bool), df.attrs.get("comm_kernels", ()))
-    rows = pd.DataFrame({"rank": comm["rank"].to_numpy(), "family": fam, "dur": comm["dur"].to_numpy()})
+    fam = family_of(df["name"][comm], np.ones(int(comm.sum()), bool), df.attrs.get("comm_kernels", ()))
+    rows = pd.DataFrame({"rank": df["rank"].to_numpy()[comm], "family": fam, "dur": df["dur"].to_numpy()[comm]})
     g = rows.groupby(["rank", "family"], as_index=False).agg(kernels=("dur", "size"), kernel_ms=("dur", "sum"))
     g["kernel_ms"] *= 1e-3
     return g[cols]
