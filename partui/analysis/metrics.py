@@ -253,6 +253,7 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
         ts = ts[keep]
         end = end[keep]
         cls = cls[keep]
+        rows = rows.copy()  # hta_rows may hand back a read-only view of the table's mask
         rows[rows] = keep
     rank = df["rank"].to_numpy()[rows]
     out = pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": np.nan})
