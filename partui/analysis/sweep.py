@@ -86,13 +86,13 @@ def clip(iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return piece
 
 
-def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The order of (k, t), faster than np.lexsort: t by quicksort, then k by stable radix passes of
-    16 bits (one, or two for keys under 2**32). Ties in both may come out in any order, which no
-    merged length sees (the segment between equal times is 0)."""
+def sort_by_key_then_time(k: np.ndarray, t: np.ndarray, kind: str = "quicksort") -> np.ndarray:
+    """The order of (k, t), faster than np.lexsort: t by `kind` (time_sort_kind), then k by stable radix
+    passes of 16 bits (one, or two for keys under 2**32). Ties in both may come out in any order, which
+    no merged length sees (the segment between equal times is 0)."""
     if not len(k) or k.min() < 0 or k.max() >= 2**32:
         return np.lexsort((t, k))
-    o = np.argsort(t)
+    o = np.argsort(t, kind=kind)
     # each 16-bit digit made once (2 bytes a row) and then reordered: never an int64 copy of k reordered
     if k.max() >= 2**16:
         digit = (k & 0xFFFF).astype(np.uint16)
@@ -101,6 +101,13 @@ def sort_by_key_then_time(k: np.ndarray, t: np.ndarray) -> np.ndarray:
         return o[np.argsort(digit[o], kind="stable")]
     digit = k.astype(np.uint16)
     return o[np.argsort(digit[o], kind="stable")]
+
+
+def time_sort_kind(ts: np.ndarray) -> str:
+    """How to sort boundaries whose starts are ts: "stable" (timsort, ~2.5x faster than quicksort on
+    1M kernels' starts then ends) where the starts come nearly in time order, as the analysis table's
+    rows do (a descent at most every 256 rows); quicksort where they are shuffled (2x faster there)."""
+    return "stable" if np.count_nonzero(ts[1:] < ts[:-1]) <= len(ts) // 256 else "quicksort"
 
 
 def union_lengths(key: np.ndarray, ts: np.ndarray, end: np.ndarray, rank: np.ndarray):
@@ -192,7 +199,7 @@ def _sweep_long_key(key, ts, end, cls, n_cls, k, count: int, chunk_rows: int):
         if not len(starts) + len(ends):
             continue
         t = np.concatenate([ts[starts], end[ends]])
-        order = np.argsort(t)
+        order = np.argsort(t, kind=time_sort_kind(t[:len(starts)]))
         step = (order < len(starts)).astype(np.int8)
         step *= 2
         step -= 1
@@ -218,7 +225,7 @@ def _sweep_rows(key, ts, end, cls, n_cls):
     # arrays, not the table, set the report's peak memory
     t = np.concatenate([ts, end])
     k = np.concatenate([key, key])
-    order = sort_by_key_then_time(k, t)
+    order = sort_by_key_then_time(k, t, time_sort_kind(ts))
     t = t[order]
     k = k[order]
     step = (order < m).astype(np.int8)    # +1 at a start, -1 at an end
@@ -237,43 +244,46 @@ def _sweep_sorted(k, t, step, c, n_cls, carry=None):
     new_key = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
     keys = k[new_key]
     del k
+    n = len(keys)
+    if not n:
+        return keys, np.zeros((0, n_cls)), np.zeros((0, n_cls)), np.zeros(0), carry
     idx = np.cumsum(new_key)              # each boundary's key, without a second sort
     idx -= 1
-    depth0 = np.zeros(n_cls, np.int32)
-    if carry is not None:                 # the segment from the last boundary before these
-        depth0, t = carry[0], np.r_[carry[1], t]
-        step, c, idx = np.r_[np.int8(0), step], np.r_[np.int8(0), c], np.r_[0, idx]
-    seg = np.diff(t, append=t[-1:] if len(t) else t)
-    last = t[-1] if len(t) else None
-    del t
-    if len(seg):
-        seg[np.r_[new_key[1:], True] if carry is None else np.r_[False, new_key[1:], True]] = 0.0
+    seg = np.diff(t, append=t[-1:])
+    seg[np.r_[new_key[1:], True]] = 0.0   # no segment across keys
     del new_key
     # each interval adds +1 then -1, so a class's depth is 0 between keys
     depth = [np.cumsum(step * (c == j), dtype=np.int32) for j in range(n_cls)]  # bytes in, 4x faster
-    for j in range(n_cls):
-        depth[j] += depth0[j]
-    on = [d > 0 for d in depth]
-    if n_cls > 2:  # a rank blocked in a wait is not computing, even inside a compute span
-        on[0] = on[0] & ~on[2]
-    n = len(keys)
-    first = (lambda j, part: None) if carry is None else (lambda j, part: carry[part][j])
-    lengths = np.stack([_per_key(idx, seg * o, n, first(j, 2)) for j, o in enumerate(on)], axis=1) \
-        if n else np.zeros((0, n_cls))
-    inter0 = np.stack([_per_key(idx, seg * (o & on[0]), n, first(j, 3)) for j, o in enumerate(on)], axis=1) \
-        if n else np.zeros((0, n_cls))
-    union = _per_key(idx, seg * (on[0] | on[1] if n_cls > 1 else on[0]), n, None if carry is None else carry[4]) \
-        if n else np.zeros(0)
-    after = (np.array([d[-1] for d in depth], np.int32), last, lengths[-1], inter0[-1], union[-1]) if n else carry
+    if carry is not None:
+        for j in range(n_cls):
+            depth[j] += carry[0][j]
+        # the segment from the carried last boundary to this first one, open as the carry left it, is
+        # added to the carried sums ahead of this key's first weight: one unbroken sum, bit for bit
+        cross, was = t[0] - carry[1], _open([d > 0 for d in carry[0]])
+    on = _open([d > 0 for d in depth])
+
+    def summed(o, part, j, was_on):
+        w = seg * o
+        if carry is not None:
+            w[0] = ((carry[part] if j is None else carry[part][j]) + cross * was_on) + w[0]
+        return np.bincount(idx, weights=w, minlength=n)  # in order: np.add.at is ~10x slower
+
+    resumed = carry is not None
+    lengths = np.stack([summed(on[j], 2, j, resumed and was[j]) for j in range(n_cls)], axis=1)
+    # class 0 with itself is class 0, and with one class the union is it: the same sums, not summed again
+    inter0 = np.stack([lengths[:, 0]] + [summed(on[j] & on[0], 3, j, resumed and was[j] and was[0])
+                                         for j in range(1, n_cls)], axis=1)
+    union = summed(on[0] | on[1], 4, None, resumed and (was[0] or was[1])) if n_cls > 1 else lengths[:, 0].copy()
+    after = (np.array([d[-1] for d in depth], np.int32), t[-1], lengths[-1], inter0[-1], union[-1])
     return keys, lengths, inter0, union, after
 
 
-def _per_key(idx, weights, n, first):
-    """Each key's weights summed in order (bincount adds them one by one: np.add.at is ~10x slower);
-    `first`: a sum carried in for key 0, added before its weights, as one unbroken sum would."""
-    if first is None:
-        return np.bincount(idx, weights=weights, minlength=n)
-    return np.bincount(np.r_[0, idx], weights=np.r_[first, weights], minlength=n)
+def _open(on: list) -> list:
+    """Each class open (depth > 0), class 0 not while a wait (class 2) is open: a rank blocked in a
+    wait is not computing, even inside a compute span."""
+    if len(on) > 2:
+        on[0] = on[0] & ~on[2]
+    return on
 
 
 _CLASSES = {"compute": 0, "comm": 1, "wait": 2}
