@@ -1,14 +1,24 @@
 """The sweep a run of keys at a time (and a key longer than a run, a piece of its time at a time): the
 same figures bit for bit as one sweep of every interval, where the runs cut awkwardly (a key a fixed
 cut would split, keys with no interval, one key longer than a chunk, intervals open across a piece's
-cut, ties at it), both held to a plain interval loop written here; and its memory bounded by the
-chunk, not the input."""
+cut, ties at it), both held to a plain interval loop written here; its memory bounded by the chunk,
+not the input; and every frame of a report (synthetic partui and torch.profiler traces, DeepSeek's
+real one) the same bits under a chunk of ~100 rows as under one sweep."""
+import json
+import os
 import tracemalloc
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from partui.analysis import hta_overlap, load, overlap_views
+from partui.analysis import sweep as sweep_module
+from partui.analysis.comm_kernels import family_table
+from partui.analysis.gpu_steps import gpu_step_sums
+from partui.analysis.streams import gpu_overlap, stream_busy
 from partui.analysis.sweep import _key_runs, sweep
+from partui.bench.analysis import synthetic_kineto, synthetic_trace
 
 
 def by_hand(key, ts, end, cls, n_cls):
@@ -126,3 +136,57 @@ def test_the_sweeps_memory_follows_the_chunk_not_the_input():
     # a few bytes a row for the run masks; the sweep's own ~100 bytes a row only over a chunk
     assert big - small < 12 * 700_000, (small, big)
     assert big < 12 * 800_000 + 400 * chunk, big
+
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces")
+DEEPSEEK = os.path.join(REAL, "deepseek-profile-data", "train.json.gz")
+
+
+def every_figure(df) -> dict:
+    """Each frame a report computes from one trace: overlap by rank, step and op (CPU traces: the
+    pipeline windows, the simulator's inputs and core sharing too), and on GPU traces the GPU
+    tables and HTA's figure."""
+    out = dict(overlap_views(df, ("rank", "step", "op")))
+    if (df["device"] == "gpu").any():
+        sums = gpu_step_sums(df)
+        out.update(sums=sums, gpu=gpu_overlap(df, sums), streams=stream_busy(df, sums),
+                   families=family_table(df), hta=hta_overlap(df))
+    return out
+
+
+def assert_chunks_change_no_figure(df, monkeypatch, chunk, long_keys=True):
+    calls = {"_sweep_rows": 0, "_sweep_long_key": 0}
+    for fn in calls:
+        def counted(*args, _real=getattr(sweep_module, fn), _name=fn):
+            calls[_name] += 1
+            return _real(*args)
+        monkeypatch.setattr(sweep_module, fn, counted)
+    whole = every_figure(df)
+    before = dict(calls)
+    monkeypatch.setattr(sweep_module, "CHUNK_ROWS", chunk)
+    chunked = every_figure(df)
+    # the chunks were taken: more sweeps (runs of keys, keys cut in time) than with one sweep each
+    after = {fn: calls[fn] - before[fn] for fn in calls}
+    assert after["_sweep_rows"] + after["_sweep_long_key"] > before["_sweep_rows"] + before["_sweep_long_key"]
+    assert before["_sweep_long_key"] == 0 and (after["_sweep_long_key"] > 0) == long_keys
+    assert whole.keys() == chunked.keys()
+    for name, frame in whole.items():
+        pd.testing.assert_frame_equal(chunked[name], frame, check_exact=True, obj=name)
+
+
+def test_a_kineto_reports_figures_are_the_same_bits_under_a_tiny_chunk(tmp_path, monkeypatch):
+    # 3 steps of ~1,300 kernels on two streams, one rank: HTA's single key and each stream run long
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(synthetic_kineto(4000)))
+    assert_chunks_change_no_figure(load(str(path)), monkeypatch, 97)
+
+
+def test_a_partui_reports_figures_are_the_same_bits_under_a_tiny_chunk(tmp_path, monkeypatch):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(synthetic_trace(6000)))
+    assert_chunks_change_no_figure(load(str(path)), monkeypatch, 101)
+
+
+@pytest.mark.skipif(not os.path.exists(DEEPSEEK), reason="../shared/real-traces is absent")
+def test_deepseeks_real_trace_reports_the_same_bits_under_a_tiny_chunk(monkeypatch):
+    assert_chunks_change_no_figure(load(DEEPSEEK), monkeypatch, 113)
