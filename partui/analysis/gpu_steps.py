@@ -11,8 +11,9 @@ of its rank that began before it started (it cannot run before its launch); a ke
 every step belongs to none and, where the trace has steps, no figure counts it (as time between steps).
 
 Every view (the main table, --by step, --by op, --by pair, the GPU table and the comm-kernels line)
-reads `counted_kernels`, and a step's figures sweep that step's kernels alone, over the step's GPU
-window (its kernels' first start to last end); a rank's figures are the sum of its steps'.
+reads `counted_kernels` (or its mask, `counted_rows`), and a step's figures sweep that step's kernels
+alone, over the step's GPU window (its kernels' first start to last end); a rank's figures are the
+sum of its steps'.
 """
 from __future__ import annotations
 
