@@ -155,8 +155,8 @@ def _key_runs(key: np.ndarray, chunk_rows: int):
     """Runs of consecutive keys holding chunk_rows intervals at most, one at a time: (rows of the run,
     None, None), or (None, the key, its count) for one key longer than chunk_rows. A run's rows are
     found by one pass of masks over the keys (a byte a row), never by sorting them."""
-    lo, hi = int(key.min()), int(key.max())
-    if lo >= 0 and hi < 4 * len(key) + (1 << 16):  # codes, ranks, window ids: counted in place
+    lo, hi = key.min(), key.max()
+    if key.dtype.kind in "iu" and lo >= 0 and hi < 4 * len(key) + (1 << 16):  # codes, ranks, window ids: counted in place
         counts = np.bincount(key, minlength=hi + 1)
         present = np.flatnonzero(counts)
         counts = counts[present]
