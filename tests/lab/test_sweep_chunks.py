@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from partui.analysis import boundary_sweep as sweep_module
 from partui.analysis import hta_overlap, load, overlap_views
-from partui.analysis import sweep as sweep_module
+from partui.analysis.boundary_sweep import key_runs, sweep
 from partui.analysis.comm_kernels import family_table
 from partui.analysis.gpu_steps import gpu_step_sums
 from partui.analysis.streams import gpu_overlap, stream_busy
-from partui.analysis.sweep import _key_runs, sweep
 from partui.bench.analysis import synthetic_kineto, synthetic_trace
 
 
@@ -65,10 +65,10 @@ CLS = np.array([0, 1, 0, 2, 0, 1, 0, 1, 2, 0, 1, 0])
 
 
 def test_the_runs_keep_each_key_whole_and_give_a_long_key_alone():
-    runs = [(None if rows is None else KEY[rows].tolist(), k, count) for rows, k, count in _key_runs(KEY, 4)]
+    runs = [(None if rows is None else KEY[rows].tolist(), k, count) for rows, k, count in key_runs(KEY, 4)]
     assert runs == [(None, 2, 5), ([4, 4], None, None), ([7, 7, 7], None, None), ([9, 9], None, None)]
     # a chunk of 5: key 2 just fits whole; 4 and 7 together fill the next run, so 9 starts its own
-    runs = [(None if rows is None else sorted(set(KEY[rows].tolist())), k) for rows, k, _ in _key_runs(KEY, 5)]
+    runs = [(None if rows is None else sorted(set(KEY[rows].tolist())), k) for rows, k, _ in key_runs(KEY, 5)]
     assert runs == [([2], None), ([4, 7], None), ([9], None)]
 
 
