@@ -1,4 +1,4 @@
-"""metrics.hta_rows (HTA's kept kernels as a mask, looked up a chunk of rows at a time) against a plain
+"""hta_filter.hta_rows (HTA's kept kernels as a mask, looked up a chunk of rows at a time) against a plain
 loop over the rows: a kernel is kept where a CPU event of its rank with its correlation id starts (rounded
 up) before its rank's last ProfilerStep begins (or up to its end); on both paths (ids packed into int64,
 and pandas' pairs where an id is not a whole number), with chunks far smaller than the table."""
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import metrics
+from partui.analysis import hta_filter
 
 
 def random_table(seed: int, fractional: bool) -> pd.DataFrame:
@@ -46,9 +46,9 @@ def by_hand(df: pd.DataFrame, include_last: bool) -> list:
 @pytest.mark.parametrize("fractional", [False, True])
 @pytest.mark.parametrize("include_last", [False, True])
 def test_hta_rows_is_the_loops_mask_in_chunks(monkeypatch, fractional, include_last):
-    monkeypatch.setattr(metrics, "LOOKUP_ROWS", 17)
+    monkeypatch.setattr(hta_filter, "LOOKUP_ROWS", 17)
     for seed in range(4):
         df = random_table(seed, fractional)
-        got = metrics.hta_rows(df, include_last)
+        got = hta_filter.hta_rows(df, include_last)
         assert got.tolist() == by_hand(df, include_last)
         assert 0 < got.sum() < (df["device"] == "gpu").sum()
