@@ -15,6 +15,7 @@ import gc
 import gzip
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from itertools import compress, repeat
 
@@ -90,7 +91,7 @@ def rank_events(path: str, place: int | None, n_files: int) -> dict:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, zlib.error):
             raise NotLean("not gzip: the frame path names it") from None
     # a partui or CPU-only trace is told by its bytes, before any decoding
     if not any(k in raw for k in KINETO_KEYS) or not any(c in raw for c in GPU_CAT_TEXT):
