@@ -1,6 +1,6 @@
 """A torch.profiler GPU trace read straight into gpu_kernels' arrays, without pandas: what `partui report
-TRACE` (by rank) prints on such a trace is computed from these (commands/report_lean), in well under a
-second where loading pandas alone takes half of one. The reading is kineto_kinds' (the one the analysis
+TRACE` (by rank) prints on such a trace is computed from these (commands/report_lean), without the half
+second that importing pandas alone takes. The reading is kineto_kinds' (the one the analysis
 table's reader calls too), the rows the table's own: complete ('X') events with a time, in (rank, ts)
 order, a directory's files (one rank each) in name order.
 

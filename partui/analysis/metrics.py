@@ -44,9 +44,10 @@ def overlap_views(df: pd.DataFrame, views=("rank", "step", "op"), gpu_sums: pd.D
     if "step" in views and not bool((df["kind"] == "step").any()):
         raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
     shared = _per_window(df, gpu_sums) if set(views) & {"rank", "step"} else None
+    gpu = bool((df["device"] == "gpu").any())
     out = {}
     for by in views:
-        out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared))
+        out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared, gpu=gpu))
     return out
 
 
@@ -76,8 +77,8 @@ def _per_window(df: pd.DataFrame, gpu_sums: pd.DataFrame | None = None):
     return res, sims
 
 
-def _overlap(df: pd.DataFrame, by: str, res: pd.DataFrame, sims) -> pd.DataFrame:
-    if by == "rank" and list(res.columns) == SUMS:   # a GPU trace's step sums: gpu_kernels adds them up
+def _overlap(df: pd.DataFrame, by: str, res: pd.DataFrame, sims, gpu: bool = False) -> pd.DataFrame:
+    if by == "rank" and gpu:   # a GPU trace's step sums (gpu_steps): gpu_kernels adds them up
         res = pd.DataFrame(rank_sums({c: res[c].to_numpy() for c in SUMS}))
     elif by == "rank":
         res = res.drop(columns="step").groupby("rank", as_index=False).sum(min_count=1)
