@@ -77,12 +77,13 @@ def kernels_of(df: pd.DataFrame) -> Kernels:
     loaded with, `df.attrs["comm_kernels"]`)."""
     k = counted_kernels(df, ["rank", "step", "kind", "track", "name", "ts", "end", "dur"])
     track = k["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
+    streams = [str(t) for t in track.cat.categories] + ["?"]   # code -1 (no track): "?"
+    stream = track.cat.codes.to_numpy().astype(np.int64)
+    stream[stream < 0] = len(streams) - 1
     name = k["name"].astype("category")
     names = name.cat.categories.tolist()
     return Kernels(rank=k["rank"].to_numpy().astype(np.int64), step=k["step"].to_numpy(dtype=float),
-                   comm=(k["kind"] == "comm").to_numpy(), stream=np.where(track.cat.codes.to_numpy() < 0,
-                   len(track.cat.categories), track.cat.codes.to_numpy()).astype(np.int64),
-                   streams=[str(t) for t in track.cat.categories] + ["?"],   # code -1 (no track): "?"
+                   comm=(k["kind"] == "comm").to_numpy(), stream=stream, streams=streams,
                    name=name.cat.codes.to_numpy().astype(np.int64), names=names,
                    families=family_names(names, df.attrs.get("comm_kernels", ())),
                    ts=k["ts"].to_numpy(dtype=float), end=k["end"].to_numpy(dtype=float),
