@@ -152,12 +152,12 @@ def hta_kept(gpu_rank, gpu_corr, cpu_rank, cpu_ts, cpu_corr, step_rank, step_nam
     end. CPU times rounded inward to whole us as HTA's parser does."""
     if len(set(step_name)) < 2:  # HTA filters nothing with fewer than two steps
         return np.ones(len(gpu_rank), bool)
-    last = {}
-    for r, a, b in zip(step_rank.tolist(), np.ceil(step_ts).tolist(), np.floor(step_end).tolist()):
-        start, end = last.get(r, (-np.inf, -np.inf))
-        last[r] = (max(start, a), max(end, b))
-    which = 1 if include_last_profiler_step else 0
-    bound = np.array([last.get(r, (np.nan, np.nan))[which] for r in cpu_rank.tolist()], dtype=float)
+    # per rank, its last step's start (or, including it, the latest end): a CPU event of a rank without
+    # steps has no bound (NaN) and launches nothing HTA keeps
+    edge = np.ceil(step_ts) if not include_last_profiler_step else np.floor(step_end)
+    bound = np.full(len(cpu_rank), np.nan)
+    for r in np.unique(step_rank):
+        bound[cpu_rank == r] = edge[step_rank == r].max()
     start = np.ceil(cpu_ts)
     kept = (start <= bound) if include_last_profiler_step else (start < bound)
     return launched_by(gpu_rank, gpu_corr, cpu_rank[kept], cpu_corr[kept])

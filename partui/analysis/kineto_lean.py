@@ -169,7 +169,7 @@ def codes(values: list, table: dict) -> np.ndarray:
 
 def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
     """The files' events together, classified by kineto_kinds file by file (as the table's reader does)."""
-    names, cats, streams = {}, {}, {}
+    names, cats, streams, families = {}, {}, {}, []
     cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr")}
     for p in parts:
         keep = p["keep"]
@@ -178,7 +178,8 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
         gpu = gpu_categories(cat_list)[ccode]
         if not gpu.any():
             raise NotLean("a CPU-only torch.profiler trace")
-        comm_name = np.array([f is not None for f in family_names(name_list, comm_kernels)], dtype=bool)[ncode]
+        families += family_names(name_list[len(families):], comm_kernels)   # each new name matched once
+        comm_name = np.array([f is not None for f in families], dtype=bool)[ncode]
         kind, step = event_kinds(gpu, np.array([c == "kernel" for c in cat_list])[ccode], comm_name,
                                  step_numbers(name_list)[ncode],
                                  np.array([c == "gpu_user_annotation" for c in cat_list])[ccode])
@@ -203,18 +204,18 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
     a = {c: np.concatenate(v) for c, v in cols.items()}
     order = np.lexsort((a["ts"], a["rank"]))   # stable: a directory's files in name order
     a = {c: v[order] for c, v in a.items()}
-    return GpuTrace(kernels=counted(a, list(names), streams, comm_kernels), ranks=sorted(set(a["rank"].tolist())),
+    return GpuTrace(kernels=counted(a, list(names), streams, families), ranks=sorted(set(a["rank"].tolist())),
                     hta=hta_inputs(a, list(names)), world_size=world, path=path)
 
 
-def counted(a: dict, names: list, streams: dict, comm_kernels) -> Kernels:
+def counted(a: dict, names: list, streams: dict, families: list) -> Kernels:
     """The kernels every view counts (gpu_steps.counted_kernels' rule) as gpu_kernels' Kernels."""
     keep = a["gpu"] & np.isin(a["kind"], (COMM, COMPUTE)) & (a["end"] > a["ts"])
     if (a["kind"] == STEP).any():
         keep &= ~np.isnan(a["step"])
     return Kernels(rank=a["rank"][keep], step=a["step"][keep], comm=a["kind"][keep] == COMM,
                    stream=a["stream"][keep], streams=list(streams), name=a["name"][keep], names=names,
-                   families=family_names(names, comm_kernels), ts=a["ts"][keep], end=a["end"][keep],
+                   families=families, ts=a["ts"][keep], end=a["end"][keep],
                    dur=a["dur"][keep])
 
 
