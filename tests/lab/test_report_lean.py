@@ -117,3 +117,38 @@ def test_a_gpu_report_loads_no_pandas_and_a_cpu_one_still_works(tmp_path):
     assert '"overlap_pct"' in cpu.stdout and "pandas" in imported(cpu)
     bad = run("report", gpu, "--comm-kernels", "(bad")
     assert bad.returncode == 2 and "--comm-kernels '(bad': not a valid regular expression" in bad.stderr
+
+
+def odd(doc, how):
+    """The hand-built trace with one kind of oddity the JSON allows."""
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    if how == "no dur":
+        for e in xs[::7]:
+            e.pop("dur")
+    elif how == "text times":
+        for e in xs[::5]:
+            e["ts"] = str(e["ts"])
+    elif how == "no ts":
+        for e in xs[::9]:
+            e.pop("ts")
+    elif how == "args not an object":
+        xs[3]["args"] = [1, 2]
+    elif how == "numeric text tids":
+        for e in doc["traceEvents"]:
+            e["pid"], e["tid"] = str(e.get("pid", 0)).replace("Spans", "3"), str(e.get("tid", 0))
+    elif how == "a name that is a number":
+        xs[2]["name"] = 7
+    return doc
+
+
+@pytest.mark.parametrize("how, served", [("no dur", True), ("text times", True), ("no ts", True),
+                                         ("args not an object", False), ("numeric text tids", True),
+                                         ("a name that is a number", False)])
+def test_odd_events_print_the_same_or_fall_through(tmp_path, capsys, how, served):
+    path = write(tmp_path / "odd.json", odd(gpu_doc(n=80), how))
+    args = build_parser("report").parse_args(["report", path, "--format", "table"])
+    assert (lean_report(args, 40) == 0) == served
+    lean = capsys.readouterr()
+    run_frames(args, 40)
+    if served:
+        assert lean.out == capsys.readouterr().out
