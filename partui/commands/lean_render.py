@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 
 import numpy as np
@@ -27,7 +28,7 @@ def rounded(table: dict) -> dict:
 def json_rows(table: dict) -> list[dict]:
     """The rows as to_json(orient="records") writes them, read back: floats through pandas' own
     fixed-point spelling (JSON_DIGITS decimals), NaN as None, numbers as Python numbers."""
-    cols = {c: ([None if x != x else json_float(x) for x in v.tolist()] if v.dtype.kind == "f" else v.tolist())
+    cols = {c: ([None if math.isnan(x) else json_float(x) for x in v.tolist()] if v.dtype.kind == "f" else v.tolist())
             for c, v in rounded(table).items()}
     return [dict(zip(cols, row)) for row in zip(*cols.values())]
 
@@ -99,12 +100,12 @@ def float_cells(v: np.ndarray) -> list[str]:
     """A float column as to_string spells it: PRECISION decimals, trailing zeros trimmed equally over the
     column (one kept); scientific where a value is under 10**-PRECISION, or over 1e6 in a column
     whose longest cell passes PRECISION + 6 characters; NaN '-'."""
-    fixed = trim_zeros([f"{x:.{PRECISION}f}" if x == x else "-" for x in v.tolist()])
+    fixed = trim_zeros(["-" if math.isnan(x) else f"{x:.{PRECISION}f}" for x in v.tolist()])
     magnitude = np.abs(v[~np.isnan(v)])
     small = ((magnitude < 10 ** -PRECISION) & (magnitude > 0)).any()
     too_long = bool(fixed) and max(len(c) for c in fixed) > PRECISION + 6
     if small or (too_long and (magnitude > 1e6).any()):
-        return trim_zeros([f"{x:.{PRECISION}e}" if x == x else "-" for x in v.tolist()])
+        return trim_zeros(["-" if math.isnan(x) else f"{x:.{PRECISION}e}" for x in v.tolist()])
     return fixed
 
 

@@ -16,7 +16,7 @@ from partui.commands.report_lean import lean_report
 from partui.commands.report_render import FORMATS, render
 from partui.commands.report_rows import ROWS, refuse_op_tables, rows_shown
 
-__all__ = ["FORMATS", "add_parser", "compare", "render", "run"]
+__all__ = ["FORMATS", "add_parser", "render", "run"]   # and `compare`, loaded on first use (__getattr__)
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
