@@ -26,9 +26,9 @@ class Kernels:
     rank: np.ndarray       # int64
     step: np.ndarray       # float: the step that launched it (NaN: a trace without steps)
     comm: np.ndarray       # bool: of a comm family
-    stream: np.ndarray     # int: code into streams
+    stream: np.ndarray     # int (any width): code into streams
     streams: list          # each stream's name (Kineto's track name)
-    name: np.ndarray       # int: code into names (-1: none)
+    name: np.ndarray       # int (any width): code into names (-1: none)
     names: list            # each distinct kernel name
     families: list         # per name: its comm family, None where not comm
     ts: np.ndarray
@@ -42,8 +42,7 @@ def step_sums(k: Kernels) -> dict:
     NaN (a GPU trace records no waits)."""
     step = np.nan_to_num(k.step, nan=-1).astype(np.int64)
     span = int(step.max()) + 2 if len(step) else 1
-    uniq, code = np.unique(k.rank.astype(np.int64) * span + step + 1, return_inverse=True)
-    code = code.ravel()
+    uniq, code = dense_codes(k.rank.astype(np.int64) * span + step + 1)
     keys, lengths, inter0, union = sweep(code, k.ts, k.end, k.comm.astype(np.int64), 2)
     w0 = np.full(len(uniq), np.inf)
     w1 = np.full(len(uniq), -np.inf)
@@ -53,6 +52,19 @@ def step_sums(k: Kernels) -> dict:
     return {"rank": uniq[keys] // span, "step": np.where(number < 0, np.nan, number),
             "window": w1[keys] - w0[keys], "compute": lengths[:, 0], "comm": lengths[:, 1],
             "wait": np.full(len(keys), np.nan), "overlapped": inter0[:, 1], "union": union}
+
+
+def dense_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct keys in order, each key's place among them), as np.unique(key, return_inverse=True)
+    gives; keys packed from ranks, steps and streams span a small range, numbered by a table that long
+    (no sort of a million keys)."""
+    if not len(key) or key.min() < 0 or key.max() >= max(8 * len(key), 1 << 16):
+        uniq, code = np.unique(key, return_inverse=True)
+        return uniq, code.ravel()
+    present = np.zeros(int(key.max()) + 1, dtype=bool)
+    present[key] = True
+    place = np.cumsum(present) - 1
+    return np.flatnonzero(present), place[key]
 
 
 def rank_sums(sums: dict) -> dict:
@@ -99,8 +111,7 @@ def stream_rows(k: Kernels, per_rank: dict) -> dict:
     time (its kernels merged), the comm part of it and busy as a % of the rank's GPU window."""
     ranks, rcode = np.unique(k.rank, return_inverse=True)
     n_streams = max(len(k.streams), 1)
-    pairs, code = np.unique(rcode.ravel().astype(np.int64) * n_streams + k.stream, return_inverse=True)
-    code = code.ravel()
+    pairs, code = dense_codes(rcode.ravel().astype(np.int64) * n_streams + k.stream.astype(np.int64))
     keys, busy, _, _ = sweep(code, k.ts, k.end, np.zeros(len(code), np.int64), 1)
     ck, cbusy, _, _ = sweep(code[k.comm], k.ts[k.comm], k.end[k.comm], np.zeros(int(k.comm.sum()), np.int64), 1)
     comm_busy = np.zeros(len(pairs))

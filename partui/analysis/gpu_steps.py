@@ -78,13 +78,14 @@ def kernels_of(df: pd.DataFrame) -> Kernels:
     k = counted_kernels(df, ["rank", "step", "kind", "track", "name", "ts", "end", "dur"])
     track = k["track"].astype("category")  # a no-op on one file; a directory's concat gives objects
     streams = [str(t) for t in track.cat.categories] + ["?"]   # code -1 (no track): "?"
-    stream = track.cat.codes.to_numpy().astype(np.int64)
-    stream[stream < 0] = len(streams) - 1
+    stream = track.cat.codes.to_numpy()   # codes as pandas keeps them (a byte or two a kernel), not int64
+    if (stream < 0).any():
+        stream = np.where(stream < 0, len(streams) - 1, stream)
     name = k["name"].astype("category")
     names = name.cat.categories.tolist()
-    return Kernels(rank=k["rank"].to_numpy().astype(np.int64), step=k["step"].to_numpy(dtype=float),
+    return Kernels(rank=np.asarray(k["rank"].to_numpy(), dtype=np.int64), step=k["step"].to_numpy(dtype=float),
                    comm=(k["kind"] == "comm").to_numpy(), stream=stream, streams=streams,
-                   name=name.cat.codes.to_numpy().astype(np.int64), names=names,
+                   name=name.cat.codes.to_numpy(), names=names,
                    families=family_names(names, df.attrs.get("comm_kernels", ())),
                    ts=k["ts"].to_numpy(dtype=float), end=k["end"].to_numpy(dtype=float),
                    dur=k["dur"].to_numpy(dtype=float))

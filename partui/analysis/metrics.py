@@ -246,6 +246,6 @@ def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
     steps = cpu_rows & df["name"].str.startswith("ProfilerStep#").fillna(False).to_numpy(dtype=bool)
     rank, ts, end, correlation = (df[c].to_numpy() for c in ("rank", "ts", "end", "correlation"))
     kept = hta_kept(rank[gpu_rows], correlation[gpu_rows], rank[cpu_rows], ts[cpu_rows], correlation[cpu_rows],
-                    rank[steps], df["name"].to_numpy()[steps].tolist(), ts[steps], end[steps],
+                    rank[steps], df["name"].iloc[np.flatnonzero(steps)].tolist(), ts[steps], end[steps],
                     include_last_profiler_step)
     return gpu if kept.all() else gpu[kept]
