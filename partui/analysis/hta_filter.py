@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis.gpu_kernels import hta_bounds, hta_launches, launched_by
+
 
 def hta_rows(df: pd.DataFrame, include_last_profiler_step: bool = False) -> np.ndarray:
     """Which rows of df are the GPU events HTA keeps, as a mask (see hta_overlap). Where every (rank,
@@ -16,24 +18,19 @@ def hta_rows(df: pd.DataFrame, include_last_profiler_step: bool = False) -> np.n
     steps = df.loc[~gpu_rows & _starts_with(df["name"], "ProfilerStep#"), ["rank", "name", "ts", "end"]]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
         return gpu_rows
-    steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
-    last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
-    bound_of = last["end" if include_last_profiler_step else "start"]
+    bounds = hta_bounds(steps["rank"].to_numpy(), steps["ts"].to_numpy(dtype=float),
+                        steps["end"].to_numpy(dtype=float), include_last_profiler_step)
     rank, ts, corr = df["rank"].to_numpy(), df["ts"].to_numpy(), df["correlation"].to_numpy()
-    if not _packable(rank, corr):  # pandas' pairs, on whole copies of the columns
+    if not _packable(rank, corr):  # launched_by numbers the pairs, on whole copies of the columns
         cpu_rows = ~gpu_rows
-        bound = pd.Series(rank[cpu_rows]).map(bound_of).to_numpy()
-        start = np.ceil(ts[cpu_rows])
-        kept = (start <= bound) if include_last_profiler_step else (start < bound)
+        kept = hta_launches(rank[cpu_rows], ts[cpu_rows], bounds, include_last_profiler_step)
         out = gpu_rows.copy()
         out[gpu_rows] = launched_by(rank[gpu_rows], corr[gpu_rows], rank[cpu_rows][kept], corr[cpu_rows][kept])
         return out
     launches = []
     for lo in range(0, len(df), LOOKUP_ROWS):  # the launches before the bound, packed
         at = slice(lo, lo + LOOKUP_ROWS)
-        bound = pd.Series(rank[at]).map(bound_of).to_numpy()
-        start = np.ceil(ts[at])
-        kept = (start <= bound) if include_last_profiler_step else (start < bound)
+        kept = hta_launches(rank[at], ts[at], bounds, include_last_profiler_step)
         kept &= ~gpu_rows[at] & ~np.isnan(corr[at])
         launches.append(_pack(rank[at][kept], corr[at][kept]))
     launches = np.concatenate(launches)
@@ -76,24 +73,3 @@ def _packable(rank: np.ndarray, corr: np.ndarray) -> bool:
 
 def _pack(rank: np.ndarray, corr: np.ndarray) -> np.ndarray:
     return (rank.astype(np.int64) << 40) | corr.astype(np.int64)
-
-
-def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray,
-                cpu_corr: np.ndarray) -> np.ndarray:
-    """Per GPU event: whether a CPU event of its rank carries its correlation id (NaN matches nothing).
-    Each (rank, id) pair is packed into one int64 when the ids are whole numbers under 2**40 and the ranks
-    under 2**22, so one sorted np.isin answers; otherwise pandas matches the pairs."""
-    cpu_corr_known = ~np.isnan(cpu_corr)
-    cpu_rank, cpu_corr = cpu_rank[cpu_corr_known], cpu_corr[cpu_corr_known]
-    gpu_known = ~np.isnan(gpu_corr)
-    ids = np.concatenate([cpu_corr, gpu_corr[gpu_known]])
-    ranks = np.concatenate([cpu_rank, gpu_rank])
-    packable = (not len(ids) or (ids.min() >= 0 and ids.max() < 2 ** 40 and (ids == np.floor(ids)).all()
-                                 and ranks.min() >= 0 and ranks.max() < 2 ** 22))
-    if not packable:
-        launched = pd.MultiIndex.from_arrays([cpu_rank, cpu_corr])
-        return pd.MultiIndex.from_arrays([gpu_rank, gpu_corr]).isin(launched)
-    pack = lambda rank, corr: (rank.astype(np.int64) << 40) | corr.astype(np.int64)
-    out = np.zeros(len(gpu_rank), bool)
-    out[gpu_known] = np.isin(pack(gpu_rank[gpu_known], gpu_corr[gpu_known]), pack(cpu_rank, cpu_corr))
-    return out
