@@ -40,19 +40,38 @@ class Kernels:
 def step_sums(k: Kernels) -> dict:
     """Per (rank, step), in (rank, step) order and us: the step's GPU window (its kernels' first start to
     last end), its compute kernels merged, its comm kernels merged, their intersection and union; wait
-    NaN (a GPU trace records no waits)."""
-    step = np.nan_to_num(k.step, nan=-1).astype(np.int64)
-    span = int(step.max()) + 2 if len(step) else 1
-    uniq, code = dense_codes(k.rank.astype(np.int64) * span + step + 1)
-    keys, lengths, inter0, union = sweep(code, k.ts, k.end, k.comm.view(np.int8), 2)  # a class byte, no copy
-    w0 = np.full(len(uniq), np.inf)
-    w1 = np.full(len(uniq), -np.inf)
-    np.minimum.at(w0, code, k.ts)
-    np.maximum.at(w1, code, k.end)
-    number = (uniq[keys] % span - 1).astype(float)
-    return {"rank": uniq[keys] // span, "step": np.where(number < 0, np.nan, number),
-            "window": w1[keys] - w0[keys], "compute": lengths[:, 0], "comm": lengths[:, 1],
+    NaN (a GPU trace records no waits). See packed_step_sums."""
+    key, span = step_key(k.rank, k.step)
+    return packed_step_sums(key, span, k.ts, k.end, k.comm.view(np.int8))  # a class byte, no copy
+
+
+def step_key(rank: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, int]:
+    """One int64 a kernel packing (rank, step + 1) (step -1: a trace without steps, each rank one window),
+    and the span it packs by; built in one array (8 bytes a kernel), not factorized."""
+    key = np.nan_to_num(step, nan=-1.0)
+    key += 1
+    span = int(key.max()) + 1 if len(key) else 1
+    key = key.astype(np.int64)
+    key += np.asarray(rank, dtype=np.int64) * span
+    return key, span
+
+
+def packed_step_sums(key: np.ndarray, span: int, ts: np.ndarray, end: np.ndarray, comm: np.ndarray) -> dict:
+    """step_sums from each kernel's step_key, times and class byte (1: comm): the one computation both
+    the frame views (gpu_steps) and the pandas-free report read; the sweep runs a chunk of keys at a time."""
+    keys, lengths, inter0, union = sweep(key, ts, end, comm, 2)
+    w0, w1 = np.full(len(keys), np.inf), np.full(len(keys), -np.inf)
+    for lo in range(0, len(key), LOOKUP_ROWS):   # each step's first start and last end, bounded temporaries
+        at = np.searchsorted(keys, key[lo:lo + LOOKUP_ROWS])
+        np.minimum.at(w0, at, ts[lo:lo + LOOKUP_ROWS])
+        np.maximum.at(w1, at, end[lo:lo + LOOKUP_ROWS])
+    number = (keys % span - 1).astype(float)
+    return {"rank": keys // span, "step": np.where(number < 0, np.nan, number),
+            "window": w1 - w0, "compute": lengths[:, 0], "comm": lengths[:, 1],
             "wait": np.full(len(keys), np.nan), "overlapped": inter0[:, 1], "union": union}
+
+
+LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
 
 
 def dense_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +131,11 @@ def stream_rows(k: Kernels, per_rank: dict) -> dict:
     time (its kernels merged), the comm part of it and busy as a % of the rank's GPU window."""
     ranks, rcode = dense_codes(k.rank)   # a table lookup where ranks are few: no sort of every kernel
     n_streams = max(len(k.streams), 1)
-    pairs, code = dense_codes(rcode.astype(np.int64) * n_streams + k.stream.astype(np.int64))
+    rcode = rcode.astype(np.int64, copy=False)   # (rank, stream) packed in place: one int64 a kernel
+    rcode *= n_streams
+    rcode += k.stream
+    pairs, code = dense_codes(rcode)
+    del rcode
     # one sweep: busy is the union of compute (class 0) and comm (class 1), its comm part class 1 merged
     keys, lengths, _, busy = sweep(code, k.ts, k.end, k.comm.view(np.int8), 2)
     rank = ranks[pairs[keys] // n_streams]
@@ -151,7 +174,7 @@ def hta_classes(names) -> np.ndarray:
     """Per distinct GPU event name, HTA's class: 1 comm (^nccl.*Kernel), -1 neither (Memcpy / Memset),
     0 compute; one more entry, -1, for a missing name (code -1)."""
     return np.array([1 if n is not None and HTA_COMM.match(str(n)) else
-                     -1 if n is None or HTA_MEMORY.search(str(n)) else 0 for n in names] + [-1], dtype=np.int64)
+                     -1 if n is None or HTA_MEMORY.search(str(n)) else 0 for n in names] + [-1], dtype=np.int8)
 
 
 def hta_kept(gpu_rank, gpu_corr, cpu_rank, cpu_ts, cpu_corr, step_rank, step_name, step_ts, step_end,
@@ -213,15 +236,22 @@ def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray
     return out
 
 
-def hta_overlap_pct(ranks, gpu_rank, gpu_cls, gpu_ts, gpu_end) -> np.ndarray:
+def hta_overlap_pct(ranks, gpu_rank, gpu_cls, gpu_ts, gpu_end, owned: bool = False) -> np.ndarray:
     """HTA's comm-comp overlap % of each rank in `ranks` (NaN: no comm) from the GPU events it kept
     (hta_kept) and their classes (hta_classes): each class merged per rank, times rounded inward to whole
-    us (start up, end down; an event shorter than that vanishes)."""
-    ts, end = np.ceil(gpu_ts), np.floor(gpu_end)
+    us (start up, end down; an event shorter than that vanishes). owned: gpu_ts and gpu_end are the
+    caller's copies, rounded in place (a big trace's kept kernels are not copied again)."""
+    ts = np.ceil(gpu_ts, out=gpu_ts if owned else None)
+    end = np.floor(gpu_end, out=gpu_end if owned else None)
     keep = (gpu_cls >= 0) & (end > ts)
+    if not keep.all():   # one array at a time, each freed before the next is cut
+        ts = ts[keep]
+        end = end[keep]
+        gpu_rank = gpu_rank[keep]
+        gpu_cls = gpu_cls[keep]
     out = np.full(len(ranks), np.nan)
     if keep.any():
-        keys, lengths, inter0, _ = sweep(gpu_rank[keep], ts[keep], end[keep], gpu_cls[keep], 2)
+        keys, lengths, inter0, _ = sweep(gpu_rank, ts, end, gpu_cls, 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = np.where(lengths[:, 1] > 0, 100 * inter0[:, 1] / lengths[:, 1], np.nan)
         place = {r: i for i, r in enumerate(np.asarray(ranks).tolist())}

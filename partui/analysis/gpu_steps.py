@@ -14,7 +14,7 @@ import pandas as pd
 
 from partui.analysis import kineto_kinds
 from partui.analysis.comm_families import family_names
-from partui.analysis.gpu_kernels import Kernels, step_sums
+from partui.analysis.gpu_kernels import Kernels, packed_step_sums, step_key
 from partui.analysis.sweep import sweep
 
 US_MS = 1e-3
@@ -118,7 +118,9 @@ def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
     k = kernels_of(df, ("rank", "step", "comm", "ts", "end"))
     if not len(k.rank):
         return pd.DataFrame(columns=SUMS)
-    return pd.DataFrame(step_sums(k))[SUMS]
+    key, span = step_key(k.rank, k.step)
+    k.rank = k.step = None   # the key holds them: ~25 bytes a kernel go into the sweep
+    return pd.DataFrame(packed_step_sums(key, span, k.ts, k.end, k.comm.view(np.int8)))[SUMS]
 
 
 def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:

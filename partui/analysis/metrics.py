@@ -237,7 +237,7 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
     cls = hta_classes(name.cat.categories.tolist())[codes[rows] if len(codes) == len(rows) else codes]
     del codes    # each distinct name classed once
     pct = hta_overlap_pct(ranks, df["rank"].to_numpy()[rows], cls, df["ts"].to_numpy(dtype=float)[rows],
-                          df["end"].to_numpy(dtype=float)[rows])
+                          df["end"].to_numpy(dtype=float)[rows], owned=True)
     return defined(pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": pct}))
 
 
