@@ -1,14 +1,7 @@
-"""One reading of a torch.profiler GPU trace: each kernel's launch, the step it belongs to, the kernels
-every view counts, and their per-step figures. Words: partui.analysis.definitions ("GPU step").
-
-A kernel's launch is the CPU-side call that carries its correlation id (the link Kineto's `ac2g` flows
-draw), whatever the API: runtime and driver launches (cudaLaunchKernel, cudaLaunchKernelExC,
-cuLaunchKernel), graph launches (cudaGraphLaunch), ROCm's hipLaunchKernel / hipModuleLaunchKernel, and
-the memcpy calls that start a peer copy. A kernel belongs to the step whose ProfilerStep#N window holds
-its launch's start, never to the CPU window it happens to run in: a GPU that runs most of a step behind
-its CPU still has each step's kernels in that step. A kernel no CPU call claims belongs to the last step
-of its rank that began before it started (it cannot run before its launch); a kernel launched outside
-every step belongs to none and, where the trace has steps, no figure counts it (as time between steps).
+"""One reading of a torch.profiler GPU trace as frames: the kernels every view counts and their per-step
+figures. Each kernel's launch and step is kineto_kinds' (the one reading of Kineto's events, shared with
+the pandas-free reader), every figure gpu_kernels' (computed on arrays); this module builds the frames.
+Words: partui.analysis.definitions ("GPU step").
 
 Every view (the main table, --by step, --by op, --by pair, the GPU table and the comm-kernels line)
 reads `counted_kernels`, and a step's figures sweep that step's kernels alone, over the step's GPU
@@ -19,85 +12,41 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis import kineto_kinds
+from partui.analysis.comm_families import family_names
+from partui.analysis.gpu_kernels import Kernels, packed_step_sums, step_key
 from partui.analysis.sweep import sweep
 
 US_MS = 1e-3
 SUMS = ["rank", "step", "window", "compute", "comm", "wait", "overlapped", "union"]
+LOOKUP_ROWS = kineto_kinds.LOOKUP_ROWS  # kernels looked up at a time (read at each call: tests shrink it)
 
 
 def launch_times(df: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     """Each kernel's launch start (us): the first CPU row of its rank carrying its correlation id; NaN
-    where none does. The one launch lookup: step attribution and kineto_pairs' parts both call it.
-    Binary search per rank over the calls' sorted ids (no per-kernel hashing of index tuples)."""
+    where none does (kineto_kinds.launch_times). Step attribution and kineto_pairs' parts both call it."""
     cpu = (df["device"] == "cpu").to_numpy() & df["correlation"].notna().to_numpy()
-    calls = {col: df[col].to_numpy()[cpu] for col in ("rank", "correlation", "ts")}
-    del cpu
-    k_rank, k_corr = kernels["rank"].to_numpy(), kernels["correlation"].to_numpy(dtype=float)
-    out = np.full(len(kernels), np.nan)
-    c_rank = calls.pop("rank")
-    one_rank = bool(len(k_rank) and len(c_rank) and k_rank.min() == k_rank.max() == c_rank.min() == c_rank.max())
-    for r in np.unique(k_rank):
-        if one_rank:  # a torch.profiler file: its calls taken over, no masked copies
-            ids, launched = _first_calls(calls.pop("correlation"), calls.pop("ts"))
-        else:
-            mine = c_rank == r
-            ids, launched = _first_calls(calls["correlation"][mine], calls["ts"][mine])
-        if not len(ids):
-            continue
-        at = None if one_rank else np.flatnonzero(k_rank == r)
-        for lo in range(0, len(k_rank) if one_rank else len(at), LOOKUP_ROWS):  # bounded temporaries
-            rows = slice(lo, lo + LOOKUP_ROWS) if one_rank else at[lo:lo + LOOKUP_ROWS]
-            wanted = k_corr[rows]
-            k = np.searchsorted(ids, wanted)
-            np.minimum(k, len(ids) - 1, out=k)
-            hit = ids[k] == wanted
-            if one_rank:
-                out[rows][hit] = launched[k[hit]]  # a slice of out: a view, written in place
-            else:
-                out[rows[hit]] = launched[k[hit]]
-    return out
-
-
-LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
-
-
-def _first_calls(corr: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct correlation ids in order, and each one's earliest call time."""
-    order = np.lexsort((ts, corr))  # by id, the earliest call of an id first
-    corr, ts = corr[order], ts[order]
-    del order
-    first = np.flatnonzero(np.append(True, corr[1:] != corr[:-1]))
-    return corr[first], ts[first]
+    return kineto_kinds.launch_times(df["rank"].to_numpy()[cpu], df["correlation"].to_numpy()[cpu],
+                                     df["ts"].to_numpy()[cpu], kernels["rank"].to_numpy(),
+                                     kernels["correlation"].to_numpy(dtype=float), LOOKUP_ROWS)
 
 
 def kernel_steps(df: pd.DataFrame) -> np.ndarray:
-    """The `step` column with each GPU row's step filled in from its launch (see the module's words);
-    CPU rows keep theirs. `df` needs rank, device, kind (step rows marked), ts, step, correlation."""
+    """The `step` column with each GPU row's step filled in from its launch (kineto_kinds.kernel_steps);
+    CPU rows keep theirs. `df` needs rank, device, kind (step rows marked), ts, end, step, correlation."""
     out = df["step"].to_numpy(dtype=float).copy()
     gpu = (df["device"] == "gpu").to_numpy()
-    steps = df[(df["kind"] == "step").to_numpy() & ~gpu]
-    if not gpu.any() or not len(steps):
+    steps = (df["kind"] == "step").to_numpy() & ~gpu
+    if not gpu.any() or not steps.any():
         return out
     rows = np.flatnonzero(gpu)
     rank = df["rank"].to_numpy()[rows]
     kernels = pd.DataFrame({"rank": rank, "correlation": df["correlation"].to_numpy()[rows]}, copy=False)
     t = launch_times(df, kernels)  # what the lookup reads: not every column
     del kernels
-    claimed = ~np.isnan(t)
-    t[~claimed] = df["ts"].to_numpy()[rows][~claimed]  # an unclaimed kernel: by its own start
-    one_rank = len(rank) and rank.min() == rank.max()
-    for r, w in steps.groupby("rank"):
-        w = w.sort_values("ts")
-        w0, w1, number = w["ts"].to_numpy(), w["end"].to_numpy(), w["step"].to_numpy()
-        mine = slice(None) if one_rank and r == rank[0] else rank == r  # one rank: no masked copies
-        k = np.searchsorted(w0, t[mine], side="right")
-        k -= 1
-        ok = k >= 0
-        np.maximum(k, 0, out=k)
-        ok &= ~claimed[mine] | (t[mine] <= w1[k])   # an orphan: the last step begun before it ran
-        got = number[k].astype(float)
-        got[~ok] = np.nan
-        out[rows[mine]] = got
+    out[rows] = kineto_kinds.kernel_steps(rank, df["ts"].to_numpy()[rows], t, df["rank"].to_numpy()[steps],
+                                          df["ts"].to_numpy()[steps], df["end"].to_numpy()[steps],
+                                          df["step"].to_numpy(dtype=float)[steps])
     return out
 
 
@@ -105,12 +54,22 @@ def counted_kernels(df: pd.DataFrame, columns: list | None = None) -> pd.DataFra
     """The GPU compute and comm kernels every view counts: of positive length and, where the trace has
     steps, belonging to one. columns: only those of the table (a view that reads a few copies a few:
     a million kernels' every column is ~120 MB)."""
+    keep = counted_rows(df)
+    return df[keep] if columns is None else df.loc[keep, columns]
+
+
+def counted_rows(df: pd.DataFrame) -> np.ndarray:
+    """Which rows of df counted_kernels keeps, as a mask (a byte a row: a view that reads a column or
+    two takes just those, never a frame of the kernels)."""
     kind = df["kind"]
-    keep = (df["device"] == "gpu").to_numpy() & kind.isin(["compute", "comm"]).to_numpy() \
-        & (df["end"].to_numpy() > df["ts"].to_numpy())
+    if isinstance(kind.dtype, pd.CategoricalDtype):  # a few categories tested, not millions of rows
+        busy = np.append(kind.cat.categories.isin(["compute", "comm"]), False)[kind.cat.codes.to_numpy()]
+    else:
+        busy = kind.isin(["compute", "comm"]).to_numpy()
+    keep = (df["device"] == "gpu").to_numpy() & busy & (df["end"].to_numpy() > df["ts"].to_numpy())
     if (kind == "step").any():
         keep &= df["step"].notna().to_numpy()
-    return df[keep] if columns is None else df.loc[keep, columns]
+    return keep
 
 
 def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
@@ -123,23 +82,45 @@ def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
     return code, [(int(u // span), int(u % span) - 1) for u in uniq]
 
 
+KERNEL_FIELDS = ("rank", "step", "comm", "stream", "name", "ts", "end", "dur")
+
+
+def kernels_of(df: pd.DataFrame, fields=KERNEL_FIELDS) -> Kernels:
+    """The counted kernels as gpu_kernels' arrays, only `fields` of them taken (each a column's masked
+    copy: a view of a big table holds what it reads, not every field); the comm families are under the
+    patterns the trace was loaded with (`df.attrs["comm_kernels"]`)."""
+    keep = counted_rows(df)
+    out = Kernels()
+    for field in fields:
+        if field == "comm":
+            out.comm = (df["kind"] == "comm").to_numpy()[keep]
+        elif field in ("stream", "name"):   # codes as pandas keeps them (a byte or two a kernel), not int64
+            col = df["track" if field == "stream" else "name"]
+            if not isinstance(col.dtype, pd.CategoricalDtype):  # a directory's concat gives objects
+                col = col[keep].astype("category")
+            codes = col.cat.codes.to_numpy()
+            codes = codes[keep] if len(codes) == len(keep) else codes
+            labels = col.cat.categories.tolist()
+            if field == "stream":
+                out.streams = [str(t) for t in labels] + ["?"]   # code -1 (no track): "?"
+                out.stream = np.where(codes < 0, np.int64(len(out.streams) - 1), codes) if (codes < 0).any() else codes
+            else:
+                out.name, out.names = codes, labels
+                out.families = family_names(labels, df.attrs.get("comm_kernels", ()))
+        else:
+            values = df[field].to_numpy()[keep]
+            setattr(out, field, values.astype(np.int64, copy=False) if field == "rank" else values.astype(float, copy=False))
+    return out
+
+
 def gpu_step_sums(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, step), in us (SUMS): the step's GPU window, its compute kernels merged, its comm
-    kernels merged, their intersection and union; `wait` NaN: a GPU trace records no waits."""
-    kernels = counted_kernels(df, ["rank", "step", "kind", "ts", "end"])
-    if not len(kernels):
+    """Per (rank, step), in us (SUMS): gpu_kernels.step_sums of the counted kernels as a frame."""
+    k = kernels_of(df, ("rank", "step", "comm", "ts", "end"))
+    if not len(k.rank):
         return pd.DataFrame(columns=SUMS)
-    code, uniq = _step_keys(kernels)
-    cls = (kernels["kind"] == "comm").to_numpy().astype(np.int64)
-    ts, end = kernels["ts"].to_numpy(), kernels["end"].to_numpy()
-    keys, lengths, inter0, union = sweep(code, ts, end, cls, 2)
-    w0 = pd.Series(ts).groupby(code).min().reindex(keys).to_numpy()
-    w1 = pd.Series(end).groupby(code).max().reindex(keys).to_numpy()
-    step = np.array([uniq[k][1] for k in keys], dtype=float)
-    out = pd.DataFrame({"rank": [uniq[k][0] for k in keys], "step": np.where(step < 0, np.nan, step),
-                        "window": w1 - w0, "compute": lengths[:, 0], "comm": lengths[:, 1], "wait": np.nan,
-                        "overlapped": inter0[:, 1], "union": union})
-    return out.sort_values(["rank", "step"]).reset_index(drop=True)
+    key, span = step_key(k.rank, k.step)
+    k.rank = k.step = None   # the key holds them: ~25 bytes a kernel go into the sweep
+    return pd.DataFrame(packed_step_sums(key, span, k.ts, k.end, k.comm.view(np.int8)))[SUMS]
 
 
 def gpu_step_times(df: pd.DataFrame) -> pd.DataFrame:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from partui.analysis.comm_kernels import family_of
+from partui.analysis.comm_families import family_names
 from partui.analysis.events import finish, slices, thread_names, track_names
 from partui.analysis.gpu_steps import kernel_steps
+from partui.analysis.kineto_kinds import COMM, KINDS, STEP_COPY, event_kinds, gpu_categories, step_numbers
 from partui.analysis.partui_format import CONTAINER_CATS, WAIT_CATS
 
-KINDS = ["comm", "wait", "compute", "step", "other"]
 OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallbase": "all_to_all", "allgatherbase": "all_gather",
             "reducescatterbase": "reduce_scatter", "sendrecv": "send_recv"}
@@ -45,29 +45,32 @@ def kineto_table(df: pd.DataFrame, names: dict, doc: dict, comm_kernels=()) -> p
     ncode = df["name"].cat.codes.to_numpy()
     cats, ccode = df["cat"].cat.categories.astype(str).str.lower(), df["cat"].cat.codes.to_numpy()
     cat_is = lambda *values: _spread(cats.isin(values), ccode, False)  # noqa: E731  a bool a row, no text
-    kernel = cat_is("kernel", "gpu_memcpy", "gpu_memset")
+    kernel = _spread(gpu_categories(cats), ccode, False)   # the one reading of Kineto's events: kineto_kinds
     gpu = kernel.any()
     df["device"] = pd.Categorical.from_codes(kernel.astype(np.int8), ["cpu", "gpu"])  # built as codes: no strings
-    step_no = pd.to_numeric(names.str.extract(r"^ProfilerStep#(\d+)$", expand=False), errors="coerce").to_numpy()
-    # a step is the CPU's ProfilerStep#N; Kineto's copy of it on the GPU track is drawn, never a window
-    df["step"] = np.where(cat_is("gpu_user_annotation"), np.nan, _spread(step_no, ncode, np.nan))
+    step = _spread(step_numbers(names.tolist()), ncode, np.nan)
     lower = names.str.lower()
     if gpu:  # comm families against all other kernels; CPU ops are not counted
-        comm = pd.notna(family_of(df["name"], kernel, comm_kernels))
-        compute = cat_is("kernel") & ~comm
+        comm_name = _spread(np.array([f is not None for f in family_names(names.tolist(), comm_kernels)]), ncode, False)
+        kind, step = event_kinds(kernel, cat_is("kernel"), comm_name, step, cat_is(STEP_COPY))
+        comm = kind == COMM
+        df["step"] = step
+        df["kind"] = pd.Categorical.from_codes(kind, KINDS)
     else:  # gloo: in flight on gloo's thread, issued by c10d calls; aten ops compute
+        df["step"] = np.where(cat_is(STEP_COPY), np.nan, step)
         by_name = (lower.str.startswith("gloo:") | lower.str.startswith("c10d::") | lower.str.contains("nccl"))
         comm = _spread(by_name.to_numpy(), ncode, False).astype(bool)
         compute = cat_is("cpu_op") & _spread(lower.str.startswith("aten::").to_numpy(), ncode, False).astype(bool) & ~comm
-    wait = np.zeros(len(df), dtype=bool)
     ours = df["partui"].notna().to_numpy()  # partui run --profile: its own ranges say compute and wait
-    if not gpu and ours.any():
-        kind = df["partui"].astype(object)
-        comm = ours & (kind == "comm").to_numpy()  # its in-flight ranges: issue to completion, with op and bytes
-        wait = ours & kind.isin(WAIT_CATS).to_numpy()
-        compute = ours & ~kind.isin(WAIT_CATS + CONTAINER_CATS + ("step", "comm", "issue", "done", "posted")).to_numpy()
-    df["kind"] = pd.Categorical.from_codes(
-        np.select([comm, wait, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2, 3], 4), KINDS)
+    if not gpu:
+        wait = np.zeros(len(df), dtype=bool)
+        if ours.any():
+            kind = df["partui"].astype(object)
+            comm = ours & (kind == "comm").to_numpy()  # its in-flight ranges: issue to completion, with op and bytes
+            wait = ours & kind.isin(WAIT_CATS).to_numpy()
+            compute = ours & ~kind.isin(WAIT_CATS + CONTAINER_CATS + ("step", "comm", "issue", "done", "posted")).to_numpy()
+        df["kind"] = pd.Categorical.from_codes(
+            np.select([comm, wait, compute, ~np.isnan(df["step"].to_numpy())], [0, 1, 2, 3], 4), KINDS)
     if gpu:  # each kernel in the step that launched it (gpu_steps), set once the step rows are marked
         df["step"] = kernel_steps(df)
     if gpu or not ours.any():  # neither a kernel nor a gloo / aten op records a wait or its bytes

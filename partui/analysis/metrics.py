@@ -10,15 +10,16 @@ the merged lengths, their intersection and their union, with no Python loop per 
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from partui.analysis.cpu import core_sharing
 from partui.analysis.definitions import defined
 from partui.analysis.events import TraceError
-from partui.analysis.gpu_steps import gpu_by_op, gpu_step_sums, gpu_step_times
+from partui.analysis.gpu_kernels import (hta_classes, hta_overlap_pct, launched_by, rank_sums,  # noqa: F401
+                                         report_figures)
+from partui.analysis.gpu_steps import SUMS, gpu_by_op, gpu_step_sums, gpu_step_times
+from partui.analysis.hta_filter import hta_rows
 from partui.analysis.pipeline import simulated_steps, theoretical_bubble
 from partui.analysis.sweep import clip_index, sweep, sweep_windows, windows_of
 from partui.analysis.timing import actions, pipeline_windows
@@ -44,9 +45,10 @@ def overlap_views(df: pd.DataFrame, views=("rank", "step", "op"), gpu_sums: pd.D
     if "step" in views and not bool((df["kind"] == "step").any()):
         raise TraceError("no step spans in this trace (name 'step', cat 'step'); use --by rank")
     shared = _per_window(df, gpu_sums) if set(views) & {"rank", "step"} else None
+    gpu = bool((df["device"] == "gpu").any())
     out = {}
     for by in views:
-        out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared))
+        out[by] = defined(_overlap_by_op(df) if by == "op" else _overlap(df, by, *shared, gpu=gpu))
     return out
 
 
@@ -76,8 +78,10 @@ def _per_window(df: pd.DataFrame, gpu_sums: pd.DataFrame | None = None):
     return res, sims
 
 
-def _overlap(df: pd.DataFrame, by: str, res: pd.DataFrame, sims) -> pd.DataFrame:
-    if by == "rank":
+def _overlap(df: pd.DataFrame, by: str, res: pd.DataFrame, sims, gpu: bool = False) -> pd.DataFrame:
+    if by == "rank" and gpu:   # a GPU trace's step sums (gpu_steps): gpu_kernels adds them up
+        res = pd.DataFrame(rank_sums({c: res[c].to_numpy() for c in SUMS}))
+    elif by == "rank":
         res = res.drop(columns="step").groupby("rank", as_index=False).sum(min_count=1)
     out = _figures(res, by)
     if sims is not None:      # the schedule's, under this trace's own timing and ideally
@@ -91,18 +95,12 @@ def _figures(z: pd.DataFrame, by: str) -> pd.DataFrame:
     res = z[["rank"] + (["step"] if by == "step" else [])].copy()
     if by == "step":
         res["step"] = res["step"].astype("Int64")  # step 1, not 1.0
+    figures = report_figures(*(z[c].to_numpy(dtype=float) for c in ("window", "compute", "comm", "overlapped",
+                                                                      "wait", "union")))
+    for col, values in figures.items():
+        res[col] = values
     window = z["window"].to_numpy()
-    res["window_ms"] = window * US_MS
-    res["compute_ms"] = z["compute"].to_numpy() * US_MS
-    res["comm_ms"] = z["comm"].to_numpy() * US_MS
-    res["overlapped_ms"] = z["overlapped"].to_numpy() * US_MS
-    res["exposed_comm_ms"] = (z["comm"] - z["overlapped"]).to_numpy() * US_MS
-    res["wait_ms"] = z["wait"].to_numpy() * US_MS
-    res["idle_ms"] = (window - z["union"].to_numpy()) * US_MS  # neither compute nor in flight
     with np.errstate(divide="ignore", invalid="ignore"):
-        comm = z["comm"].to_numpy()
-        res["overlap_pct"] = np.where(comm > 0, 100 * z["overlapped"].to_numpy() / comm, np.nan)
-        res["bubble_pct"] = np.where(window > 0, 100 * (1 - z["compute"].to_numpy() / window), np.nan)
         if "cpu" in z:
             res["cpu_ms"] = z["cpu"].to_numpy() * US_MS
             res["no_core_ms"] = z["no_core"].to_numpy() * US_MS
@@ -220,10 +218,6 @@ def step_times(df: pd.DataFrame) -> pd.DataFrame:
                                  "world_step_ms": ((g["t1"] - g["t0"]) * 1e-3).to_numpy()}))
 
 
-HTA_COMM = re.compile(r"^nccl.*Kernel")  # HTA's communication kernels (hta/utils/utils.py)
-HTA_MEMORY = re.compile(r"Memcpy|Memset")  # HTA's memory kernels: neither comm nor compute
-
-
 def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
     """HTA's comm-comp overlap % per rank, under HTA's rule (definitions: comm_comp_overlap_pct):
     GPU events (kernels, memcpys, memsets) only; a name matching ^nccl.*Kernel is comm, a name holding
@@ -235,64 +229,19 @@ def hta_overlap(df: pd.DataFrame, include_last_profiler_step: bool = False) -> p
     there are no kernels and, as with HTA, the figure is NaN. The comm families of the other figures
     (comm_kernels.py) do not enter: this is HTA's number, for comparison with HTA."""
     ranks = sorted(df["rank"].unique())
-    gpu = hta_kernels(df, include_last_profiler_step)
-    name = gpu["name"].astype("category")  # a no-op on one file; a directory's concat gives objects
-    labels = pd.Series(name.cat.categories.astype(str))  # each distinct name tested once
-    per_name = np.append(np.select([labels.str.match(HTA_COMM).to_numpy(), labels.str.contains(HTA_MEMORY).to_numpy()],
-                                   [1, -1], 0), -1)
-    cls = per_name[name.cat.codes.to_numpy()]
-    ts, end = np.ceil(gpu["ts"].to_numpy()), np.floor(gpu["end"].to_numpy())
-    keep = (cls >= 0) & (end > ts)
-    out = pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": np.nan})
-    if keep.any():
-        keys, lengths, inter0, _ = sweep(gpu["rank"].to_numpy()[keep], ts[keep], end[keep], cls[keep], 2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pct = np.where(lengths[:, 1] > 0, 100 * inter0[:, 1] / lengths[:, 1], np.nan)
-        out = out.set_index("rank")
-        out.loc[keys, "comm_comp_overlap_pct"] = pct
-        out = out.reset_index()
-    return defined(out)
+    rows = hta_rows(df, include_last_profiler_step)  # a mask: only the columns read are taken, row by kept row
+    name = df["name"]
+    if not isinstance(name.dtype, pd.CategoricalDtype):  # a directory's concat gives objects
+        name = name[rows].astype("category")
+    codes = name.cat.codes.to_numpy()
+    cls = hta_classes(name.cat.categories.tolist())[codes[rows] if len(codes) == len(rows) else codes]
+    del codes    # each distinct name classed once
+    pct = hta_overlap_pct(ranks, df["rank"].to_numpy()[rows], cls, df["ts"].to_numpy(dtype=float)[rows],
+                          df["end"].to_numpy(dtype=float)[rows], owned=True)
+    return defined(pd.DataFrame({"rank": ranks, "comm_comp_overlap_pct": pct}))
 
 
 def hta_kernels(df: pd.DataFrame, include_last_profiler_step: bool = False) -> pd.DataFrame:
     """The GPU events HTA keeps (see hta_overlap): their rank, name, ts and end only (all hta_overlap
-    reads), so a trace of millions of kernels is not copied whole; CPU times rounded inward as HTA's
-    parser does."""
-    gpu_rows = (df["device"] == "gpu").to_numpy()
-    gpu = df.loc[gpu_rows, ["rank", "name", "ts", "end"]]
-    cpu_rows = ~gpu_rows
-    steps = df.loc[cpu_rows & df["name"].str.startswith("ProfilerStep#").fillna(False).to_numpy(),
-                   ["rank", "name", "ts", "end"]]
-    if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
-        return gpu
-    steps = steps.assign(ts=np.ceil(steps["ts"]), end=np.floor(steps["end"]))
-    last = steps.groupby("rank").agg(start=("ts", "max"), end=("end", "max"))
-    cpu_rank = df["rank"].to_numpy()[cpu_rows]
-    bound = pd.Series(cpu_rank).map(last["end" if include_last_profiler_step else "start"]).to_numpy()
-    start = np.ceil(df["ts"].to_numpy()[cpu_rows])
-    kept = (start <= bound) if include_last_profiler_step else (start < bound)
-    correlation = df["correlation"].to_numpy()
-    launched = launched_by(gpu["rank"].to_numpy(), correlation[gpu_rows],
-                           cpu_rank[kept], correlation[cpu_rows][kept])
-    return gpu[launched]
-
-
-def launched_by(gpu_rank: np.ndarray, gpu_corr: np.ndarray, cpu_rank: np.ndarray,
-                cpu_corr: np.ndarray) -> np.ndarray:
-    """Per GPU event: whether a CPU event of its rank carries its correlation id (NaN matches nothing).
-    Each (rank, id) pair is packed into one int64 when the ids are whole numbers under 2**40 and the ranks
-    under 2**22, so one sorted np.isin answers; otherwise pandas matches the pairs."""
-    cpu_corr_known = ~np.isnan(cpu_corr)
-    cpu_rank, cpu_corr = cpu_rank[cpu_corr_known], cpu_corr[cpu_corr_known]
-    gpu_known = ~np.isnan(gpu_corr)
-    ids = np.concatenate([cpu_corr, gpu_corr[gpu_known]])
-    ranks = np.concatenate([cpu_rank, gpu_rank])
-    packable = (not len(ids) or (ids.min() >= 0 and ids.max() < 2 ** 40 and (ids == np.floor(ids)).all()
-                                 and ranks.min() >= 0 and ranks.max() < 2 ** 22))
-    if not packable:
-        launched = pd.MultiIndex.from_arrays([cpu_rank, cpu_corr])
-        return pd.MultiIndex.from_arrays([gpu_rank, gpu_corr]).isin(launched)
-    pack = lambda rank, corr: (rank.astype(np.int64) << 40) | corr.astype(np.int64)
-    out = np.zeros(len(gpu_rank), bool)
-    out[gpu_known] = np.isin(pack(gpu_rank[gpu_known], gpu_corr[gpu_known]), pack(cpu_rank, cpu_corr))
-    return out
+    reads), so a trace of millions of kernels is not copied whole."""
+    return df.loc[hta_rows(df, include_last_profiler_step), ["rank", "name", "ts", "end"]]

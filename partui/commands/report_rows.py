@@ -1,11 +1,10 @@
 """What `partui report` prints around its tables: how many rows (--rows: a long table's head, and a
 line saying how many were left out), which terms its legend opens with (a CPU-only torch.profiler
-trace is read by op names, not partui's spans), and the refusal of an op table (blame's input)."""
+trace is read by op names, not partui's spans), and the refusal of an op table (blame's input).
+Stdlib only: the pandas-free GPU report (report_lean) reads it too."""
 from __future__ import annotations
 
 import os
-
-import pandas as pd
 
 from partui.analysis.definitions import KINETO_CPU_TERMS, TERMS
 
@@ -27,12 +26,15 @@ def rows_shown(rows: str) -> int | None:
     return n
 
 
-def head_of(table: pd.DataFrame, limit: int | None, fmt: str) -> tuple[pd.DataFrame, str]:
-    """(the rows to print, the line saying how many were left out: '' when none)."""
+def head_of(table, limit: int | None, fmt: str):
+    """(the rows of a frame to print, the line saying how many were left out: '' when none)."""
     if limit is None or fmt not in ("table", "markdown") or len(table) <= limit:
         return table, ""
-    return table.head(limit), (f"... {len(table) - limit} more rows not shown (the first {limit} "
-                               f"of {len(table)}; --rows all prints every one)")
+    return table.head(limit), left_out_line(len(table), limit)
+
+
+def left_out_line(rows: int, limit: int) -> str:
+    return f"... {rows - limit} more rows not shown (the first {limit} of {rows}; --rows all prints every one)"
 
 
 def refuse_op_tables(*paths) -> None:
@@ -44,10 +46,10 @@ def refuse_op_tables(*paths) -> None:
                              f"blame {path}); report reads a trace (.json or .json.gz)")
 
 
-def terms_of(df: pd.DataFrame) -> tuple[str, ...]:
+def terms_of(df) -> tuple[str, ...]:
     """The terms a report defines: a torch.profiler trace on CPU without partui's own ranges is
     read by op names (aten, gloo, c10d), so partui's span terms would not describe it."""
-    ours = pd.Series(df["track"].unique()).astype(str).str.startswith("partui").any()  # --profile's tracks
+    ours = any(str(t).startswith("partui") for t in df["track"].unique())  # --profile's tracks
     if df.attrs.get("format") == "kineto" and not (df["device"] == "gpu").any() and not ours:
         return KINETO_CPU_TERMS
     return TERMS

@@ -60,6 +60,11 @@ LOCAL_IMPORTS_ALLOWED = {
         "DCP's index needs torch: read only after the torch-free checks pass (World stays light)",
     ("partui/worker.py", "partui.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
+    ("partui/commands/report.py", "partui.commands.report_frames"):
+        "the analysis table imports pandas (~0.5 s): a GPU trace by rank is reported without it "
+        "(report_lean), everything else loads it then (issue 36: report / HTA <= 0.25)",
+    ("partui/commands/report.py", "partui.commands.report_vs"):
+        "`compare` for Python callers reads frames (pandas): loaded on first use, not by `partui report`",
     ("partui/tables.py", "partui.analysis.definitions"):
         "the analysis package imports pandas; the definitions ride along only in to_pandas()",
 }

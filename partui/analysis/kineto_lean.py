@@ -1,0 +1,232 @@
+"""A torch.profiler GPU trace read straight into gpu_kernels' arrays, without pandas: what `partui report
+TRACE` (by rank) prints on such a trace is computed from these (commands/report_lean), without the half
+second that importing pandas alone takes. The reading is kineto_kinds' (the one the analysis
+table's reader calls too), the rows the table's own: complete ('X') events with a time, in (rank, ts)
+order, a directory's files (one rank each) in name order.
+
+What this reader does not serve raises NotLean, and the report reads the trace as a frame instead (the
+same figures; every refusal and message is that path's): a partui trace, a CPU-only torch.profiler trace,
+a file past LEAN_MAX, events that are not plain (a non-text name, a time that is not a number), a
+directory whose files disagree (their ranks, their world size), a bad --comm-kernels pattern.
+"""
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from itertools import compress, repeat
+
+import numpy as np
+
+from partui.analysis.comm_families import PatternError, family_names
+from partui.analysis.gpu_kernels import Kernels, hta_classes
+from partui.analysis.kineto_kinds import (COMM, COMPUTE, STEP, event_kinds, gpu_categories, kernel_steps,
+                                          launch_times, step_numbers)
+
+LEAN_MAX = 32 << 20    # bytes on disk: what the frame reader also decodes whole (reader.STREAM_MIN)
+KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"')   # kineto.is_kineto's
+GPU_CAT_TEXT = (b'"kernel"', b'"gpu_memcpy"', b'"gpu_memset"')
+EMPTY: dict = {}   # the args of an event without any (never written to)
+
+
+class NotLean(Exception):
+    """A trace (or request) this reader leaves to the frame reader."""
+
+
+@dataclass
+class GpuTrace:
+    """What a GPU report prints, as arrays: the counted kernels, and what HTA's figure reads."""
+    kernels: Kernels
+    ranks: list            # every rank of the trace, sorted (HTA's rows)
+    hta: dict              # hta_kept's and hta_overlap_pct's arrays
+    world_size: int
+    path: str
+
+
+def read_gpu_trace(path: str, comm_kernels=()) -> GpuTrace:
+    """The trace at path (a file, or a directory of per-rank files) as a GpuTrace; NotLean where the
+    frame reader should read it instead. The cyclic GC is off meanwhile: the decoded events are tens of
+    thousands of new dicts, each collection would walk them all again (the frame reader does the same)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return read_files(path, comm_kernels)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_files(path: str, comm_kernels) -> GpuTrace:
+    """read_gpu_trace, the GC aside."""
+    try:
+        family_names([], comm_kernels)
+    except PatternError:
+        raise NotLean("a bad --comm-kernels pattern: the frame path names it") from None
+    if os.path.isdir(path):
+        files = sorted(n for n in os.listdir(path) if n.endswith((".json", ".json.gz")))
+        if not files:
+            raise NotLean("no trace files")
+        parts = [rank_events(os.path.join(path, n), i, len(files)) for i, n in enumerate(files)]
+        if len({p["rank"] for p in parts}) < len(parts) or len({p["world"] for p in parts}) > 1:
+            raise NotLean("files of one rank twice, or of different jobs: the frame path names them")
+        world = max(p["world"] for p in parts)
+    elif os.path.isfile(path):
+        parts = [rank_events(path, None, 1)]
+        world = parts[0]["world"]
+    else:
+        raise NotLean("no such file")
+    return gpu_trace(parts, comm_kernels, world, path)
+
+
+def rank_events(path: str, place: int | None, n_files: int) -> dict:
+    """One torch.profiler file's complete events as columns (name and category as codes into their
+    distinct values), its rank (distributedInfo, else its place in a directory), world size and threads."""
+    if os.path.getsize(path) > LEAN_MAX:
+        raise NotLean("a large file: the frame reader streams it")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, ValueError, zlib.error):
+            raise NotLean("not gzip: the frame path names it") from None
+    # a partui or CPU-only trace is told by its bytes, before any decoding
+    if not any(k in raw for k in KINETO_KEYS) or not any(c in raw for c in GPU_CAT_TEXT):
+        raise NotLean("not a torch.profiler GPU trace")
+    doc = decode(raw)
+    del raw
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list) or not events or doc.get("metadata") is not None \
+            or not any(k.strip(b'"').decode() in doc for k in KINETO_KEYS):
+        raise NotLean("not a plain torch.profiler trace")
+    info = doc.get("distributedInfo") or {}
+    try:
+        ph = list(map(dict.get, events, repeat("ph")))   # TypeError: an event that is not an object
+        rank = int(info.get("rank", 0 if place is None else place))
+        world = int(info.get("world_size") or 1) if place is None else int(info.get("world_size", n_files))
+        threads = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in compress(events, [p == "M" for p in ph])
+                   if e.get("name") == "thread_name" and "args" in e}
+        # one pass over the complete events' dicts (each visited once: they lie all over the heap)
+        rows = [(e.get("name"), e.get("cat"), e.get("ts"), e.get("dur"), e.get("pid"), e.get("tid"),
+                 (e.get("args") or EMPTY).get("correlation")) for e in compress(events, [p == "X" for p in ph])]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise NotLean("odd events or metadata: the frame path names them") from None
+    del events, doc, ph
+    if not rows:
+        raise NotLean("no complete events")
+    name, cat, ts, dur, pid, tid, corr = zip(*rows)
+    del rows
+    if set(map(type, name)) | set(map(type, cat)) != {str}:
+        raise NotLean("a name or category that is not text")
+    try:
+        ts, dur, corr = (np.array(v, dtype=float) for v in (ts, dur, corr))
+    except (TypeError, ValueError):
+        raise NotLean("a time that is not a number") from None
+    keep = ~np.isnan(ts)
+    dur = np.nan_to_num(dur, nan=0.0)
+    return {"rank": rank, "world": world, "threads": threads, "keep": keep, "name": name, "cat": cat,
+            "pid": ids(pid), "tid": ids(tid), "ts": ts, "end": ts + dur, "dur": dur, "corr": corr}
+
+
+def decode(raw: bytes):
+    """orjson when installed (as the frame reader: a few times faster than json)."""
+    try:
+        try:  # optional: a faster JSON decoder, when installed
+            import orjson
+            return orjson.loads(raw)
+        except ImportError:
+            return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise NotLean("not JSON: the frame path names it") from None
+
+
+def ids(values):
+    """pids / tids as the analysis table reads them (events.ids): whole numbers when numpy reads every one
+    as one, else as read. Kineto mixes ints and names ("Spans"), so most traces are read as they are."""
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        return values
+    if kinds == {int, str}:
+        try:
+            [int(v) for v in {v for v in values if type(v) is str}]
+        except ValueError:   # a name numpy cannot read as a number: events.ids keeps them all as read
+            return values
+    try:
+        return np.array(values, dtype=np.int64).tolist()
+    except (TypeError, ValueError, OverflowError):
+        return values
+
+
+def codes(values: list, table: dict) -> np.ndarray:
+    """Each value's code in table (value -> code, grown as new values come)."""
+    for v in dict.fromkeys(values):   # the distinct values, a few thousand: each coded once
+        table.setdefault(v, len(table))
+    return np.array(list(map(table.__getitem__, values)), dtype=np.int64)
+
+
+def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
+    """The files' events together, classified by kineto_kinds file by file (as the table's reader does)."""
+    names, cats, streams, families = {}, {}, {}, []
+    cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr")}
+    for p in parts:
+        keep = p["keep"]
+        ncode, ccode = codes(p["name"], names)[keep], codes(p["cat"], cats)[keep]
+        name_list, cat_list = list(names), [str(c).lower() for c in cats]
+        gpu = gpu_categories(cat_list)[ccode]
+        if not gpu.any():
+            raise NotLean("a CPU-only torch.profiler trace")
+        families += family_names(name_list[len(families):], comm_kernels)   # each new name matched once
+        comm_name = np.array([f is not None for f in families], dtype=bool)[ncode]
+        kind, step = event_kinds(gpu, np.array([c == "kernel" for c in cat_list])[ccode], comm_name,
+                                 step_numbers(name_list)[ncode],
+                                 np.array([c == "gpu_user_annotation" for c in cat_list])[ccode])
+        ts, end, corr = p["ts"][keep], p["end"][keep], p["corr"][keep]
+        order = np.argsort(ts, kind="stable")   # the table's (rank, ts) order: one rank a file
+        ncode, gpu, kind, step, ts, end, corr = (a[order] for a in (ncode, gpu, kind, step, ts, end, corr))
+        rank = np.full(len(ts), p["rank"], dtype=np.int64)
+        calls = ~gpu & ~np.isnan(corr)
+        at = np.flatnonzero(gpu)
+        steps = (kind == STEP) & ~gpu
+        if steps.any():   # each kernel in the step that launched it
+            step[at] = kernel_steps(rank[at], ts[at], launch_times(rank[calls], corr[calls], ts[calls], rank[at],
+                                                                   corr[at]),
+                                    rank[steps], ts[steps], end[steps], step[steps])
+        rows = np.flatnonzero(keep)[order][at].tolist()   # the kernels' places among the file's events
+        stream = np.full(len(ts), -1, dtype=np.int64)
+        pid, tid, threads = p["pid"], p["tid"], p["threads"]
+        stream[at] = codes([threads.get((pid[i], tid[i]), str(tid[i])) for i in rows], streams)
+        for c, v in (("rank", rank), ("name", ncode), ("kind", kind), ("gpu", gpu), ("step", step),
+                     ("stream", stream), ("ts", ts), ("end", end), ("dur", p["dur"][keep][order]), ("corr", corr)):
+            cols[c].append(v)
+    a = {c: np.concatenate(v) for c, v in cols.items()}
+    order = np.lexsort((a["ts"], a["rank"]))   # stable: a directory's files in name order
+    a = {c: v[order] for c, v in a.items()}
+    return GpuTrace(kernels=counted(a, list(names), streams, families), ranks=sorted(set(a["rank"].tolist())),
+                    hta=hta_inputs(a, list(names)), world_size=world, path=path)
+
+
+def counted(a: dict, names: list, streams: dict, families: list) -> Kernels:
+    """The kernels every view counts (gpu_steps.counted_kernels' rule) as gpu_kernels' Kernels."""
+    keep = a["gpu"] & np.isin(a["kind"], (COMM, COMPUTE)) & (a["end"] > a["ts"])
+    if (a["kind"] == STEP).any():
+        keep &= ~np.isnan(a["step"])
+    return Kernels(rank=a["rank"][keep], step=a["step"][keep], comm=a["kind"][keep] == COMM,
+                   stream=a["stream"][keep], streams=list(streams), name=a["name"][keep], names=names,
+                   families=families, ts=a["ts"][keep], end=a["end"][keep],
+                   dur=a["dur"][keep])
+
+
+def hta_inputs(a: dict, names: list) -> dict:
+    """The arrays HTA's figure reads (gpu_kernels.hta_kept, hta_overlap_pct): every GPU event, the CPU events
+    and among them the ProfilerStep#N ones."""
+    gpu, cpu = a["gpu"], ~a["gpu"]
+    is_step = np.array([str(n).startswith("ProfilerStep#") for n in names] + [False])[a["name"]]
+    steps = cpu & is_step
+    return {"gpu_rank": a["rank"][gpu], "gpu_cls": hta_classes(names)[a["name"][gpu]], "gpu_ts": a["ts"][gpu],
+            "gpu_end": a["end"][gpu], "gpu_corr": a["corr"][gpu], "cpu_rank": a["rank"][cpu],
+            "cpu_ts": a["ts"][cpu], "cpu_corr": a["corr"][cpu], "step_rank": a["rank"][steps],
+            "step_name": [names[i] for i in a["name"][steps].tolist()], "step_ts": a["ts"][steps],
+            "step_end": a["end"][steps]}
