@@ -6,9 +6,9 @@ and arrow's pool (mimalloc) hands memory back only when every buffer of a segmen
 buffers of one batch's columns share segments, so views kept for the join held every batch's
 arrow memory until the end (a 3 GB trace: ~600 MB on top of the columns). Copied out, each batch's
 arrow table is dropped at once and its pool memory serves the next batch. Why one column at a
-time with the freed heap given back between them: the parts of the columns already joined are
-returned before the next column is built, so the join holds the parts plus one column, not twice
-the table.
+time, with the freed heap given back between columns on a big table (columns.TRIM_ROWS): the parts
+of the columns already joined are returned before the next column is built, so the join holds the
+parts plus one column, not twice the table.
 
 Text is kept as codes from the start: each batch's names are numbered in the order this reader
 first meets them (`Names`), a batch holds int32 codes, and the join maps them once to the sorted
