@@ -6,6 +6,10 @@ own `.partui.parquet`). The cache is keyed by each trace file's size and mtime (
 rewritten; it is never trusted over a changed trace. Written to a temporary file and renamed, so a
 crash leaves the old cache or none. Traces under MIN_BYTES are not cached (they read in well under
 a second); PARTUI_TRACE_CACHE=0 turns the cache off; without pyarrow there is none.
+
+A number column no event fills (events.missing: one shared NaN) is not written, only named, and is
+shared again on reading; the rest is read a column at a time, each converted and its arrow memory freed
+before the next, so reading a cache peaks near the table itself, not twice it.
 """
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ import tempfile
 
 import pandas as pd
 
-from partui.analysis.events import COLUMNS
+from partui.analysis.events import COLUMNS, frame_of, is_missing, missing
 
-VERSION = 2  # bump when the analysis table changes meaning: every older cache is then stale
+VERSION = 3  # bump when the analysis table changes meaning: every older cache is then stale
 MIN_BYTES = 16 << 20
 SUFFIX = ".partui.parquet"
 KEY = b"partui.cache"
+WRITE_ROWS = 1 << 20  # rows converted to arrow and written at a time (one row group each)
 
 
 def cache_path(path: str) -> str:
@@ -58,15 +63,29 @@ def get(path: str, files: list[str], comm_kernels) -> pd.DataFrame | None:
         saved = json.loads(meta.get(KEY, b"{}"))
         if saved.get("stamp") != stamp(path, files, comm_kernels):
             return None
-        table = pq.read_table(where)
-        # each column freed as it is converted, none consolidated: the table is never held twice
-        df = table.to_pandas(self_destruct=True, split_blocks=True)
-        del table
+        df = _read_columns(pq.ParquetFile(where), saved)
     except (OSError, ValueError, TypeError):  # a damaged cache is read past, never trusted
         return None
     df.attrs.clear()
     df.attrs.update(saved["attrs"])  # format, world_size, metadata: the reader adds path and patterns
+    if "unrecorded" in df.attrs:   # a tuple, as the trace's own reading gives it (json wrote a list)
+        df.attrs["unrecorded"] = tuple(df.attrs["unrecorded"])
     return df
+
+
+def _read_columns(parquet, saved: dict) -> pd.DataFrame:
+    """The cached frame, a column at a time (each column's arrow memory freed once converted), the
+    columns put never wrote (`missing`) shared NaNs again, in the table's own order."""
+    rows = parquet.metadata.num_rows
+    cols = {}
+    for name in saved.get("order") or parquet.schema_arrow.names:
+        if name in saved.get("missing", ()):
+            cols[name] = missing(rows)
+            continue
+        part = parquet.read(columns=[name]).to_pandas(self_destruct=True, split_blocks=True)
+        cols[name] = part[name]
+        del part
+    return frame_of(cols)
 
 
 def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
@@ -79,19 +98,29 @@ def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
         attrs["unrecorded"] = list(df.attrs["unrecorded"])
     where = cache_path(path)
     try:
-        saved = json.dumps({"stamp": stamp(path, files, comm_kernels), "attrs": attrs}).encode()
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), KEY: saved})
+        # named, not written; only float columns looked at (a categorical's to_numpy is a string a row)
+        shared = [c for c in df.columns if df[c].dtype == "float64" and is_missing(df[c].to_numpy())]
+        saved = json.dumps({"stamp": stamp(path, files, comm_kernels), "attrs": attrs, "order": list(df.columns),
+                            "missing": shared}).encode()
+        kept = [c for c in df.columns if c not in shared]
         fd, tmp = tempfile.mkstemp(prefix=f".partial-{os.getpid()}-", suffix=".tmp",
                                    dir=os.path.dirname(where))
     except (OSError, TypeError, ValueError, pa.ArrowException):  # read-only folder, odd values
         return False
-    try:
+    try:   # a slice of rows at a time: arrow never holds a copy of the whole table
         with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+            writer = None
+            for lo in range(0, max(len(df), 1), WRITE_ROWS):
+                part = pa.Table.from_pandas(df.iloc[lo:lo + WRITE_ROWS][kept], preserve_index=False)
+                if writer is None:
+                    schema = part.schema.with_metadata({**(part.schema.metadata or {}), KEY: saved})
+                    writer = pq.ParquetWriter(f, schema, compression="zstd")
+                writer.write_table(part.replace_schema_metadata(schema.metadata))
+                del part
+            writer.close()
         os.replace(tmp, where)
         return True
-    except (OSError, pa.ArrowException):
+    except (OSError, TypeError, ValueError, pa.ArrowException):  # odd values, a full disk: no cache
         if os.path.exists(tmp):
             os.unlink(tmp)
         return False
