@@ -3,23 +3,10 @@ pure Python) on the benchmark's own kind of trace, small: the same figures for e
 import json
 
 import pytest
+from interval_oracle import length, merged
 
 from partui.analysis import load, overlap
 from partui.bench.analysis import synthetic_trace
-
-
-def merged(spans):
-    out = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        elif b > a:
-            out.append([a, b])
-    return out
-
-
-def length(spans):
-    return sum(b - a for a, b in spans)
 
 
 def intersect(xs, ys):

@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 import pytest
+from interval_oracle import merged
 
 from partui.analysis import load, overlap
 from partui.analysis.gpu_steps import counted_kernels
@@ -116,16 +117,6 @@ def test_what_a_gpu_trace_cannot_give_prints_a_dash_and_its_definition_says_why(
 
 DEEPSEEK = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",
                         "deepseek-profile-data", "train.json.gz")
-
-
-def merged(intervals):
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        elif b > a:
-            out.append([a, b])
-    return out
 
 
 def oracle(path):

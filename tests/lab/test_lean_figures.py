@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from interval_oracle import covered as inside, length, merged
 from lean_traces import gpu_doc, rank_folder
 
 from partui.cli import build_parser
@@ -14,24 +15,6 @@ from partui.commands.report_lean import lean_report
 from partui.commands.report_render import render
 
 COMM = ("nccl", "dpsk::ep::", "Memcpy PtoP")
-
-
-def merged(intervals):
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        elif b > a:
-            out.append([a, b])
-    return out
-
-
-def length(xs):
-    return sum(b - a for a, b in xs)
-
-
-def inside(xs, ys):
-    return sum(max(0, min(b, d) - max(a, c)) for a, b in xs for c, d in ys)
 
 
 def oracle(doc):

@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+from interval_oracle import covered, merged
 
 from partui.analysis import hta_overlap, load
 from partui.cli import main
@@ -21,21 +22,6 @@ needs = pytest.mark.skipif(not os.path.isdir(REAL), reason="../shared/real-trace
 def events(path):
     with gzip.open(path, "rt") as f:
         return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-
-
-def merged(intervals):
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        elif b > a:
-            out.append([a, b])
-    return out
-
-
-def covered(xs, ys):
-    """Length of merged xs inside merged ys."""
-    return sum(max(0, min(b, d) - max(a, c)) for a, b in xs for c, d in ys)
 
 
 @needs
