@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from partui.analysis.boundary_sweep import sweep
+from partui.analysis.kineto_kinds import LOOKUP_ROWS  # kernels looked up at a time: bounded temporaries
 
 US_MS = 1e-3
 HTA_COMM = re.compile(r"^nccl.*Kernel")  # HTA's communication kernels (hta/utils/utils.py)
@@ -69,9 +70,6 @@ def packed_step_sums(key: np.ndarray, span: int, ts: np.ndarray, end: np.ndarray
     return {"rank": keys // span, "step": np.where(number < 0, np.nan, number),
             "window": w1 - w0, "compute": lengths[:, 0], "comm": lengths[:, 1],
             "wait": np.full(len(keys), np.nan), "overlapped": inter0[:, 1], "union": union}
-
-
-LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
 
 
 def dense_codes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

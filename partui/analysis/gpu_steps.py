@@ -72,16 +72,6 @@ def counted_rows(df: pd.DataFrame) -> np.ndarray:
     return keep
 
 
-def _step_keys(kernels: pd.DataFrame) -> tuple[np.ndarray, list]:
-    """One integer key per (rank, step) ("step" -1: a trace without steps, each rank one window), and the
-    (rank, step) of each key."""
-    rank = kernels["rank"].to_numpy().astype(np.int64)
-    step = np.nan_to_num(kernels["step"].to_numpy(dtype=float), nan=-1).astype(np.int64)
-    span = int(step.max()) + 2 if len(step) else 1
-    code, uniq = pd.factorize(rank * span + step + 1)       # one int64 per pair: fast to hash
-    return code, [(int(u // span), int(u % span) - 1) for u in uniq]
-
-
 KERNEL_FIELDS = ("rank", "step", "comm", "stream", "name", "ts", "end", "dur")
 
 
@@ -143,7 +133,7 @@ def gpu_by_op(df: pd.DataFrame) -> pd.DataFrame:
     comm = kernels[kernels["kind"] == "comm"]
     if not len(comm):
         return pd.DataFrame(columns=BY_OP)
-    code, _ = _step_keys(kernels)
+    code, _ = step_key(kernels["rank"].to_numpy(), kernels["step"].to_numpy(dtype=float))  # one id a step
     kernels = kernels.assign(sid=code)
     comm = kernels[kernels["kind"] == "comm"]
     comm = comm.assign(op=comm["op"].astype(object).fillna(comm["name"].astype(object)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from partui.analysis import kineto_kinds
 from partui.analysis.gpu_kernels import hta_bounds, hta_launches, launched_by
 
 
@@ -48,7 +49,7 @@ def hta_rows(df: pd.DataFrame, include_last_profiler_step: bool = False) -> np.n
     return out
 
 
-LOOKUP_ROWS = 1 << 20  # rows of the table looked at a time by hta_rows
+LOOKUP_ROWS = kineto_kinds.LOOKUP_ROWS  # rows of the table looked at a time by hta_rows (tests shrink it)
 
 
 def _starts_with(name: pd.Series, prefix: str) -> np.ndarray:
