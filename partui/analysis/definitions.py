@@ -217,7 +217,7 @@ _RECORDS = (
     figure("layer_k", "count", BY_PAIR, "a torch.profiler trace: the k-th annotation of this name on "
            "the rank (its layer)"),
     figure("part", "", BY_PAIR, "the planner's part (planning/pipeline/fb_order.py) the annotation "
-           "names (kineto_pairs.PART_NAMES)"),
+           "names (pair_parts.PART_NAMES)"),
     figure("annotation", "", BY_PAIR, "the user annotation as recorded, e.g. dispatch(F)"),
     figure("launched", "count", BY_PAIR, "GPU kernels launched while the annotation was open (launch "
            "correlation ids)"),

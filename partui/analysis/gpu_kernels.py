@@ -36,6 +36,7 @@ class Kernels:
     ts: np.ndarray = None
     end: np.ndarray = None
     dur: np.ndarray = None        # as recorded (the families' summed time)
+    corr: np.ndarray = None       # float: the correlation id tying it to its launch (NaN: none)
 
 
 def step_sums(k: Kernels) -> dict:

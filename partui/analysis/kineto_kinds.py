@@ -51,6 +51,8 @@ def event_kinds(gpu: np.ndarray, cat_kernel: np.ndarray, comm_name: np.ndarray, 
 
 def first_calls(corr: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct correlation ids in order, and each one's earliest call time."""
+    if not len(corr):   # a rank without a CPU call carrying an id: nothing to look up
+        return corr, ts
     order = np.lexsort((ts, corr))  # by id, the earliest call of an id first
     corr, ts = corr[order], ts[order]
     del order

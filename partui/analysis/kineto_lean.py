@@ -25,6 +25,7 @@ from partui.analysis.comm_families import PatternError, family_names
 from partui.analysis.gpu_kernels import Kernels, hta_classes
 from partui.analysis.kineto_kinds import (COMM, COMPUTE, STEP, event_kinds, gpu_categories, kernel_steps,
                                           launch_times, step_numbers)
+from partui.analysis.pair_parts import Annotations, PairsRead, is_part_name, read_pairs
 
 LEAN_MAX = 32 << 20    # bytes on disk: what the frame reader also decodes whole (reader.STREAM_MIN)
 KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"')   # kineto.is_kineto's
@@ -44,6 +45,21 @@ class GpuTrace:
     hta: dict              # hta_kept's and hta_overlap_pct's arrays
     world_size: int
     path: str
+    annotations: Annotations   # the CPU user annotations (--by pair's parts and their holders)
+
+
+def lean_pairs(trace: GpuTrace) -> PairsRead:
+    """pair_parts.read_pairs of a trace read here: its user annotations and counted kernels, each kernel's
+    launch from the CPU calls carrying its correlation id (kineto_kinds.launch_times, as the table's reader)."""
+    k, h = trace.kernels, trace.hta
+    calls = ~np.isnan(h["cpu_corr"])
+    launch = launch_times(h["cpu_rank"][calls], h["cpu_corr"][calls], h["cpu_ts"][calls], k.rank, k.corr)
+    return read_pairs(trace.annotations, k.rank, k.ts, k.end, k.comm, launch)
+
+
+def has_parts(trace: GpuTrace) -> bool:
+    """Whether the trace has part annotations (then --by pair reads them; pair_parts.is_part_name)."""
+    return any(is_part_name(n) for n in set(trace.annotations.name))
 
 
 def read_gpu_trace(path: str, comm_kernels=()) -> GpuTrace:
@@ -170,7 +186,7 @@ def codes(values: list, table: dict) -> np.ndarray:
 def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
     """The files' events together, classified by kineto_kinds file by file (as the table's reader does)."""
     names, cats, streams, families = {}, {}, {}, []
-    cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr")}
+    cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr", "ann")}
     for p in parts:
         keep = p["keep"]
         ncode, ccode = codes(p["name"], names)[keep], codes(p["cat"], cats)[keep]
@@ -184,8 +200,9 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
                                  step_numbers(name_list)[ncode],
                                  np.array([c == "gpu_user_annotation" for c in cat_list])[ccode])
         ts, end, corr = p["ts"][keep], p["end"][keep], p["corr"][keep]
+        ann = ~gpu & np.array([c == "user_annotation" for c in cats], dtype=bool)[ccode]   # the raw category
         order = np.argsort(ts, kind="stable")   # the table's (rank, ts) order: one rank a file
-        ncode, gpu, kind, step, ts, end, corr = (a[order] for a in (ncode, gpu, kind, step, ts, end, corr))
+        ncode, gpu, kind, step, ts, end, corr, ann = (a[order] for a in (ncode, gpu, kind, step, ts, end, corr, ann))
         rank = np.full(len(ts), p["rank"], dtype=np.int64)
         calls = ~gpu & ~np.isnan(corr)
         at = np.flatnonzero(gpu)
@@ -199,13 +216,18 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
         pid, tid, threads = p["pid"], p["tid"], p["threads"]
         stream[at] = codes([threads.get((pid[i], tid[i]), str(tid[i])) for i in rows], streams)
         for c, v in (("rank", rank), ("name", ncode), ("kind", kind), ("gpu", gpu), ("step", step),
-                     ("stream", stream), ("ts", ts), ("end", end), ("dur", p["dur"][keep][order]), ("corr", corr)):
+                     ("stream", stream), ("ts", ts), ("end", end), ("dur", p["dur"][keep][order]), ("corr", corr),
+                     ("ann", ann)):
             cols[c].append(v)
     a = {c: np.concatenate(v) for c, v in cols.items()}
     order = np.lexsort((a["ts"], a["rank"]))   # stable: a directory's files in name order
     a = {c: v[order] for c, v in a.items()}
-    return GpuTrace(kernels=counted(a, list(names), streams, families), ranks=sorted(set(a["rank"].tolist())),
-                    hta=hta_inputs(a, list(names)), world_size=world, path=path)
+    name_list = list(names)
+    ann = a["ann"]
+    annotations = Annotations(rank=a["rank"][ann], ts=a["ts"][ann], end=a["end"][ann], dur=a["dur"][ann],
+                              name=[name_list[i] for i in a["name"][ann].tolist()])
+    return GpuTrace(kernels=counted(a, name_list, streams, families), ranks=sorted(set(a["rank"].tolist())),
+                    hta=hta_inputs(a, name_list), world_size=world, path=path, annotations=annotations)
 
 
 def counted(a: dict, names: list, streams: dict, families: list) -> Kernels:
@@ -216,7 +238,7 @@ def counted(a: dict, names: list, streams: dict, families: list) -> Kernels:
     return Kernels(rank=a["rank"][keep], step=a["step"][keep], comm=a["kind"][keep] == COMM,
                    stream=a["stream"][keep], streams=list(streams), name=a["name"][keep], names=names,
                    families=families, ts=a["ts"][keep], end=a["end"][keep],
-                   dur=a["dur"][keep])
+                   dur=a["dur"][keep], corr=a["corr"][keep])
 
 
 def hta_inputs(a: dict, names: list) -> dict:

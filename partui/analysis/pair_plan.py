@@ -13,10 +13,9 @@ model against the GPU.
 """
 from __future__ import annotations
 
-import pandas as pd
+import numpy as np
 
-from partui.analysis.kineto_pairs import annotated_parts, kineto_pairs, part_kernels
-from partui.analysis.reader import load
+from partui.analysis.pair_parts import SIDE, PairsRead, recorded_window_ms, rows_of
 from planning.pipeline.fb_order import OrderedPart, PartCost, run_parts
 from planning.pipeline.part_costs import pair_timeline
 
@@ -26,32 +25,41 @@ PLANNER_NAME = {("ATTN", "F"): "F ATTN", ("MLP", "F"): "F MLP", ("ATTN", "B"): "
                 ("ATTN", "W"): "B ATTN_W", ("MLP", "W"): "B MLP_W"}
 
 
-def measured_costs(table: pd.DataFrame) -> PartCost:
-    """The planner's part costs from a kineto_pairs table (one rank's)."""
-    side = table["annotation"].str.extract(r"\(([FBW])\)", expand=False)
+def sides(table: dict) -> list:
+    """Each row's side (F / B / W) from its annotation, None where it names none."""
+    return [m.group(1) if m else None for m in map(SIDE.search, table["annotation"])]
+
+
+def mean_of(table: dict, column: str, rows: list) -> float:
+    return float(np.mean(np.array([table[column][i] for i in rows], dtype=float)))
+
+
+def measured_costs(table: dict) -> PartCost:
+    """The planner's part costs from one rank's pair table (pair_parts.pair_columns', a list a column)."""
+    side = sides(table)
     values = {}
     for key, (part, s) in MEASURED.items():
-        rows = table[(table["part"] == part) & (side == s)]
-        if len(rows):
-            values[key] = float(rows["gpu_ms"].mean())
-    a2a = table[table["part"].isin(["DISPATCH", "COMBINE"])]
-    if not len(a2a) or "ATTN" not in values or "MLP" not in values:
+        rows = [i for i, (p, d) in enumerate(zip(table["part"], side)) if (p, d) == (part, s)]
+        if rows:
+            values[key] = mean_of(table, "gpu_ms", rows)
+    a2a = [i for i, p in enumerate(table["part"]) if p in ("DISPATCH", "COMBINE")]
+    if not a2a or "ATTN" not in values or "MLP" not in values:
         raise ValueError("the trace's part annotations lack attn(F), mlp(F) or an all-to-all part: no part "
-                         "costs to plan with (see kineto_pairs.PART_NAMES)")
+                         "costs to plan with (see pair_parts.PART_NAMES)")
     for kind in ("DISPATCH", "COMBINE"):
         for s in "FB":
-            rows = a2a[((a2a["part"] == kind) & (side.loc[a2a.index] == s)).to_numpy()]
-            if len(rows):
-                values[f"A2A_{kind}_{s}"] = float(rows["a2a_ms"].mean())
-    return PartCost(COMBINE=0.0, A2A=float(a2a["a2a_ms"].mean()), layers=int(table["layer_k"].nunique()), **values)
+            rows = [i for i in a2a if (table["part"][i], side[i]) == (kind, s)]
+            if rows:
+                values[f"A2A_{kind}_{s}"] = mean_of(table, "a2a_ms", rows)
+    return PartCost(COMBINE=0.0, A2A=mean_of(table, "a2a_ms", a2a), layers=len(set(table["layer_k"])), **values)
 
 
-def recorded_order(table: pd.DataFrame) -> list[OrderedPart]:
+def recorded_order(table: dict) -> list[OrderedPart]:
     """The recorded compute parts in launch order as the pair model's parts, so TwoStreams can replay them:
     the all-to-all annotations are no parts (the model issues each at its part's end); combine(B) is the
     backward's COMBINE part (it issues that all-to-all); the forward's COMBINE (0 long, where the combined
     rows are waited) runs just before the forward's next part, or last."""
-    side = table["annotation"].str.extract(r"\(([FBW])\)", expand=False)
+    side = sides(table)
     order: list[OrderedPart] = []
     owed: list[OrderedPart] = []          # forward COMBINE parts not yet placed
 
@@ -72,13 +80,13 @@ def recorded_order(table: pd.DataFrame) -> list[OrderedPart]:
     return order + owed
 
 
-def recorded_compute_order(table: pd.DataFrame) -> list[str]:
+def recorded_compute_order(table: dict) -> list[str]:
     """The recorded compute parts in launch order, in the planner's words ("F ATTN", "B MLP_W" ...)."""
-    side = table["annotation"].str.extract(r"\(([FBW])\)", expand=False)
+    side = sides(table)
     return [PLANNER_NAME[(p, s)] for p, s in zip(table["part"], side) if (p, s) in PLANNER_NAME]
 
 
-def side_by_side(table: pd.DataFrame, recorded_ms: float) -> str:
+def side_by_side(table: dict, recorded_ms: float) -> str:
     """The measured costs; the planner's pair under them, the recorded order replayed in the same model and
     the recorded pair; the two orders of compute parts one above the other (layers dropped: the planner
     numbers a backward's layers from the last), where they differ."""
@@ -97,7 +105,7 @@ def side_by_side(table: pd.DataFrame, recorded_ms: float) -> str:
              f"planner's order, measured costs: {plan.makespan:.3f} ms (all-to-all exposed {plan.exposed_comm:.3f} ms)",
              f"recorded order, same model:      {replay.makespan:.3f} ms (all-to-all exposed {replay.exposed_comm:.3f} ms)",
              f"recorded pair:                   {recorded_ms:.3f} ms (the parts' GPU window; all-to-all with no "
-             f"compute kernel beside it {table['a2a_exposed_ms'].sum():.3f} ms)",
+             f"compute kernel beside it {float(np.sum(table['a2a_exposed_ms'])):.3f} ms)",
              f"  {'#':>3}  {'recorded':<{width}}  {'planner':<{width}}"]
     for i in range(max(len(planned), len(recorded))):
         a = recorded[i] if i < len(recorded) else ""
@@ -122,27 +130,27 @@ def where_they_differ(recorded: list[str], planned: list[str]) -> str:
             f"planner's: {', '.join(w_after(planned)) or 'none'}")
 
 
-def recorded_window_ms(kernels: pd.DataFrame) -> float:
-    """The GPU window of the kernels the parts launched (part_id >= 0), in ms."""
-    mine = kernels[kernels["part_id"] >= 0]
-    return float(mine["end"].max() - mine["ts"].min()) * 1e-3 if len(mine) else 0.0
-
-
-def recorded_vs_planner(df: pd.DataFrame, table: pd.DataFrame | None = None) -> tuple[PartCost, str]:
-    """(the measured part costs, the side-by-side text) of a loaded trace's first rank with part annotations;
-    `table`: its kineto_pairs table, where the caller has it. ValueError where there are none."""
-    parts = annotated_parts(df)
-    if not len(parts):
-        raise ValueError(f"{df.attrs.get('path', 'the trace')}: no part annotations (names as kineto_pairs."
-                         f"PART_NAMES lists, e.g. attn(F)); give --parts as ATTN=1,MLP=1,A2A=1,layers=1 instead")
-    rank = int(parts["rank"].min())
-    table = kineto_pairs(df) if table is None else table
-    table = table[table["rank"] == rank].reset_index(drop=True)
-    kernels = part_kernels(df, parts)
-    recorded = recorded_window_ms(kernels[kernels["rank"] == rank])
-    return measured_costs(table), f"{df.attrs.get('path', '')} rank {rank}:\n" + side_by_side(table, recorded)
+def planner_beside(path: str, read: PairsRead) -> tuple[PartCost, str]:
+    """(the measured part costs, the side-by-side text) of the first rank with part annotations, as either
+    reader read them (pair_parts.read_pairs). ValueError where there are no parts, or they give no costs
+    to plan with."""
+    if not len(read.parts.rank):
+        raise ValueError(f"{path or 'the trace'}: no part annotations (names as pair_parts.PART_NAMES lists, "
+                         f"e.g. attn(F)); give --parts as ATTN=1,MLP=1,A2A=1,layers=1 instead")
+    rank = int(read.parts.rank.min())
+    mine = rows_of(read.table, rank)
+    recorded = recorded_window_ms(read.owner, read.k_rank, read.k_ts, read.k_end, rank)
+    return measured_costs(mine), f"{path} rank {rank}:\n" + side_by_side(mine, recorded)
 
 
 def from_trace(path: str) -> tuple[PartCost, str]:
-    """recorded_vs_planner of a torch.profiler trace file."""
-    return recorded_vs_planner(load(path))
+    """planner_beside of a torch.profiler trace file (`partui simulate --parts TRACE`): read without pandas
+    where kineto_lean serves the file, else as the analysis table."""
+    from partui.analysis.kineto_lean import NotLean, lean_pairs, read_gpu_trace
+    try:
+        read = lean_pairs(read_gpu_trace(path))
+    except NotLean:
+        from partui.analysis.kineto_pairs import frame_pairs
+        from partui.analysis.reader import load
+        read = frame_pairs(load(path))
+    return planner_beside(path, read)

@@ -13,9 +13,9 @@ from partui.analysis.comm_kernels import family_lines, family_table
 from partui.analysis.cpu import core_sharing_line
 from partui.analysis.definitions import definitions, legend
 from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.kineto_pairs import is_part_trace, kineto_pair_summary, kineto_pairs
+from partui.analysis.kineto_pairs import frame_pairs, is_part_trace, kineto_pair_summary, pair_frame
 from partui.analysis.memory import memory_table, plot_memory
-from partui.analysis.pair_plan import recorded_vs_planner
+from partui.analysis.pair_plan import planner_beside
 from partui.analysis.pairs import fb_pair_a2a, pair_summary
 from partui.analysis.routing import routing_steps, routing_table
 from partui.analysis.schedule_view import schedule_view
@@ -65,11 +65,12 @@ def run_frames(args, limit: int | None) -> int:
         quiet = False if args.format == "json" else None  # progress on a terminal (None), never in json
         df = load(args.trace, args.comm_kernels, progress=quiet)
         other = load(args.vs, args.comm_kernels, progress=quiet) if args.vs else None
-        sums = None
+        sums = pairs = None
         if other is not None:
             table = compare(df, other)
         elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
-            table = kineto_pairs(df) if is_part_trace(df) else fb_pair_a2a(df)
+            pairs = frame_pairs(df) if is_part_trace(df) else None
+            table = pair_frame(pairs.table) if pairs else fb_pair_a2a(df)
             if table.empty:
                 print(f"partui report: {args.trace} holds no F&B pairs, so --by pair has nothing to "
                       f"show: record a run with --fb-overlap (e.g. partui run --pp 2 --ep 2 "
@@ -97,9 +98,9 @@ def run_frames(args, limit: int | None) -> int:
         if cpu_only:
             print(cpu_only, file=sys.stderr)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
-            out += "\n" + (kineto_pair_summary(table) if is_part_trace(df) else pair_summary(table))
-            if is_part_trace(df):   # the planner's order and the recorded one in one model, beside the GPU's
-                out += "\n" + planner_beside(df, table)
+            out += "\n" + (kineto_pair_summary(table) if pairs else pair_summary(table))
+            if pairs:   # the planner's order and the recorded one in one model, beside the GPU's
+                out += "\n" + planner_text(args.trace, pairs)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + vs_verdict(table)
         notes = [oversubscription_note(df), core_sharing_line(table)] if (
@@ -122,10 +123,10 @@ def run_frames(args, limit: int | None) -> int:
     return 0
 
 
-def planner_beside(df: pd.DataFrame, table: pd.DataFrame) -> str:
+def planner_text(path: str, pairs) -> str:
     """pair_plan's side-by-side, or the one line saying why the parts give no costs to plan with."""
     try:
-        return recorded_vs_planner(df, table)[1]
+        return planner_beside(path, pairs)[1]
     except ValueError as exc:
         return f"no planner comparison: {exc}"
 

@@ -2,9 +2,9 @@
 (analysis/kineto_lean), every figure from gpu_kernels (the same functions the frame views call), printed
 in the frame path's own spelling (lean_render). About 0.3 s where loading pandas alone took 0.55.
 
-It serves `--by rank` with no --vs, --plot, --routing or --memory, on a file or a directory of
-torch.profiler GPU traces; anything else returns None before pandas is imported, and the frame path
-(report_frames) runs as it always has.
+It serves `--by rank`, and `--by pair` on a trace with part annotations (pair_parts, pair_plan), with no
+--vs, --plot, --routing or --memory, on a file or a directory of torch.profiler GPU traces; anything else
+returns None before pandas is imported, and the frame path (report_frames) runs as it always has.
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from partui.analysis.comm_families import family_lines
 from partui.analysis.definitions import TERMS, definitions, legend
 from partui.analysis.gpu_kernels import (family_rows, gpu_rows, hta_kept, hta_overlap_pct, rank_rows, rank_sums,
                                          step_sums, stream_rows)
-from partui.analysis.kineto_lean import NotLean, read_gpu_trace
+from partui.analysis.kineto_lean import NotLean, has_parts, lean_pairs, read_gpu_trace
+from partui.analysis.pair_parts import COLUMNS as PAIR_COLUMNS
+from partui.analysis.pair_parts import pair_summary
+from partui.analysis.pair_plan import planner_beside
 from partui.commands.lean_render import csv_text, json_rows, markdown_text, string_text
 from partui.commands.report_rows import left_out_line
 
@@ -27,12 +30,14 @@ TEXT = {"table": string_text, "markdown": markdown_text}
 def lean_report(args, limit: int | None) -> int | None:
     """Print the report and return 0, or None where this path does not serve the request (the frame
     path then runs). limit: --rows, as report_rows.rows_shown read it."""
-    if args.by != "rank" or args.vs or args.plot or args.routing or args.memory:
+    if args.by not in ("rank", "pair") or args.vs or args.plot or args.routing or args.memory:
         return None
     try:
         trace = read_gpu_trace(args.trace, args.comm_kernels)
     except NotLean:
         return None
+    if args.by == "pair":
+        return pair_report(args, trace, limit)
     tables = gpu_tables(trace, args.include_last_step)
     if tables is None:
         return None
@@ -59,6 +64,44 @@ def lean_report(args, limit: int | None) -> int | None:
                             if args.format == "table" else [])
     print(out + "\n" + "\n".join(lines + legend(list(dict.fromkeys(columns)), TERMS)))
     return 0
+
+
+def pair_report(args, trace, limit: int | None) -> int | None:
+    """--by pair: the parts' table, its summary line and the planner's order beside the recorded one, as
+    report_frames prints them; None where the trace has no part annotations, or they launched no kernel
+    (the frame path names what is missing)."""
+    if not has_parts(trace):
+        return None
+    read = lean_pairs(trace)
+    if not len(read.table["rank"]):
+        return None
+    table = pair_table(read.table)
+    if args.format == "json":
+        print(json.dumps({"rows": json_rows(table), "definitions": definitions(PAIR_COLUMNS)}))
+        return 0
+    k = trace.kernels
+    rows = family_rows(k)
+    notes = family_lines(zip(*(rows[c].tolist() for c in rows)), trace.world_size, trace.path) + legend(
+        PAIR_COLUMNS, TERMS)
+    if args.format == "csv":       # stdout stays plain CSV; the notes go to stderr
+        print("\n".join(notes), file=sys.stderr)
+        print(csv_text(table))
+        return 0
+    shown, left_out = head_rows(table, limit)
+    try:
+        planner = planner_beside(args.trace, read)[1]
+    except ValueError as exc:
+        planner = f"no planner comparison: {exc}"
+    print(TEXT[args.format](shown) + (f"\n{left_out}" if left_out else "") + "\n" + pair_summary(read.table)
+          + "\n" + planner + "\n" + "\n".join(notes))
+    return 0
+
+
+def pair_table(columns: dict) -> dict:
+    """pair_parts' lists as typed columns (what the frame of them holds): ints, floats, text as objects."""
+    text = ("pair", "part", "annotation", "under")
+    return {c: np.array(v, dtype=object) if c in text else np.array(v, dtype=np.int64 if c in (
+        "rank", "layer_k", "launched") else float) for c, v in columns.items()}
 
 
 def gpu_tables(trace, include_last_step: bool) -> tuple[dict, dict] | None:

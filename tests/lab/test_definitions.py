@@ -14,7 +14,7 @@ from partui.analysis.blame import FIGURES as BLAME_FIGURES
 from partui.analysis.blame import analyse
 from partui.analysis.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
                                          definitions_of, figure_of, help_text, legend)
-from partui.analysis.kineto_pairs import COLUMNS as KINETO_PAIR_COLUMNS
+from partui.analysis.pair_parts import COLUMNS as KINETO_PAIR_COLUMNS
 from partui.analysis.memory import KINDS
 from partui.analysis.pairs import COLUMNS as PAIR_COLUMNS
 from partui.analysis.partui_graph import partui_graphs

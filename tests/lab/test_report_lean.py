@@ -57,7 +57,7 @@ def test_the_real_traces_with_the_last_step_and_a_pattern_print_the_same(capsys)
 
 @pytest.mark.parametrize("shape", [
     {}, {"steps": 0}, {"steps": 1}, {"comm": False}, {"orphans": 0}, {"orphans": 9, "n": 30},
-    {"n": 400, "seed": 3}, {"names": False}])
+    {"n": 400, "seed": 3}, {"names": False}, {"orphans": 60}])   # orphans 60: no CPU call carries an id
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_hand_built_traces_print_the_same(tmp_path, capsys, shape, fmt):
     path = write(tmp_path / "rank0.json", gpu_doc(**shape))
