@@ -143,8 +143,9 @@ def rank_events(path: str, place: int | None, n_files: int) -> dict:
         raise NotLean("a time that is not a number") from None
     keep = ~np.isnan(ts)
     dur = np.nan_to_num(dur, nan=0.0)
-    return {"rank": rank, "world": world, "threads": threads, "keep": keep, "name": name, "cat": cat,
-            "pid": ids(pid), "tid": ids(tid), "ts": ts, "end": ts + dur, "dur": dur, "corr": corr}
+    return {"rank": rank, "world": world, "threads": threads, "keep": keep, "name": local_codes(name),
+            "cat": local_codes(cat), "pid": id_array(pid), "tid": id_array(tid), "ts": ts, "end": ts + dur,
+            "dur": dur, "corr": corr}
 
 
 def decode(raw: bytes):
@@ -176,11 +177,55 @@ def ids(values):
         return values
 
 
+def id_array(values) -> np.ndarray:
+    """ids' values as an array: int64 where every one is a whole number, else objects as read."""
+    got = ids(values)
+    try:
+        return np.array(got, dtype=np.int64 if set(map(type, got)) <= {int} else object)
+    except OverflowError:   # past int64: as events.ids keeps them
+        return np.array(got, dtype=object)
+
+
 def codes(values: list, table: dict) -> np.ndarray:
     """Each value's code in table (value -> code, grown as new values come)."""
     for v in dict.fromkeys(values):   # the distinct values, a few thousand: each coded once
         table.setdefault(v, len(table))
     return np.array(list(map(table.__getitem__, values)), dtype=np.int64)
+
+
+def local_codes(values) -> tuple[np.ndarray, list]:
+    """(each value's code, the distinct values in the order first met): a file's text column."""
+    table: dict = {}
+    got = codes(values, table)
+    return got, list(table)
+
+
+def recode(part: tuple, table: dict) -> np.ndarray:
+    """A file's text column (codes, its distinct values) as codes into table (grown as new values come)."""
+    local, values = part
+    place = np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
+    return place[local] if len(values) else np.zeros(len(local), dtype=np.int64)
+
+
+def kernel_tracks(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray, threads: dict, streams: dict) -> np.ndarray:
+    """The stream code of each kernel row (its thread's name, else its tid as text, as the table's track
+    names), streams numbered in the order the rows meet them; each distinct (pid, tid) looked up once."""
+    p, t = pid[rows], tid[rows]
+    if p.dtype == object or t.dtype == object:   # text among the ids (Kineto's "Spans"): no order to sort by
+        pairs: dict = {}
+        at = np.array([pairs.setdefault(key, len(pairs)) for key in zip(p.tolist(), t.tolist())], dtype=np.int64)
+        place = np.array([streams.setdefault(threads.get((a, b), str(b)), len(streams)) for a, b in pairs],
+                         dtype=np.int64)
+        return place[at] if len(at) else at
+    p_ids, p_at = np.unique(p, return_inverse=True)
+    t_ids, t_at = np.unique(t, return_inverse=True)
+    pair, first, at = np.unique(p_at.ravel() * len(t_ids) + t_at.ravel(), return_index=True, return_inverse=True)
+    place = np.empty(len(pair), dtype=np.int64)
+    for j in np.argsort(first, kind="stable").tolist():   # first met first: the codes' order
+        a, b = p_ids[pair[j] // len(t_ids)], t_ids[pair[j] % len(t_ids)]
+        a, b = a.item() if isinstance(a, np.generic) else a, b.item() if isinstance(b, np.generic) else b
+        place[j] = streams.setdefault(threads.get((a, b), str(b)), len(streams))
+    return place[at.ravel()]
 
 
 def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
@@ -189,7 +234,7 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
     cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr", "ann")}
     for p in parts:
         keep = p["keep"]
-        ncode, ccode = codes(p["name"], names)[keep], codes(p["cat"], cats)[keep]
+        ncode, ccode = recode(p["name"], names)[keep], recode(p["cat"], cats)[keep]
         name_list, cat_list = list(names), [str(c).lower() for c in cats]
         gpu = gpu_categories(cat_list)[ccode]
         if not gpu.any():
@@ -211,10 +256,9 @@ def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
             step[at] = kernel_steps(rank[at], ts[at], launch_times(rank[calls], corr[calls], ts[calls], rank[at],
                                                                    corr[at]),
                                     rank[steps], ts[steps], end[steps], step[steps])
-        rows = np.flatnonzero(keep)[order][at].tolist()   # the kernels' places among the file's events
+        rows = np.flatnonzero(keep)[order][at]   # the kernels' places among the file's events
         stream = np.full(len(ts), -1, dtype=np.int64)
-        pid, tid, threads = p["pid"], p["tid"], p["threads"]
-        stream[at] = codes([threads.get((pid[i], tid[i]), str(tid[i])) for i in rows], streams)
+        stream[at] = kernel_tracks(p["pid"], p["tid"], rows, p["threads"], streams)
         for c, v in (("rank", rank), ("name", ncode), ("kind", kind), ("gpu", gpu), ("step", step),
                      ("stream", stream), ("ts", ts), ("end", end), ("dur", p["dur"][keep][order]), ("corr", corr),
                      ("ann", ann)):
