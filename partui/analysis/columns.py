@@ -164,7 +164,9 @@ class Columns:
             table = self._read_lines(lines)
         if table is not None:
             return [(True, table)]
-        parts = self._around_text_ids(lines, (hit.start() for hit in TEXT_ID.finditer(lines)))
+        parts = None if self.text_ids else self._around_text_ids(lines, written_text_ids(lines))  # ~2x faster
+        if parts is None:  # a text id written another way: the regex finds it
+            parts = self._around_text_ids(lines, (hit.start() for hit in TEXT_ID.finditer(lines)))
         self.text_ids = self.text_ids or parts is not None
         return parts
 

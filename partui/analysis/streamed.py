@@ -67,6 +67,7 @@ class StreamedEvents:
         self.events = cols.events  # every event read, of any phase
         self.threads = cols.names  # {(pid, tid): thread name}, from the thread_name metadata events
         self.rows = cols.rows()  # complete events
+        self.batches = cols.batches  # how many batches each decoder read ({"arrow": n, "dicts": n})
         self._cols = cols
 
     def text(self, key: str) -> tuple[np.ndarray, list]:

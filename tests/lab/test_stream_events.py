@@ -48,6 +48,7 @@ def assert_as_whole_read(path: str, arrow: bool) -> None:
     want = slice_columns(doc["traceEvents"])
     got = stream_events(path, use_arrow=arrow)
     assert got.events == len(doc["traceEvents"]) and got.rows == len(want["ts"])
+    assert got.batches["arrow"] > 10 if arrow else got.batches["arrow"] == 0  # it streamed, through that decoder
     assert got.threads == thread_names(doc["traceEvents"])
     assert got.head == {k: v for k, v in doc.items() if k != "traceEvents"}
     for key in TEXT:
