@@ -151,3 +151,24 @@ def test_a_streamed_read_never_imports_pandas(tmp_path):
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["804", "False"]  # 400 kernels, 400 launches, 3 steps, the Spans row
+
+
+def test_first_met_is_the_order_codes_are_first_met():
+    from partui.analysis.column_parts import first_met
+    rng = np.random.default_rng(3)
+    for high in (1, 5, 300, 40_000):  # int16 radix and int32 sorts both
+        codes = rng.integers(-1, high, 5000).astype(np.int32)
+        want = list(dict.fromkeys(c for c in codes.tolist() if c >= 0))  # plain Python: first seen first
+        assert first_met(codes).tolist() == want
+    assert first_met(np.array([2, -1, 0, 2, 1], np.int32)).tolist() == [2, 0, 1]
+    assert first_met(np.zeros(0, np.int32)).tolist() == []
+
+
+def test_decoded_names_are_coded_first_met_with_missing_minus_one():
+    from partui.analysis.column_parts import Names
+    names = Names()
+    values = np.array([None, "b", "", "a", "b", float("nan"), None, "a"], dtype=object)
+    assert names.values_part(values).tolist() == [-1, 0, 1, 2, 0, -1, -1, 2]  # "" is a name, NaN is not
+    assert list(names.seen) == ["b", "", "a"]
+    assert names.values_part(np.array(["a", "c"], dtype=object)).tolist() == [2, 3]  # numbered on
+    assert names.values_part(np.full(4, None, dtype=object)) is None
