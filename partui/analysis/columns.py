@@ -14,13 +14,17 @@ order, as events.slices of the whole document.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, NamedTuple
 
-import pandas as pd
+import numpy as np
 
 from partui.analysis.column_parts import Names, Rows, id_part, join_ids, join_numbers, number_part, \
     release_freed_memory
-from partui.analysis.events import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, is_missing, slice_columns, table, thread_names
+from partui.analysis.event_columns import ARG_KEYS, TEXT_ARGS, TOP_FIELDS, is_missing, slice_columns, thread_names
 from partui.analysis.json_stream import BETWEEN
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIELDS = tuple(TOP_FIELDS) + tuple(ARG_KEYS)
 TEXT_ID = re.compile(rb'"[pt]id"\s*:\s*"')  # an event whose pid or tid is text, which arrow cannot type
@@ -34,8 +38,21 @@ TEXT_COLUMNS = ("name", "cat") + TEXT_ARGS
 TRIM_ROWS = 4 << 20
 
 
-def arrow_reader():
-    """(pyarrow, pyarrow.json, pyarrow.compute, the events' schema), or None without pyarrow."""
+class Arrow(NamedTuple):
+    """pyarrow's modules, the events' parse options, and the constants the reader compares with."""
+    pa: object
+    pj: object
+    pc: object
+    options: object
+    meta: object  # "M"
+    complete: object  # "X"
+    thread_name: object
+    false: object
+    no_code: object  # int32 -1: a missing name's code
+
+
+def arrow_reader() -> Arrow | None:
+    """pyarrow and the events' schema, or None without pyarrow."""
     try:  # optional: the C++ decoder (pyproject's `fast` extra); without it, dicts
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -49,7 +66,20 @@ def arrow_reader():
                         ("dur", pa.float64()), ("args", args)])
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
                               newlines_in_values=False)  # one event a line (event_lines): arrow cuts
-    return pa, pj, pc, options  # its blocks at line breaks instead of parsing to find each event's end
+    # its blocks at line breaks instead of parsing to find each event's end
+    return Arrow(pa, pj, pc, options, arrow_scalar(pa, b"M"), arrow_scalar(pa, b"X"),
+                 arrow_scalar(pa, b"thread_name"), arrow_scalar(pa, np.zeros(1, np.uint8), pa.bool_()),
+                 arrow_scalar(pa, np.full(1, -1, np.int32), pa.int32()))
+
+
+def arrow_scalar(pa, value, kind=None):
+    """An arrow scalar built from its bytes (text), or from a one-value numpy array's buffer. Why not
+    pa.scalar: converting any Python or numpy value, pyarrow imports pandas first (~0.6 s) to ask
+    whether it is a pandas object; its own buffers it takes as they are."""
+    if kind is None:  # text: offsets [0, len] and the bytes
+        return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.array([0, len(value)], np.int32)),
+                                                      pa.py_buffer(value)])[0]
+    return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(value)])[0]
 
 
 class Columns:
@@ -134,20 +164,22 @@ class Columns:
             table = self._read_lines(lines)
         if table is not None:
             return [(True, table)]
-        parts = self._around_text_ids(lines, (hit.start() for hit in TEXT_ID.finditer(lines)))
+        parts = None if self.text_ids else self._around_text_ids(lines, written_text_ids(lines))  # ~2x faster
+        if parts is None:  # a text id written another way: the regex finds it
+            parts = self._around_text_ids(lines, (hit.start() for hit in TEXT_ID.finditer(lines)))
         self.text_ids = self.text_ids or parts is not None
         return parts
 
     def _read_lines(self, lines):
         """Arrow's table of one-event-a-line text (bytes or an arrow buffer), or None where it refuses it."""
-        pa, pj, pc, options = self.arrow
+        pa, pj, pc, options = self.arrow[:4]
         read = pj.ReadOptions(block_size=min(max(len(lines) // 8, 1 << 20), 8 << 20))
         try:
             table = pj.read_json(pa.BufferReader(lines), parse_options=options, read_options=read)  # zero-copy
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
-        meta = table.filter(pc.equal(table.column("ph"), "M"))
-        if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), "thread_name"),
+        meta = table.filter(pc.equal(table.column("ph"), self.arrow.meta))
+        if meta.num_rows and pc.any(pc.and_(pc.equal(meta.column("name"), self.arrow.thread_name),
                                             pc.is_null(meta.column("args")))).as_py():
             return None  # a thread_name without args: the dict reader says what it does
         return table
@@ -157,7 +189,7 @@ class Columns:
         as dicts, the runs between them by arrow (read in place: slices of one arrow buffer over the
         lines, no copies); None: no such line, or arrow refuses a run."""
         parts, pos = [], 0
-        whole = self.arrow[0].py_buffer(lines)
+        whole = self.arrow.pa.py_buffer(lines)
         for hit in hits:
             first = lines.rfind(b"\n", 0, hit) + 1
             if first < pos:
@@ -181,17 +213,18 @@ class Columns:
 
     def _add_table(self, table) -> None:
         """One arrow batch into owned parts (column_parts): the table itself is dropped by the caller."""
-        pa, pj, pc, options = self.arrow
+        arrow = self.arrow
+        pc = arrow.pc
         ph = table.column("ph")
-        meta = table.filter(pc.and_(pc.equal(ph, "M"), pc.equal(table.column("name"), "thread_name")))
+        meta = table.filter(pc.and_(pc.equal(ph, arrow.meta), pc.equal(table.column("name"), arrow.thread_name)))
         if meta.num_rows:
             label = pc.struct_field(meta.column("args"), "name").to_pylist()
             self.names.update(zip(zip(meta.column("pid").to_pylist(), meta.column("tid").to_pylist()), label))
-        rows = Rows(pc.fill_null(pc.equal(ph, "X"), False))
+        rows = Rows(pc.fill_null(pc.equal(ph, arrow.complete), arrow.false))
         args = table.column("args")
         for key in FIELDS:
             col = table.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
-            part = (self.text[key].arrow_part(col, rows, pc) if key in TEXT_COLUMNS
+            part = (self.text[key].arrow_part(col, rows, pc, arrow.no_code) if key in TEXT_COLUMNS
                     else id_part(col, rows) if key in ("pid", "tid") else number_part(col, rows))
             # a key no complete event of the batch holds (most of ARG_KEYS in a torch.profiler trace):
             # only its count, the missing values made once at the join
@@ -199,11 +232,16 @@ class Columns:
         self.events += table.num_rows
         self.batches["arrow"] += 1
 
+    def rows(self) -> int:
+        """How many complete events the batches held."""
+        return sum(p if isinstance(p, int) else len(p) for p in self.chunks["ts"])
+
     def frame(self) -> pd.DataFrame:
         """The slices table (events.slices' columns, dtypes and category order) of every batch,
         joined a column at a time; past TRIM_ROWS rows the memory a column's parts held is given
         back before the next one is built."""
-        rows = sum(p if isinstance(p, int) else len(p) for p in self.chunks["ts"])
+        from partui.analysis.events import table  # pandas: only where the frame is built
+        rows = self.rows()
         joined = {}
         for key in FIELDS:
             parts = self.chunks.pop(key)
@@ -214,6 +252,18 @@ class Columns:
         self.chunks = {k: [] for k in FIELDS}
         self.text = {k: Names() for k in TEXT_COLUMNS}
         return table(joined)
+
+    def column(self, key: str) -> tuple[np.ndarray, list] | np.ndarray:
+        """One column of every batch, joined once (its parts consumed; a second ask is a KeyError):
+        a text column as (int32 codes, -1 where missing; the names they number, first met first),
+        pid / tid as join_ids gives them, a number column as float64 (NaN where missing)."""
+        if key not in self.chunks:
+            raise KeyError(f"{key!r}: not a column of the streamed events, or already taken "
+                           f"(each is joined once); columns: {', '.join(FIELDS)}")
+        parts = self.chunks.pop(key)
+        if key in TEXT_COLUMNS:
+            return self.text.pop(key).codes(parts)
+        return join_ids(parts) if key in ("pid", "tid") else join_numbers(parts)
 
 
 def written_text_ids(lines: bytes) -> list:

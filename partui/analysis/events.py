@@ -4,30 +4,15 @@ analysis: compute, comm (in flight), wait, step (a step window) or other (ignore
 """
 from __future__ import annotations
 
-from itertools import repeat
-
 import numpy as np
 import pandas as pd
 
+from partui.analysis.event_columns import (  # noqa: F401  re-exported: the pandas-free half
+    ARG_KEYS, EMPTY, TEXT_ARGS, TOP_FIELDS, TraceError, ids, is_missing, missing, numbers, slice_columns,
+    thread_names)
+
 COLUMNS = ["rank", "track", "tid", "name", "cat", "kind", "device", "ts", "dur", "end", "step",
            "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation", "transfer_us"]
-ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation",
-            "transfer_us", "partui"]  # partui: a `partui run --profile` range's category (partui.profile)
-TEXT_ARGS = ("op", "group", "partui")  # the other args are numbers
-TOP_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
-EMPTY: dict = {}  # the args of an event without any (never written to)
-
-
-class TraceError(ValueError):
-    """A file that cannot be analysed; the message names the file and the problem."""
-
-
-def numbers(values) -> np.ndarray:
-    """float64 of a column read from JSON: None -> NaN; anything not a number -> NaN too."""
-    try:
-        return np.array(values, dtype=float)
-    except (TypeError, ValueError):
-        return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=float)
 
 
 def labels(values) -> pd.Categorical:
@@ -38,34 +23,6 @@ def labels(values) -> pd.Categorical:
     except TypeError:  # labels of mixed types (text and numbers) do not sort
         codes, uniques = pd.factorize(values)
     return pd.Categorical.from_codes(codes, uniques)
-
-
-def slice_columns(events: list) -> dict:
-    """The complete ('X') events' fields and args as columns of values, built column by column
-    from the decoded dicts (no per-event row objects): text as objects, numbers as floats."""
-    xs = [e for e in events if e.get("ph") == "X"]
-    args = list(map(dict.get, xs, repeat("args"), repeat(EMPTY)))  # no args: NaN
-    if set(map(type, args)) != {dict}:
-        args = [a if isinstance(a, dict) else EMPTY for a in args]
-    cols = {f: [e.get(f) for e in xs] for f in TOP_FIELDS}  # a comprehension per field: the fastest here
-    out = {"name": np.array(cols["name"], dtype=object), "cat": np.array(cols["cat"], dtype=object),
-           "pid": ids(cols["pid"]), "tid": ids(cols["tid"]),
-           "ts": numbers(cols["ts"]), "dur": numbers(cols["dur"])}
-    present = set().union(*args)  # one C-level pass; absent keys cost no per-event lookup
-    for key in ARG_KEYS:
-        if key not in present:
-            out[key] = np.full(len(xs), None, dtype=object) if key in TEXT_ARGS else missing(len(xs))
-            continue
-        got = [a.get(key) for a in args]
-        out[key] = np.array(got, dtype=object) if key in TEXT_ARGS else numbers(got)
-    return out
-
-
-def missing(n: int) -> np.ndarray:
-    """n NaNs that cost no memory a row: one shared NaN seen n times (a read-only, zero-stride view).
-    A number column no event fills (a torch.profiler trace's mb, chunk, layer, bytes, peer, cpu_us,
-    transfer_us: 56 of a row's ~119 bytes) reads as any float column; frame_of puts it in a frame."""
-    return np.broadcast_to(np.float64(np.nan), (n,))
 
 
 # one Series of missing() NaNs per length, kept for good (each a few hundred bytes, no row's worth):
@@ -82,13 +39,6 @@ def frame_of(columns: dict) -> pd.DataFrame:
         return _HELD_NAN[n]
     return pd.DataFrame({key: held(len(values)) if is_missing(values) else values
                          for key, values in columns.items()}, copy=False)
-
-
-def is_missing(values) -> bool:
-    """Whether a column is missing()'s shared NaNs (kept shared when rows are reordered or picked)."""
-    values = values.to_numpy() if isinstance(values, pd.arrays.NumpyExtensionArray) else values  # no copy
-    return isinstance(values, np.ndarray) and values.ndim == 1 and len(values) > 0 and values.strides == (0,) \
-        and values.dtype == np.float64 and np.isnan(values[0])
 
 
 def table(cols: dict) -> pd.DataFrame:
@@ -111,19 +61,6 @@ def slices(events: list) -> pd.DataFrame:
     """The complete ('X') events as a frame with their args spread into columns; string columns
     are categoricals."""
     return table(slice_columns(events))
-
-
-def ids(values) -> np.ndarray:
-    """pids / tids: int64 when every one is an int (partui's), else as read (Kineto's may be text)."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array(values, dtype=object)
-
-
-def thread_names(events: list) -> dict:
-    return {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
-            if e.get("ph") == "M" and e.get("name") == "thread_name" and "args" in e}
 
 
 def track_names(df: pd.DataFrame, names: dict) -> pd.Categorical:

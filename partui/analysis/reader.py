@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import gzip
-import json
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -21,10 +20,10 @@ from partui.analysis.column_parts import release_freed_memory
 from partui.analysis.columns import Columns, arrow_reader
 from partui.analysis.comm_kernels import families
 from partui.analysis.events import TraceError
-from partui.analysis.json_stream import NotStreamable, batches
 from partui.analysis.kineto import is_kineto, kineto_frame, kineto_table
 from partui.analysis.partui_format import is_partui, partui_frame, partui_table
-from partui.analysis.progress import Progress, read_text
+from partui.analysis.progress import Progress
+from partui.analysis.streamed import decode, read_streamed
 
 
 @dataclass(frozen=True)
@@ -56,15 +55,6 @@ class Shared(dict):
         return self
 
 
-def decode(raw: bytes):
-    """orjson when installed (a million-event trace decodes ~1.6x faster than with json)."""
-    try:  # optional: a faster JSON decoder, when installed
-        import orjson
-    except ImportError:
-        return json.loads(raw)
-    return orjson.loads(raw)
-
-
 def read_doc(path: str) -> dict:
     if os.path.isdir(path):
         raise TraceError(f"{path} is a folder: name one trace file in it (.json or .json.gz)")
@@ -79,31 +69,6 @@ def read_doc(path: str) -> dict:
         return decode(raw)
     except (ValueError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # JSON too
         raise TraceError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
-
-
-def read_streamed(path: str, progress: Progress | None = None) -> tuple[dict, Columns] | None:
-    """The trace's other keys (with its last few events) and its events' columns, read batch by
-    batch (json_stream); None where the file is not laid out for that: read it whole instead."""
-    cols = Columns(decode)
-    gz = path.endswith(".gz")
-    shown = (lambda st: progress.show(read_text(st.read, st.size, cols.events, gz))) if progress else (lambda st: None)
-    try:
-        walk = batches(path, os.path.getsize(path), decode, lambda text: cols.add_text(text) or None, shown)
-        while True:
-            try:
-                next(walk)
-            except StopIteration as stop:
-                head = stop.value.head
-                break
-        events = head.get("traceEvents") if isinstance(head, dict) else None
-        if not isinstance(events, list):
-            return None
-        cols.add_events(events)
-    except (NotStreamable, TypeError, KeyError, IndexError, AttributeError, ValueError, EOFError, OSError,
-            zlib.error):
-        return None  # the whole-file read names what is wrong with it
-    head["traceEvents"] = events[:1]  # what detect tests; the events are in cols
-    return head, cols
 
 
 def read_table(path: str, comm_kernels=(), progress: Progress | None = None) -> pd.DataFrame:
