@@ -172,3 +172,21 @@ def test_decoded_names_are_coded_first_met_with_missing_minus_one():
     assert list(names.seen) == ["b", "", "a"]
     assert names.values_part(np.array(["a", "c"], dtype=object)).tolist() == [2, 3]  # numbered on
     assert names.values_part(np.full(4, None, dtype=object)) is None
+
+
+@pytest.mark.skipif(columns.arrow_reader() is None, reason="pyarrow is not installed")
+def test_arrow_columns_read_from_their_buffers_are_pyarrows_own_numpy():
+    import pyarrow as pa
+
+    from partui.analysis.column_parts import numpy_of
+    rng = np.random.default_rng(5)
+    values = rng.random(1000)
+    nulls = rng.random(1000) < 0.3
+    floats = pa.chunked_array([pa.array(values[:400], mask=nulls[:400]), pa.array(values[400:])]).slice(3, 990)
+    ints = pa.array(rng.integers(-5, 5, 1000)).slice(11, 500)  # offsets off a byte's bits
+    flags = pa.chunked_array([pa.array(rng.random(1000) < 0.5).slice(5, 600), pa.array([True, False, True])])
+    for col, dtype in ((floats, np.float64), (ints, np.int64), (flags, bool)):
+        want = col.to_numpy() if isinstance(col, pa.ChunkedArray) else col.to_numpy(zero_copy_only=False)
+        got = numpy_of(col, dtype)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=dtype is np.float64)
+    assert numpy_of(pa.chunked_array([], pa.float64()), np.float64).tolist() == []
