@@ -1,13 +1,14 @@
-"""A torch.profiler GPU trace read straight into gpu_kernels' arrays, without pandas: what `partui report
-TRACE` (by rank) prints on such a trace is computed from these (commands/report_lean), without the half
-second that importing pandas alone takes. The reading is kineto_kinds' (the one the analysis
-table's reader calls too), the rows the table's own: complete ('X') events with a time, in (rank, ts)
-order, a directory's files (one rank each) in name order.
+"""A torch.profiler GPU trace read straight into gpu_kernels' and pair_parts' arrays, without pandas: what
+`partui report TRACE` (by rank, by pair) prints on such a trace is computed from these (commands/report_lean),
+without the half second that importing pandas alone takes. The reading is kineto_kinds' (the one the
+analysis table's reader calls too), the rows the table's own: complete ('X') events with a time, in (rank,
+ts) order, a directory's files (one rank each) in name order. A file of WHOLE_MAX bytes or more is read
+batch by batch (analysis/streamed, the table's own streamed reader), a smaller one decoded whole.
 
 What this reader does not serve raises NotLean, and the report reads the trace as a frame instead (the
 same figures; every refusal and message is that path's): a partui trace, a CPU-only torch.profiler trace,
-a file past LEAN_MAX, events that are not plain (a non-text name, a time that is not a number), a
-directory whose files disagree (their ranks, their world size), a bad --comm-kernels pattern.
+events that are not plain (a non-text name, an event that is not an object), a directory whose files
+disagree (their ranks, their world size), a bad --comm-kernels pattern.
 """
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ import numpy as np
 
 from partui.analysis.comm_families import PatternError, family_names
 from partui.analysis.gpu_kernels import Kernels, hta_classes
-from partui.analysis.kineto_kinds import (COMM, COMPUTE, STEP, event_kinds, gpu_categories, kernel_steps,
-                                          launch_times, step_numbers)
+from partui.analysis.kineto_kinds import (COMM, COMPUTE, GPU_CATS, STEP, event_kinds, gpu_categories,
+                                          kernel_steps, launch_times, step_numbers)
 from partui.analysis.pair_parts import Annotations, PairsRead, is_part_name, read_pairs
+from partui.analysis.progress import Progress
+from partui.analysis.streamed import stream_events
 
-LEAN_MAX = 32 << 20    # bytes on disk: what the frame reader also decodes whole (reader.STREAM_MIN)
+WHOLE_MAX = 32 << 20   # bytes on disk: a file this big or bigger is streamed (as the frame reader: reader.STREAM_MIN)
 KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"')   # kineto.is_kineto's
 GPU_CAT_TEXT = (b'"kernel"', b'"gpu_memcpy"', b'"gpu_memset"')
 EMPTY: dict = {}   # the args of an event without any (never written to)
@@ -62,20 +65,23 @@ def has_parts(trace: GpuTrace) -> bool:
     return any(is_part_name(n) for n in set(trace.annotations.name))
 
 
-def read_gpu_trace(path: str, comm_kernels=()) -> GpuTrace:
+def read_gpu_trace(path: str, comm_kernels=(), progress: bool | None = False) -> GpuTrace:
     """The trace at path (a file, or a directory of per-rank files) as a GpuTrace; NotLean where the
-    frame reader should read it instead. The cyclic GC is off meanwhile: the decoded events are tens of
-    thousands of new dicts, each collection would walk them all again (the frame reader does the same)."""
+    frame reader should read it instead. progress: as reader.load's (None: a line on a terminal). The
+    cyclic GC is off meanwhile: the decoded events are tens of thousands of new dicts, each collection
+    would walk them all again (the frame reader does the same)."""
     was_enabled = gc.isenabled()
     gc.disable()
+    shown = Progress(f"reading {os.path.basename(os.path.normpath(path))}", progress)
     try:
-        return read_files(path, comm_kernels)
+        return read_files(path, comm_kernels, shown)
     finally:
+        shown.done()
         if was_enabled:
             gc.enable()
 
 
-def read_files(path: str, comm_kernels) -> GpuTrace:
+def read_files(path: str, comm_kernels, shown: Progress) -> GpuTrace:
     """read_gpu_trace, the GC aside."""
     try:
         family_names([], comm_kernels)
@@ -85,23 +91,27 @@ def read_files(path: str, comm_kernels) -> GpuTrace:
         files = sorted(n for n in os.listdir(path) if n.endswith((".json", ".json.gz")))
         if not files:
             raise NotLean("no trace files")
-        parts = [rank_events(os.path.join(path, n), i, len(files)) for i, n in enumerate(files)]
+        parts = []
+        for i, n in enumerate(files):
+            parts.append(rank_events(os.path.join(path, n), i, len(files), shown))
+            shown.show(f"{i + 1} of {len(files)} rank files read")
         if len({p["rank"] for p in parts}) < len(parts) or len({p["world"] for p in parts}) > 1:
             raise NotLean("files of one rank twice, or of different jobs: the frame path names them")
         world = max(p["world"] for p in parts)
     elif os.path.isfile(path):
-        parts = [rank_events(path, None, 1)]
+        parts = [rank_events(path, None, 1, shown)]
         world = parts[0]["world"]
     else:
         raise NotLean("no such file")
     return gpu_trace(parts, comm_kernels, world, path)
 
 
-def rank_events(path: str, place: int | None, n_files: int) -> dict:
-    """One torch.profiler file's complete events as columns (name and category as codes into their
-    distinct values), its rank (distributedInfo, else its place in a directory), world size and threads."""
-    if os.path.getsize(path) > LEAN_MAX:
-        raise NotLean("a large file: the frame reader streams it")
+def rank_events(path: str, place: int | None, n_files: int, progress=None) -> dict:
+    """One torch.profiler file's complete events as columns (name and category as (codes, their distinct
+    values)), its rank (distributedInfo, else its place in a directory), world size and threads: a file of
+    WHOLE_MAX bytes or more streamed (streamed_events), a smaller one decoded whole."""
+    if os.path.getsize(path) >= WHOLE_MAX:
+        return streamed_events(path, place, n_files, progress)
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":
@@ -118,11 +128,9 @@ def rank_events(path: str, place: int | None, n_files: int) -> dict:
     if not isinstance(events, list) or not events or doc.get("metadata") is not None \
             or not any(k.strip(b'"').decode() in doc for k in KINETO_KEYS):
         raise NotLean("not a plain torch.profiler trace")
-    info = doc.get("distributedInfo") or {}
     try:
         ph = list(map(dict.get, events, repeat("ph")))   # TypeError: an event that is not an object
-        rank = int(info.get("rank", 0 if place is None else place))
-        world = int(info.get("world_size") or 1) if place is None else int(info.get("world_size", n_files))
+        rank, world = rank_of(doc, place, n_files)
         threads = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in compress(events, [p == "M" for p in ph])
                    if e.get("name") == "thread_name" and "args" in e}
         # one pass over the complete events' dicts (each visited once: they lie all over the heap)
@@ -146,6 +154,42 @@ def rank_events(path: str, place: int | None, n_files: int) -> dict:
     return {"rank": rank, "world": world, "threads": threads, "keep": keep, "name": local_codes(name),
             "cat": local_codes(cat), "pid": id_array(pid), "tid": id_array(tid), "ts": ts, "end": ts + dur,
             "dur": dur, "corr": corr}
+
+
+def rank_of(head: dict, place: int | None, n_files: int) -> tuple[int, int]:
+    """(rank, world size) from distributedInfo: a directory's file without one takes its place and the
+    directory's count (as the table's reader)."""
+    info = head.get("distributedInfo") or {}
+    rank = int(info.get("rank", 0 if place is None else place))
+    world = int(info.get("world_size") or 1) if place is None else int(info.get("world_size", n_files))
+    return rank, world
+
+
+def streamed_events(path: str, place: int | None, n_files: int, progress=None) -> dict:
+    """rank_events of a big file: read batch by batch into columns (analysis/streamed, pyarrow's JSON reader
+    where installed), never held as dicts; the same checks as the whole read."""
+    got = stream_events(path, progress)
+    if got is None:
+        raise NotLean("not laid out for streaming: the frame path reads it whole")
+    head = got.head
+    if not isinstance(head, dict) or head.get("metadata") is not None or not got.events \
+            or not any(k.strip(b'"').decode() in head for k in KINETO_KEYS):
+        raise NotLean("not a plain torch.profiler trace")
+    name, cat = got.text("name"), got.text("cat")
+    if (name[0] < 0).any() or (cat[0] < 0).any() or set(map(type, name[1] + cat[1])) - {str}:
+        raise NotLean("a name or category that is not text")
+    if not any(c.lower() in GPU_CATS for c in cat[1]):
+        raise NotLean("not a torch.profiler GPU trace")
+    try:
+        rank, world = rank_of(head, place, n_files)
+    except (TypeError, ValueError, AttributeError):
+        raise NotLean("odd metadata: the frame path names it") from None
+    ts, dur = got.numbers("ts"), np.nan_to_num(got.numbers("dur"), nan=0.0)
+    if not len(ts):
+        raise NotLean("no complete events")
+    return {"rank": rank, "world": world, "threads": got.threads, "keep": ~np.isnan(ts), "name": name, "cat": cat,
+            "pid": got.ids("pid"), "tid": got.ids("tid"), "ts": ts, "end": ts + dur, "dur": dur,
+            "corr": got.numbers("correlation")}
 
 
 def decode(raw: bytes):

@@ -33,7 +33,8 @@ def lean_report(args, limit: int | None) -> int | None:
     if args.by not in ("rank", "pair") or args.vs or args.plot or args.routing or args.memory:
         return None
     try:
-        trace = read_gpu_trace(args.trace, args.comm_kernels)
+        # progress on a terminal for a long read (None), never in json (as the frame path's load)
+        trace = read_gpu_trace(args.trace, args.comm_kernels, False if args.format == "json" else None)
     except NotLean:
         return None
     if args.by == "pair":

@@ -2,6 +2,7 @@
 (report_lean: kineto_lean's arrays into pair_parts) prints what the frame path prints, byte for byte, in
 every format, on DeepSeek's real pair and on hand-built ones; both equal a plain-Python reading of the
 raw events (the oracle below: no partui code); and it loads no pandas."""
+import gzip
 import json
 import os
 import re
@@ -10,10 +11,10 @@ import sys
 
 import pytest
 from interval_oracle import covered, length, merged
-from lean_traces import A2A_KERNEL, parts_doc, write
-from test_report_lean import FORMATS, REAL, ROOT, imported, needs_real
+from lean_traces import A2A_KERNEL, gpu_doc, parts_doc, write
+from test_report_lean import FORMATS, REAL, ROOT, imported, needs_real, odd
 
-from partui.analysis import load
+from partui.analysis import kineto_lean, load
 from partui.analysis.kineto_lean import lean_pairs, read_gpu_trace
 from partui.analysis.kineto_pairs import kineto_pairs
 from partui.cli import build_parser
@@ -141,3 +142,22 @@ def test_a_trace_without_parts_falls_through_to_the_frame_path(tmp_path, capsys)
     assert lean_report(args, None) is None
     assert run_frames(args, None) == 2
     assert "holds no F&B pairs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("doc", [parts_doc(seed=7), gpu_doc(n=300, seed=4), gpu_doc(steps=0, orphans=60),
+                                 odd(gpu_doc(n=80), "no dur"), odd(gpu_doc(n=80), "text times"),
+                                 odd(gpu_doc(n=80), "no ts"), odd(gpu_doc(n=80), "numeric text tids")],
+                         ids=["parts", "gpu", "no steps, no calls", "no dur", "text times", "no ts", "text tids"])
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gz"])
+def test_a_streamed_read_prints_what_a_whole_read_prints(tmp_path, capsys, monkeypatch, doc, gz):
+    """A file of kineto_lean.WHOLE_MAX bytes or more is read batch by batch (analysis/streamed): forced
+    here on small files, both reports print what the whole read (and so the frame path) prints."""
+    path = str(tmp_path / ("t.json.gz" if gz else "t.json"))
+    with (gzip.open(path, "wt") if gz else open(path, "w")) as f:
+        json.dump(doc, f, indent=1 if gz else None)   # pretty-printed and compact
+    by = ["--by", "pair"] if any(PART.match(e.get("name", "")) for e in doc["traceEvents"]) else []
+    outs = []
+    for whole_max in (1 << 40, 0):
+        monkeypatch.setattr(kineto_lean, "WHOLE_MAX", whole_max)
+        outs.append(same(capsys, path, *by, "--format", "table", "--rows", "all"))
+    assert outs[0] == outs[1]
