@@ -17,16 +17,14 @@ import gzip
 import json
 import os
 import zlib
-from dataclasses import dataclass
 from itertools import compress, repeat
 
 import numpy as np
 
 from partui.analysis.comm_families import PatternError, family_names
-from partui.analysis.gpu_kernels import Kernels, hta_classes
-from partui.analysis.kineto_kinds import (COMM, COMPUTE, GPU_CATS, STEP, event_kinds, gpu_categories,
-                                          kernel_steps, launch_times, step_numbers)
-from partui.analysis.pair_parts import Annotations, PairsRead, is_part_name, read_pairs
+from partui.analysis.kineto_arrays import GpuTrace, NotLean, Tables, file_rows, gpu_trace
+from partui.analysis.kineto_kinds import GPU_CATS, launch_times
+from partui.analysis.pair_parts import PairsRead, is_part_name, read_pairs
 from partui.analysis.progress import Progress
 from partui.analysis.streamed import stream_events
 
@@ -36,27 +34,11 @@ GPU_CAT_TEXT = (b'"kernel"', b'"gpu_memcpy"', b'"gpu_memset"')
 EMPTY: dict = {}   # the args of an event without any (never written to)
 
 
-class NotLean(Exception):
-    """A trace (or request) this reader leaves to the frame reader."""
-
-
-@dataclass
-class GpuTrace:
-    """What a GPU report prints, as arrays: the counted kernels, and what HTA's figure reads."""
-    kernels: Kernels
-    ranks: list            # every rank of the trace, sorted (HTA's rows)
-    hta: dict              # hta_kept's and hta_overlap_pct's arrays
-    world_size: int
-    path: str
-    annotations: Annotations   # the CPU user annotations (--by pair's parts and their holders)
-
-
 def lean_pairs(trace: GpuTrace) -> PairsRead:
     """pair_parts.read_pairs of a trace read here: its user annotations and counted kernels, each kernel's
     launch from the CPU calls carrying its correlation id (kineto_kinds.launch_times, as the table's reader)."""
-    k, h = trace.kernels, trace.hta
-    calls = ~np.isnan(h["cpu_corr"])
-    launch = launch_times(h["cpu_rank"][calls], h["cpu_corr"][calls], h["cpu_ts"][calls], k.rank, k.corr)
+    k, h = trace.kernels, trace.hta   # hta's cpu_*: the CPU calls carrying a correlation id
+    launch = launch_times(h["cpu_rank"], h["cpu_corr"], h["cpu_ts"], k.rank, k.corr)
     return read_pairs(trace.annotations, k.rank, k.ts, k.end, k.comm, launch)
 
 
@@ -87,23 +69,28 @@ def read_files(path: str, comm_kernels, shown: Progress) -> GpuTrace:
         family_names([], comm_kernels)
     except PatternError:
         raise NotLean("a bad --comm-kernels pattern: the frame path names it") from None
+    tables = Tables(comm_kernels)
     if os.path.isdir(path):
         files = sorted(n for n in os.listdir(path) if n.endswith((".json", ".json.gz")))
         if not files:
             raise NotLean("no trace files")
-        parts = []
-        for i, n in enumerate(files):
-            parts.append(rank_events(os.path.join(path, n), i, len(files), shown))
+        found, worlds = [], set()
+        for i, n in enumerate(files):   # each file classified as read: its other events dropped at once
+            events = rank_events(os.path.join(path, n), i, len(files), shown)
+            worlds.add(events["world"])
+            found.append(file_rows(events, tables))
             shown.show(f"{i + 1} of {len(files)} rank files read")
-        if len({p["rank"] for p in parts}) < len(parts) or len({p["world"] for p in parts}) > 1:
+        if len({f["rank"] for f in found}) < len(found) or len(worlds) > 1:
             raise NotLean("files of one rank twice, or of different jobs: the frame path names them")
-        world = max(p["world"] for p in parts)
+        world = max(worlds)
     elif os.path.isfile(path):
-        parts = [rank_events(path, None, 1, shown)]
-        world = parts[0]["world"]
+        events = rank_events(path, None, 1, shown)
+        world = events["world"]
+        found = [file_rows(events, tables)]
     else:
         raise NotLean("no such file")
-    return gpu_trace(parts, comm_kernels, world, path)
+    del events
+    return gpu_trace(found, tables, world, path)
 
 
 def rank_events(path: str, place: int | None, n_files: int, progress=None) -> dict:
@@ -242,101 +229,3 @@ def local_codes(values) -> tuple[np.ndarray, list]:
     table: dict = {}
     got = codes(values, table)
     return got, list(table)
-
-
-def recode(part: tuple, table: dict) -> np.ndarray:
-    """A file's text column (codes, its distinct values) as codes into table (grown as new values come)."""
-    local, values = part
-    place = np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
-    return place[local] if len(values) else np.zeros(len(local), dtype=np.int64)
-
-
-def kernel_tracks(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray, threads: dict, streams: dict) -> np.ndarray:
-    """The stream code of each kernel row (its thread's name, else its tid as text, as the table's track
-    names), streams numbered in the order the rows meet them; each distinct (pid, tid) looked up once."""
-    p, t = pid[rows], tid[rows]
-    if p.dtype == object or t.dtype == object:   # text among the ids (Kineto's "Spans"): no order to sort by
-        pairs: dict = {}
-        at = np.array([pairs.setdefault(key, len(pairs)) for key in zip(p.tolist(), t.tolist())], dtype=np.int64)
-        place = np.array([streams.setdefault(threads.get((a, b), str(b)), len(streams)) for a, b in pairs],
-                         dtype=np.int64)
-        return place[at] if len(at) else at
-    p_ids, p_at = np.unique(p, return_inverse=True)
-    t_ids, t_at = np.unique(t, return_inverse=True)
-    pair, first, at = np.unique(p_at.ravel() * len(t_ids) + t_at.ravel(), return_index=True, return_inverse=True)
-    place = np.empty(len(pair), dtype=np.int64)
-    for j in np.argsort(first, kind="stable").tolist():   # first met first: the codes' order
-        a, b = p_ids[pair[j] // len(t_ids)], t_ids[pair[j] % len(t_ids)]
-        a, b = a.item() if isinstance(a, np.generic) else a, b.item() if isinstance(b, np.generic) else b
-        place[j] = streams.setdefault(threads.get((a, b), str(b)), len(streams))
-    return place[at.ravel()]
-
-
-def gpu_trace(parts: list, comm_kernels, world: int, path: str) -> GpuTrace:
-    """The files' events together, classified by kineto_kinds file by file (as the table's reader does)."""
-    names, cats, streams, families = {}, {}, {}, []
-    cols = {c: [] for c in ("rank", "name", "kind", "gpu", "step", "stream", "ts", "end", "dur", "corr", "ann")}
-    for p in parts:
-        keep = p["keep"]
-        ncode, ccode = recode(p["name"], names)[keep], recode(p["cat"], cats)[keep]
-        name_list, cat_list = list(names), [str(c).lower() for c in cats]
-        gpu = gpu_categories(cat_list)[ccode]
-        if not gpu.any():
-            raise NotLean("a CPU-only torch.profiler trace")
-        families += family_names(name_list[len(families):], comm_kernels)   # each new name matched once
-        comm_name = np.array([f is not None for f in families], dtype=bool)[ncode]
-        kind, step = event_kinds(gpu, np.array([c == "kernel" for c in cat_list])[ccode], comm_name,
-                                 step_numbers(name_list)[ncode],
-                                 np.array([c == "gpu_user_annotation" for c in cat_list])[ccode])
-        ts, end, corr = p["ts"][keep], p["end"][keep], p["corr"][keep]
-        ann = ~gpu & np.array([c == "user_annotation" for c in cats], dtype=bool)[ccode]   # the raw category
-        order = np.argsort(ts, kind="stable")   # the table's (rank, ts) order: one rank a file
-        ncode, gpu, kind, step, ts, end, corr, ann = (a[order] for a in (ncode, gpu, kind, step, ts, end, corr, ann))
-        rank = np.full(len(ts), p["rank"], dtype=np.int64)
-        calls = ~gpu & ~np.isnan(corr)
-        at = np.flatnonzero(gpu)
-        steps = (kind == STEP) & ~gpu
-        if steps.any():   # each kernel in the step that launched it
-            step[at] = kernel_steps(rank[at], ts[at], launch_times(rank[calls], corr[calls], ts[calls], rank[at],
-                                                                   corr[at]),
-                                    rank[steps], ts[steps], end[steps], step[steps])
-        rows = np.flatnonzero(keep)[order][at]   # the kernels' places among the file's events
-        stream = np.full(len(ts), -1, dtype=np.int64)
-        stream[at] = kernel_tracks(p["pid"], p["tid"], rows, p["threads"], streams)
-        for c, v in (("rank", rank), ("name", ncode), ("kind", kind), ("gpu", gpu), ("step", step),
-                     ("stream", stream), ("ts", ts), ("end", end), ("dur", p["dur"][keep][order]), ("corr", corr),
-                     ("ann", ann)):
-            cols[c].append(v)
-    a = {c: np.concatenate(v) for c, v in cols.items()}
-    order = np.lexsort((a["ts"], a["rank"]))   # stable: a directory's files in name order
-    a = {c: v[order] for c, v in a.items()}
-    name_list = list(names)
-    ann = a["ann"]
-    annotations = Annotations(rank=a["rank"][ann], ts=a["ts"][ann], end=a["end"][ann], dur=a["dur"][ann],
-                              name=[name_list[i] for i in a["name"][ann].tolist()])
-    return GpuTrace(kernels=counted(a, name_list, streams, families), ranks=sorted(set(a["rank"].tolist())),
-                    hta=hta_inputs(a, name_list), world_size=world, path=path, annotations=annotations)
-
-
-def counted(a: dict, names: list, streams: dict, families: list) -> Kernels:
-    """The kernels every view counts (gpu_steps.counted_kernels' rule) as gpu_kernels' Kernels."""
-    keep = a["gpu"] & np.isin(a["kind"], (COMM, COMPUTE)) & (a["end"] > a["ts"])
-    if (a["kind"] == STEP).any():
-        keep &= ~np.isnan(a["step"])
-    return Kernels(rank=a["rank"][keep], step=a["step"][keep], comm=a["kind"][keep] == COMM,
-                   stream=a["stream"][keep], streams=list(streams), name=a["name"][keep], names=names,
-                   families=families, ts=a["ts"][keep], end=a["end"][keep],
-                   dur=a["dur"][keep], corr=a["corr"][keep])
-
-
-def hta_inputs(a: dict, names: list) -> dict:
-    """The arrays HTA's figure reads (gpu_kernels.hta_kept, hta_overlap_pct): every GPU event, the CPU events
-    and among them the ProfilerStep#N ones."""
-    gpu, cpu = a["gpu"], ~a["gpu"]
-    is_step = np.array([str(n).startswith("ProfilerStep#") for n in names] + [False])[a["name"]]
-    steps = cpu & is_step
-    return {"gpu_rank": a["rank"][gpu], "gpu_cls": hta_classes(names)[a["name"][gpu]], "gpu_ts": a["ts"][gpu],
-            "gpu_end": a["end"][gpu], "gpu_corr": a["corr"][gpu], "cpu_rank": a["rank"][cpu],
-            "cpu_ts": a["ts"][cpu], "cpu_corr": a["corr"][cpu], "step_rank": a["rank"][steps],
-            "step_name": [names[i] for i in a["name"][steps].tolist()], "step_ts": a["ts"][steps],
-            "step_end": a["end"][steps]}
