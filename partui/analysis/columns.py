@@ -51,15 +51,19 @@ class Arrow(NamedTuple):
     no_code: object  # int32 -1: a missing name's code
 
 
-def arrow_reader() -> Arrow | None:
-    """pyarrow and the events' schema, or None without pyarrow."""
+def arrow_reader(fields=None) -> Arrow | None:
+    """pyarrow and the events' schema, or None without pyarrow. fields: the args to type (ARG_KEYS among
+    them; default all): a reader that keeps a few skips the rest as arrow skips any unknown key (a
+    torch.profiler trace's args with only correlation typed: ~25% less parse time)."""
     try:  # optional: the C++ decoder (pyproject's `fast` extra); without it, dicts
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.json as pj
     except ImportError:
         return None
-    args = pa.struct([(k, pa.float64()) for k in NUMBER_ARGS] + [(k, pa.string()) for k in TEXT_ARGS]
+    fields = FIELDS if fields is None else fields
+    args = pa.struct([(k, pa.float64()) for k in NUMBER_ARGS if k in fields]
+                     + [(k, pa.string()) for k in TEXT_ARGS if k in fields]
                      + [("name", pa.string())])  # name: a thread_name metadata event's
     schema = pa.schema([("ph", pa.string()), ("name", pa.string()), ("cat", pa.string()),
                         ("pid", pa.int64()), ("tid", pa.int64()), ("ts", pa.float64()),
@@ -83,12 +87,14 @@ def arrow_scalar(pa, value, kind=None):
 
 
 class Columns:
-    """The complete events' columns of the batches read so far, and their thread names."""
+    """The complete events' columns of the batches read so far, and their thread names. fields: the
+    columns kept (default every one, FIELDS, which frame() needs; the top fields always)."""
 
-    def __init__(self, decode, use_arrow: bool = True):
+    def __init__(self, decode, use_arrow: bool = True, fields=FIELDS):
         self.decode = decode
-        self.arrow = arrow_reader() if use_arrow else None
-        self.chunks: dict[str, list] = {k: [] for k in FIELDS}
+        self.fields = tuple(TOP_FIELDS) + tuple(k for k in ARG_KEYS if k in fields)
+        self.arrow = arrow_reader(self.fields) if use_arrow else None
+        self.chunks: dict[str, list] = {k: [] for k in self.fields}
         self.names: dict = {}
         self.text = {k: Names() for k in TEXT_COLUMNS}  # each text column's names, first met first
         self.events = 0  # every event, of any phase (an empty trace is refused)
@@ -222,7 +228,7 @@ class Columns:
             self.names.update(zip(zip(meta.column("pid").to_pylist(), meta.column("tid").to_pylist()), label))
         rows = Rows(pc.fill_null(pc.equal(ph, arrow.complete), arrow.false))
         args = table.column("args")
-        for key in FIELDS:
+        for key in self.fields:
             col = table.column(key) if key in TOP_FIELDS else pc.struct_field(args, key)
             part = (self.text[key].arrow_part(col, rows, pc, arrow.no_code) if key in TEXT_COLUMNS
                     else id_part(col, rows) if key in ("pid", "tid") else number_part(col, rows))
@@ -241,6 +247,8 @@ class Columns:
         joined a column at a time; past TRIM_ROWS rows the memory a column's parts held is given
         back before the next one is built."""
         from partui.analysis.events import table  # pandas: only where the frame is built
+        if self.fields != FIELDS:
+            raise ValueError(f"a frame needs every column; these columns keep {', '.join(self.fields)}")
         rows = self.rows()
         joined = {}
         for key in FIELDS:
@@ -249,7 +257,7 @@ class Columns:
                            else join_ids(parts) if key in ("pid", "tid") else join_numbers(parts))
             if rows >= TRIM_ROWS:
                 release_freed_memory()
-        self.chunks = {k: [] for k in FIELDS}
+        self.chunks = {k: [] for k in self.fields}
         self.text = {k: Names() for k in TEXT_COLUMNS}
         return table(joined)
 
@@ -259,7 +267,7 @@ class Columns:
         pid / tid as join_ids gives them, a number column as float64 (NaN where missing)."""
         if key not in self.chunks:
             raise KeyError(f"{key!r}: not a column of the streamed events, or already taken "
-                           f"(each is joined once); columns: {', '.join(FIELDS)}")
+                           f"(each is joined once); columns: {', '.join(self.fields)}")
         parts = self.chunks.pop(key)
         if key in TEXT_COLUMNS:
             return self.text.pop(key).codes(parts)

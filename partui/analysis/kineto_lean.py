@@ -32,6 +32,7 @@ WHOLE_MAX = 32 << 20   # bytes on disk: a file this big or bigger is streamed (a
 KINETO_KEYS = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"')   # kineto.is_kineto's
 GPU_CAT_TEXT = (b'"kernel"', b'"gpu_memcpy"', b'"gpu_memset"')
 EMPTY: dict = {}   # the args of an event without any (never written to)
+LEAN_FIELDS = ("correlation",)   # the one arg this reader reads (beside every event's own fields)
 
 
 def lean_pairs(trace: GpuTrace) -> PairsRead:
@@ -155,7 +156,7 @@ def rank_of(head: dict, place: int | None, n_files: int) -> tuple[int, int]:
 def streamed_events(path: str, place: int | None, n_files: int, progress=None) -> dict:
     """rank_events of a big file: read batch by batch into columns (analysis/streamed, pyarrow's JSON reader
     where installed), never held as dicts; the same checks as the whole read."""
-    got = stream_events(path, progress)
+    got = stream_events(path, progress, fields=LEAN_FIELDS)
     if got is None:
         raise NotLean("not laid out for streaming: the frame path reads it whole")
     head = got.head

@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from partui.analysis.columns import TEXT_COLUMNS, Columns
+from partui.analysis.columns import FIELDS, TEXT_COLUMNS, Columns
 from partui.analysis.json_stream import NotStreamable, batches
 from partui.analysis.progress import Progress, read_text
 
@@ -29,12 +29,13 @@ def decode(raw: bytes):
     return orjson.loads(raw)
 
 
-def read_streamed(path: str, progress: Progress | None = None, use_arrow: bool = True,
+def read_streamed(path: str, progress: Progress | None = None, use_arrow: bool = True, fields=FIELDS,
                   ) -> tuple[dict, Columns] | None:
     """The trace's other keys (with its last few events) and its events' columns, read batch by
     batch (json_stream); None where the file is not laid out for that: read it whole instead.
-    use_arrow=False: every batch decoded as dicts (what a machine without pyarrow does)."""
-    cols = Columns(decode, use_arrow=use_arrow)
+    use_arrow=False: every batch decoded as dicts (what a machine without pyarrow does). fields: the
+    columns kept (Columns')."""
+    cols = Columns(decode, use_arrow=use_arrow, fields=fields)
     gz = path.endswith(".gz")
     shown = (lambda st: progress.show(read_text(st.read, st.size, cols.events, gz))) if progress else (lambda st: None)
     try:
@@ -91,9 +92,10 @@ class StreamedEvents:
         return self._cols.column(key)
 
 
-def stream_events(path: str, progress: Progress | None = None, use_arrow: bool = True) -> StreamedEvents | None:
+def stream_events(path: str, progress: Progress | None = None, use_arrow: bool = True,
+                  fields=FIELDS) -> StreamedEvents | None:
     """The trace's complete events as arrays (StreamedEvents), read batch by batch in bounded memory;
     None where the file is not laid out for streaming (the caller reads it whole, where its errors
     are named)."""
-    got = read_streamed(path, progress, use_arrow)
+    got = read_streamed(path, progress, use_arrow, fields)
     return None if got is None else StreamedEvents(*got)

@@ -190,3 +190,31 @@ def test_arrow_columns_read_from_their_buffers_are_pyarrows_own_numpy():
         got = numpy_of(col, dtype)
         assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=dtype is np.float64)
     assert numpy_of(pa.chunked_array([], pa.float64()), np.float64).tolist() == []
+
+
+@pytest.mark.parametrize("arrow", ARROW)
+def test_a_few_columns_read_as_every_column_reads_them(tmp_path, small_blocks, arrow):
+    """fields=("correlation",) (what the lean reports keep): arrow types only that arg, so an odd value in
+    another (a text step, a list as bytes) no longer sends its batch to the dict reader; the columns kept
+    are the full read's, value for value, and a frame is refused (it needs every column)."""
+    doc = odd_kineto(600)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    for e in xs[20::50]:
+        e["args"]["step"] = "not a number"     # the full schema's float refuses its batch
+        e["args"]["bytes"] = [1, 2]
+    path = write(tmp_path / "odd.json", doc)
+    full, few = stream_events(path, use_arrow=arrow), stream_events(path, use_arrow=arrow, fields=("correlation",))
+    for key in ("name", "cat"):
+        assert names_of(*few.text(key)) == names_of(*full.text(key))
+    for key in ("ts", "dur", "correlation"):
+        assert_same_numbers(few.numbers(key), full.numbers(key))
+    for key in ("pid", "tid"):
+        assert few.ids(key).tolist() == full.ids(key).tolist()
+    assert few.threads == full.threads and few.events == full.events
+    with pytest.raises(KeyError, match="not a column of the streamed events"):
+        few.numbers("step")
+    if arrow:
+        assert few.batches["dicts"] < full.batches["dicts"]
+    _, cols = read_streamed(path, use_arrow=arrow, fields=("correlation",))
+    with pytest.raises(ValueError, match="a frame needs every column"):
+        cols.frame()
