@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from partui.analysis.kineto_lean import NotLean, lean_pairs, read_gpu_trace
 from partui.analysis.pair_parts import SIDE, PairsRead, recorded_window_ms, rows_of
 from planning.pipeline.fb_order import OrderedPart, PartCost, run_parts
 from planning.pipeline.part_costs import pair_timeline
@@ -146,7 +147,6 @@ def planner_beside(path: str, read: PairsRead) -> tuple[PartCost, str]:
 def from_trace(path: str) -> tuple[PartCost, str]:
     """planner_beside of a torch.profiler trace file (`partui simulate --parts TRACE`): read without pandas
     where kineto_lean serves the file, else as the analysis table."""
-    from partui.analysis.kineto_lean import NotLean, lean_pairs, read_gpu_trace
     try:
         read = lean_pairs(read_gpu_trace(path))
     except NotLean:

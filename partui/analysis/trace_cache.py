@@ -9,7 +9,10 @@ a second); PARTUI_TRACE_CACHE=0 turns the cache off; without pyarrow there is no
 
 A number column no event fills (events.missing: one shared NaN) is not written, only named, and is
 shared again on reading; the rest is read a column at a time, each converted and its arrow memory freed
-before the next, so reading a cache peaks near the table itself, not twice it.
+before the next, so reading a cache peaks near the table itself, not twice it. What parquet cannot hold
+as it is comes back as the trace's own reading gives it: an object column of mixed ids (a torch.profiler
+tid: ints and "Spans") is written as codes, its distinct values kept in the cache's metadata as JSON
+(which keeps an int an int); a categorical's object-typed categories come back object-typed.
 """
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pandas as pd
 
 from partui.analysis.events import COLUMNS, frame_of, is_missing, missing
 
-VERSION = 3  # bump when the analysis table changes meaning: every older cache is then stale
+VERSION = 4  # bump when the analysis table changes meaning: every older cache is then stale
 MIN_BYTES = 16 << 20
 SUFFIX = ".partui.parquet"
 KEY = b"partui.cache"
@@ -83,9 +87,22 @@ def _read_columns(parquet, saved: dict) -> pd.DataFrame:
             cols[name] = missing(rows)
             continue
         part = parquet.read(columns=[name]).to_pandas(self_destruct=True, split_blocks=True)
-        cols[name] = part[name]
+        col = part[name]
         del part
+        if name in saved.get("objects", {}):   # codes into the values as the trace's reading gave them
+            col = pd.Series(np.array(saved["objects"][name] + [None], dtype=object)[col.to_numpy()], name=name)
+        elif name in saved.get("object_categories", ()):
+            col = pd.Series(pd.Categorical.from_codes(col.cat.codes.to_numpy(), pd.Index(
+                col.cat.categories.astype(object), dtype=object)), name=name)
+        cols[name] = col
     return frame_of(cols)
+
+
+def object_codes(col: pd.Series) -> tuple[np.ndarray, list]:
+    """An object column as (int32 codes, -1 for a missing value; its distinct values in the order met),
+    each value as JSON keeps it (ints and text: what events.ids leaves as objects)."""
+    codes, uniques = pd.factorize(col.to_numpy(), use_na_sentinel=True)
+    return codes.astype(np.int32), [v.item() if isinstance(v, np.generic) else v for v in uniques]
 
 
 def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
@@ -100,9 +117,13 @@ def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
     try:
         # named, not written; only float columns looked at (a categorical's to_numpy is a string a row)
         shared = [c for c in df.columns if df[c].dtype == "float64" and is_missing(df[c].to_numpy())]
-        saved = json.dumps({"stamp": stamp(path, files, comm_kernels), "attrs": attrs, "order": list(df.columns),
-                            "missing": shared}).encode()
         kept = [c for c in df.columns if c not in shared]
+        objects = {c: object_codes(df[c]) for c in kept if df[c].dtype == object}
+        object_categories = [c for c in kept if isinstance(df[c].dtype, pd.CategoricalDtype)
+                             and df[c].cat.categories.dtype == object]
+        saved = json.dumps({"stamp": stamp(path, files, comm_kernels), "attrs": attrs, "order": list(df.columns),
+                            "missing": shared, "objects": {c: values for c, (_, values) in objects.items()},
+                            "object_categories": object_categories}).encode()
         fd, tmp = tempfile.mkstemp(prefix=f".partial-{os.getpid()}-", suffix=".tmp",
                                    dir=os.path.dirname(where))
     except (OSError, TypeError, ValueError, pa.ArrowException):  # read-only folder, odd values
@@ -111,7 +132,11 @@ def put(path: str, files: list[str], comm_kernels, df: pd.DataFrame) -> bool:
         with os.fdopen(fd, "wb") as f:
             writer = None
             for lo in range(0, max(len(df), 1), WRITE_ROWS):
-                part = pa.Table.from_pandas(df.iloc[lo:lo + WRITE_ROWS][kept], preserve_index=False)
+                rows = df.iloc[lo:lo + WRITE_ROWS][kept]
+                if objects:   # codes in place of mixed-type objects (the values are in the metadata)
+                    rows = rows.assign(**{c: codes[lo:lo + WRITE_ROWS] for c, (codes, _) in objects.items()})
+                part = pa.Table.from_pandas(rows, preserve_index=False)
+                del rows
                 if writer is None:
                     schema = part.schema.with_metadata({**(part.schema.metadata or {}), KEY: saved})
                     writer = pq.ParquetWriter(f, schema, compression="zstd")

@@ -67,6 +67,14 @@ LOCAL_IMPORTS_ALLOWED = {
         "`compare` for Python callers reads frames (pandas): loaded on first use, not by `partui report`",
     ("partui/tables.py", "partui.analysis.definitions"):
         "the analysis package imports pandas; the definitions ride along only in to_pandas()",
+    ("partui/analysis/column_parts.py", "partui.analysis.events"):
+        "events builds frames (pandas): the streamed read's parts are numpy; only a frame's categorical needs it",
+    ("partui/analysis/columns.py", "partui.analysis.events"):
+        "events builds frames (pandas): Columns.frame alone needs it; the lean reports read columns without it",
+    ("partui/analysis/pair_plan.py", "partui.analysis.kineto_pairs"):
+        "the analysis table (pandas) only for a trace the pandas-free reader leaves (simulate --parts)",
+    ("partui/analysis/pair_plan.py", "partui.analysis.reader"):
+        "the analysis table (pandas) only for a trace the pandas-free reader leaves (simulate --parts)",
 }
 
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from interval_oracle import covered, length, merged
 from lean_traces import A2A_KERNEL, gpu_doc, parts_doc, write
-from test_report_lean import FORMATS, REAL, ROOT, imported, needs_real, odd
+from test_report_lean import FORMATS, REAL, ROOT, imported, needs_real, odd, same
 
 from partui.analysis import kineto_lean, load
 from partui.analysis.kineto_lean import lean_pairs, read_gpu_trace
@@ -20,24 +20,9 @@ from partui.analysis.kineto_pairs import kineto_pairs
 from partui.cli import build_parser
 from partui.commands.report_frames import run_frames
 from partui.commands.report_lean import lean_report
-from partui.commands.report_rows import rows_shown
 
 DEEPSEEK = os.path.join(REAL, "deepseek-profile-data", "train.json.gz")
 PART = re.compile(r"^(attn|mlp|dispatch|combine)\(([FBW])\)$")
-
-
-def same(capsys, *argv):
-    """The lean path serves `partui report ARGV` and prints what the frame path prints."""
-    args = build_parser("report").parse_args(["report", *map(str, argv)])
-    limit = rows_shown(args.rows)
-    capsys.readouterr()
-    assert lean_report(args, limit) == 0, "the lean path did not serve --by pair"
-    lean = capsys.readouterr()
-    assert run_frames(args, limit) == 0
-    frames = capsys.readouterr()
-    assert lean.out == frames.out and lean.err == frames.err
-    assert lean.out.strip()
-    return lean.out
 
 
 @needs_real

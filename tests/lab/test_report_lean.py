@@ -29,17 +29,19 @@ def both(capsys, *argv):
     args = build_parser("report").parse_args(["report", *map(str, argv)])
     limit = rows_shown(args.rows)
     capsys.readouterr()
-    assert lean_report(args, limit) == 0, "the lean path did not serve a GPU trace by rank"
+    assert lean_report(args, limit) == 0, "the lean path did not serve this GPU report"
     lean = capsys.readouterr()
     assert run_frames(args, limit) == 0
     return lean, capsys.readouterr()
 
 
-def same(capsys, *argv):
+def same(capsys, *argv) -> str:
+    """The lean path serves `partui report ARGV` and prints what the frame path prints (returned)."""
     lean, frames = both(capsys, *argv)
     assert lean.out == frames.out
     assert lean.err == frames.err
     assert lean.out.strip()
+    return lean.out
 
 
 @needs_real
