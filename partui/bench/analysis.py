@@ -277,7 +277,8 @@ def cases(real: str, folder: str, hta_python: str | None = None) -> None:
     print(describe_vs_hta(real, report_vs_hta(real, folder, hta_python)))  # analysis_torch
     deepseek = os.path.join(os.path.dirname(os.path.dirname(real.rstrip("/"))), "deepseek-profile-data", "train.json.gz")
     if os.path.isfile(deepseek):
-        tiled = repeat_trace(deepseek, os.path.join(folder, "pairs25.json"), 25)
+        tiled = os.path.join(folder, "pairs25.json")   # written by a child: this process stays small
+        child(["-m", "partui.bench.analysis", "--write", f"repeat={deepseek}", tiled, "25"])
         got, wall, rss = child(["-m", "partui", "report", tiled, "--by", "pair", "--format", "json"],
                                {"PARTUI_TRACE_CACHE": "0"})
         print(f"partui report --by pair, DeepSeek's trace x 25 (whole process): {wall:.2f} s wall "
@@ -308,6 +309,8 @@ def main(argv: list[str]) -> int:
         kind, path, size = args.write
         if kind == "tiles":
             write_tiles(path, *map(int, size.split("x")))
+        elif kind.startswith("repeat="):   # a real trace repeated N times
+            repeat_trace(kind.split("=", 1)[1], path, int(size))
         else:
             write_atomic(path, (synthetic_trace if kind == "partui" else synthetic_kineto)(int(size)))
         return 0
