@@ -146,3 +146,25 @@ def test_a_streamed_read_prints_what_a_whole_read_prints(tmp_path, capsys, monke
         monkeypatch.setattr(kineto_lean, "WHOLE_MAX", whole_max)
         outs.append(same(capsys, path, *by, "--format", "table", "--rows", "all"))
     assert outs[0] == outs[1]
+
+
+def test_a_long_lean_read_shows_progress_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    """The pandas-free reader's progress line (as reader.load's): a streamed read's bytes and events, then
+    the line cleared; rank files done in a directory; nothing when not asked (json, a pipe)."""
+    from partui.analysis import json_stream, progress
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    monkeypatch.setattr(json_stream, "BLOCK", 4096)
+    monkeypatch.setattr(kineto_lean, "WHOLE_MAX", 0)
+    path = write(tmp_path / "t.json", gpu_doc(n=300))
+    read_gpu_trace(path, progress=False)
+    assert capsys.readouterr().err == ""
+    read_gpu_trace(path, progress=True)
+    err = capsys.readouterr().err
+    assert re.search(r"reading t\.json: \d+ of \d+ MB read, [\d,]+ events", err) and err.endswith("\r\x1b[K")
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in range(2):
+        write(folder / f"rank-{r}.json", gpu_doc(rank=r, n=50))
+    read_gpu_trace(str(folder), progress=True)
+    assert "reading ranks: 2 of 2 rank files read" in capsys.readouterr().err
