@@ -19,6 +19,7 @@ BLOCK = 8 << 20  # bytes read at a time: large enough for the decoders, small be
 # fresh pages (1M kernels: 1.0 s of system time, not 2.2)
 ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 BETWEEN = re.compile(rb"\}\s*,\s*\{")  # the gap between two events (or a false cut, see above)
+LAST_TRIES = 64  # `}` tried one by one from a block's end before a regex search (json_stream.last_cut)
 HEAD_LIMIT = 64 << 20  # the array's key must start within this many bytes, else: not streamed
 
 
@@ -70,7 +71,7 @@ def batches(path: str, size: int, decode: Callable[[bytes], object],
                 break
             buf = buf[start:] + more
             start = 0
-            cut = _last_cut(buf)
+            cut = last_cut(buf)
             if cut is None:
                 continue
             got = try_batch(buf[:cut + 1])
@@ -81,7 +82,7 @@ def batches(path: str, size: int, decode: Callable[[bytes], object],
             progress(state)
             yield got
         rest = buf[start:]
-        cut = _last_cut(rest)  # the last block's events too, but for the last few (in head)
+        cut = last_cut(rest)  # the last block's events too, but for the last few (in head)
         got = None if cut is None else try_batch(rest[:cut + 1])
         if got is not None:
             rest = rest[_next_event(rest, cut):]
@@ -105,12 +106,22 @@ def _top_level(prefix: bytes) -> bool:
     return bare.count(b"{") - bare.count(b"}") == 1 and bare.count(b"[") == bare.count(b"]")
 
 
-def _last_cut(buf: bytes) -> int | None:
-    """The offset of the `}` of the last event gap in buf; a search from the end, one block back."""
-    tail = max(len(buf) - (1 << 20), 0)
+def last_cut(buf: bytes) -> int | None:
+    """The offset of the `}` of the last event gap in buf. The last few `}` are tried from the end (an
+    event holds a handful: its args, its own close), each by one regex match; past LAST_TRIES of them (an
+    event longer than a few, or no gap at all) a regex search from the end, one block back."""
+    end = len(buf)
+    for _ in range(LAST_TRIES):
+        at = buf.rfind(b"}", 0, end)
+        if at < 0:
+            return None
+        if BETWEEN.match(buf, at):
+            return at
+        end = at
+    tail = max(end - (1 << 20), 0)
     while True:
         last = None
-        for last in BETWEEN.finditer(buf, tail):
+        for last in BETWEEN.finditer(buf, tail, end + 1):
             pass
         if last is not None:
             return last.start()

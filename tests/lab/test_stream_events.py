@@ -218,3 +218,18 @@ def test_a_few_columns_read_as_every_column_reads_them(tmp_path, small_blocks, a
     _, cols = read_streamed(path, use_arrow=arrow, fields=("correlation",))
     with pytest.raises(ValueError, match="a frame needs every column"):
         cols.frame()
+
+
+def test_the_last_cut_is_the_last_gap_a_regex_finds():
+    """json_stream.last_cut tries the last `}`s one by one, then falls back to a regex search: both give
+    the start of the last `},{` gap (or None), here against a plain left-to-right regex scan, on events
+    with few and with many `}` (past LAST_TRIES), gaps in strings, and text with no gap at all."""
+    import random
+    rng = random.Random(5)
+    pieces = [b'{"a":1}', b'{"args":{"x":{"y":{}}}}', b"}" * 100, b'{"name":"a},{b"}', b" , ", b",\n  ", b"{}", b"x"]
+    for _ in range(400):
+        buf = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        want = None
+        for m in json_stream.BETWEEN.finditer(buf):
+            want = m.start()
+        assert json_stream.last_cut(buf) == want, buf
