@@ -16,7 +16,7 @@ def hta_rows(df: pd.DataFrame, include_last_profiler_step: bool = False) -> np.n
     correlation) packs into an int64 (launched_by), the launches are packed and the kernels looked
     up LOOKUP_ROWS rows at a time: a few bytes a row held, not copies of the columns."""
     gpu_rows = (df["device"] == "gpu").to_numpy()
-    steps = df.loc[~gpu_rows & _starts_with(df["name"], "ProfilerStep#"), ["rank", "name", "ts", "end"]]
+    steps = df.loc[~gpu_rows & _starts_with(df["name"], kineto_kinds.STEP_PREFIX), ["rank", "name", "ts", "end"]]
     if steps["name"].nunique() < 2:  # HTA filters nothing with fewer than two steps
         return gpu_rows
     bounds = hta_bounds(steps["rank"].to_numpy(), steps["ts"].to_numpy(dtype=float),

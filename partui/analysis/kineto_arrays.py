@@ -15,12 +15,11 @@ import numpy as np
 
 from partui.analysis.comm_families import family_names
 from partui.analysis.gpu_kernels import Kernels, hta_classes
-from partui.analysis.kineto_kinds import (COMM, COMPUTE, STEP, STEP_COPY, event_kinds, gpu_categories,
-                                          kernel_steps, launch_times, step_numbers)
+from partui.analysis.kineto_kinds import (COMM, COMPUTE, STEP, STEP_COPY, STEP_PREFIX, event_kinds,
+                                          gpu_categories, kernel_steps, launch_times, step_numbers)
 from partui.analysis.pair_parts import Annotations
 
 GPU_FIELDS = ("name", "kind", "step", "stream", "ts", "end", "dur", "corr")
-STEP_PREFIX = "ProfilerStep#"
 
 
 class NotLean(Exception):

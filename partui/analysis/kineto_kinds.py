@@ -21,7 +21,8 @@ import numpy as np
 KINDS = ["comm", "wait", "compute", "step", "other"]   # the analysis table's `kind`, by code
 COMM, WAIT, COMPUTE, STEP, OTHER = range(len(KINDS))
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")       # Kineto's GPU events (lowercased category)
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_PREFIX = "ProfilerStep#"   # torch.profiler's step annotations: ProfilerStep#N
+STEP_NAME = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 STEP_COPY = "gpu_user_annotation"   # Kineto's copy of a step on the GPU track: drawn, never a window
 LOOKUP_ROWS = 1 << 20  # kernels looked up at a time: a few arrays this long, whatever the trace's size
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from partui.analysis.kineto_kinds import STEP_PREFIX
 from planning.intervals import length, merge
 
 # (annotation name pattern with a `side` group F / B / W, the planner's part: planning/pipeline/fb_order.py)
@@ -32,7 +33,6 @@ COLUMNS = ["rank", "pair", "layer_k", "part", "annotation", "launched", "gpu_ms"
            "a2a_exposed_ms", "under"]
 SIDE = re.compile(r"\(([FBW])\)")   # an annotation's side, as the summary and the planner read it
 HOLDER_BLOCK = 4096   # parts matched against their holders this many at a time (bounds the memory)
-STEP_PREFIX = "ProfilerStep#"       # a step window holds every part: never a pair
 
 
 @dataclass
@@ -97,7 +97,7 @@ def annotated_parts(a: Annotations) -> Parts:
     code = index_codes(a.name, distinct)
     kinds = name_parts(distinct)
     is_part = np.array([k is not None for k in kinds], dtype=bool)[code]
-    is_step = np.array([n.startswith(STEP_PREFIX) for n in distinct], dtype=bool)[code]
+    is_step = np.array([n.startswith(STEP_PREFIX) for n in distinct], dtype=bool)[code]   # a step holds every part
     at = np.flatnonzero(is_part)
     at = at[np.lexsort((a.ts[at], a.rank[at]))]   # stable: the table's (rank, ts) order kept
     layer = np.zeros(len(at), dtype=np.int64)
