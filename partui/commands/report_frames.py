@@ -70,7 +70,7 @@ def run_frames(args, limit: int | None) -> int:
             table = compare(df, other)
         elif args.by == "pair":   # a torch.profiler trace's part annotations, or partui's own pairs
             pairs = frame_pairs(df) if is_part_trace(df) else None
-            table = pair_frame(pairs.table) if pairs else fb_pair_a2a(df)
+            table = pair_frame(pairs.table) if pairs is not None else fb_pair_a2a(df)
             if table.empty:
                 print(f"partui report: {args.trace} holds no F&B pairs, so --by pair has nothing to "
                       f"show: record a run with --fb-overlap (e.g. partui run --pp 2 --ep 2 "
@@ -98,8 +98,8 @@ def run_frames(args, limit: int | None) -> int:
         if cpu_only:
             print(cpu_only, file=sys.stderr)
         if args.by == "pair" and other is None and args.format in ("table", "markdown"):
-            out += "\n" + (kineto_pair_summary(table) if pairs else pair_summary(table))
-            if pairs:   # the planner's order and the recorded one in one model, beside the GPU's
+            out += "\n" + (kineto_pair_summary(table) if pairs is not None else pair_summary(table))
+            if pairs is not None:   # the planner's order and the recorded one in one model, beside the GPU's
                 out += "\n" + planner_text(args.trace, pairs)
         if other is not None and args.format in ("table", "markdown"):
             out += "\n" + vs_verdict(table)
