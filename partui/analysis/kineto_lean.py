@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import gzip
-import json
 import os
 import zlib
 from itertools import compress, repeat
@@ -22,10 +21,12 @@ from itertools import compress, repeat
 import numpy as np
 
 from partui.analysis.comm_families import PatternError, family_names
+from partui.analysis.event_columns import ids
 from partui.analysis.kineto_arrays import GpuTrace, NotLean, Tables, file_rows, gpu_trace
 from partui.analysis.kineto_kinds import GPU_CATS, launch_times
 from partui.analysis.pair_parts import PairsRead, is_part_name, read_pairs
 from partui.analysis.progress import Progress
+from partui.analysis.streamed import decode as streamed_decode
 from partui.analysis.streamed import stream_events
 
 WHOLE_MAX = 32 << 20   # bytes on disk: a file this big or bigger is streamed (as the frame reader: reader.STREAM_MIN)
@@ -140,7 +141,7 @@ def rank_events(path: str, place: int | None, n_files: int, progress=None) -> di
     keep = ~np.isnan(ts)
     dur = np.nan_to_num(dur, nan=0.0)
     return {"rank": rank, "world": world, "threads": threads, "keep": keep, "name": local_codes(name),
-            "cat": local_codes(cat), "pid": id_array(pid), "tid": id_array(tid), "ts": ts, "end": ts + dur,
+            "cat": local_codes(cat), "pid": ids(pid), "tid": ids(tid), "ts": ts, "end": ts + dur,
             "dur": dur, "corr": corr}
 
 
@@ -181,41 +182,11 @@ def streamed_events(path: str, place: int | None, n_files: int, progress=None) -
 
 
 def decode(raw: bytes):
-    """orjson when installed (as the frame reader: a few times faster than json)."""
+    """The document, decoded as the frame reader decodes it (streamed.decode: orjson where installed)."""
     try:
-        try:  # optional: a faster JSON decoder, when installed
-            import orjson
-            return orjson.loads(raw)
-        except ImportError:
-            return json.loads(raw)
+        return streamed_decode(raw)
     except (ValueError, UnicodeDecodeError):
         raise NotLean("not JSON: the frame path names it") from None
-
-
-def ids(values):
-    """pids / tids as the analysis table reads them (events.ids): whole numbers when numpy reads every one
-    as one, else as read. Kineto mixes ints and names ("Spans"), so most traces are read as they are."""
-    kinds = set(map(type, values))
-    if kinds == {int}:
-        return values
-    if kinds == {int, str}:
-        try:
-            [int(v) for v in {v for v in values if type(v) is str}]
-        except ValueError:   # a name numpy cannot read as a number: events.ids keeps them all as read
-            return values
-    try:
-        return np.array(values, dtype=np.int64).tolist()
-    except (TypeError, ValueError, OverflowError):
-        return values
-
-
-def id_array(values) -> np.ndarray:
-    """ids' values as an array: int64 where every one is a whole number, else objects as read."""
-    got = ids(values)
-    try:
-        return np.array(got, dtype=np.int64 if set(map(type, got)) <= {int} else object)
-    except OverflowError:   # past int64: as events.ids keeps them
-        return np.array(got, dtype=object)
 
 
 def codes(values: list, table: dict) -> np.ndarray:
