@@ -138,6 +138,24 @@ def test_viztracerclock_maps_onto_ours_through_two_readings():
     assert to_ours(1050.1) == pytest.approx(2000.0) and to_ours.rate == pytest.approx(2000 / 2000.2)
 
 
+def test_clock_pair_keeps_the_narrowest_of_its_brackets():
+    """A busy machine preempts a rank between its two clocks' reads; the pair must not take the
+    stall as offset (CI saw learner calls 16 us early, crossing the spans they ran under)."""
+    from partui.trace import _clock_pair
+
+    class StalledViz:                                  # viztracer's clock = ours + 5,000 us
+        reads = 0
+
+        def getts(self):
+            self.reads += 1
+            if self.reads != 20:                       # every read but one stalls 2 ms first
+                time.sleep(0.002)
+            return time.perf_counter_ns() / 1000 + 5000.0
+
+    ours, viz = _clock_pair(StalledViz())
+    assert abs(viz - ours - 5000.0) < 500.0            # a stalled bracket is ~1,000 us off
+
+
 def _fake_rank(rank, sends=(), recvs=()):
     evs = [{"ph": "X", "name": "F", "cat": "F", "pid": rank, "tid": 1, "ts": 0.0, "dur": 10.0,
             "args": {}}]
