@@ -196,7 +196,7 @@ def _start_viztracer(sparse: bool):
     else:
         viz = VizTracer(tracer_entries=2_000_000, verbose=0)
         viz.undo_wraps = None
-    viz.sync_start = _clock_pair(viz)
+    viz.sync_start = clock_pair(viz)
     if not sparse:
         viz.start()
     return viz
@@ -230,7 +230,7 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
         viz.stop()
     if viz.undo_wraps is not None:
         viz.undo_wraps()
-    to_ours = clock_map(viz.sync_start, _clock_pair(viz))
+    to_ours = clock_map(viz.sync_start, clock_pair(viz))
     raw = viz.load()
     forget_viztracer(viz)
     tids: dict = {threading.main_thread().native_id: PY_TID}  # main: the one that joins compute
@@ -257,7 +257,7 @@ def _stop_viztracer(viz, rank: int) -> tuple[list[dict], dict]:
                  "threads": thread_names}
 
 
-def _clock_pair(viz, reads: int = 32) -> tuple[float, float]:
+def clock_pair(viz, reads: int = 32) -> tuple[float, float]:
     """(our clock, viztracer's) in us, read together: of `reads` brackets (ours, viztracer's, ours)
     the narrowest, its midpoint against viztracer's reading. One bracket alone is off by half of
     any preemption between its reads (tens of us on a busy machine: calls then cross the spans

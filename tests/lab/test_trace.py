@@ -141,7 +141,7 @@ def test_viztracerclock_maps_onto_ours_through_two_readings():
 def test_clock_pair_keeps_the_narrowest_of_its_brackets():
     """A busy machine preempts a rank between its two clocks' reads; the pair must not take the
     stall as offset (CI saw learner calls 16 us early, crossing the spans they ran under)."""
-    from partui.trace import _clock_pair
+    from partui.trace import clock_pair
 
     class StalledViz:                                  # viztracer's clock = ours + 5,000 us
         reads = 0
@@ -152,7 +152,7 @@ def test_clock_pair_keeps_the_narrowest_of_its_brackets():
                 time.sleep(0.002)
             return time.perf_counter_ns() / 1000 + 5000.0
 
-    ours, viz = _clock_pair(StalledViz())
+    ours, viz = clock_pair(StalledViz())
     assert abs(viz - ours - 5000.0) < 500.0            # a stalled bracket is ~1,000 us off
 
 
