@@ -54,6 +54,8 @@ def first_calls(corr: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """The distinct correlation ids in order, and each one's earliest call time."""
     if not len(corr):   # a rank without a CPU call carrying an id: nothing to look up
         return corr, ts
+    if (corr[1:] > corr[:-1]).all():  # ids already in order, each once (one thread's launches, as
+        return corr, ts                # torch.profiler writes them): no sort (0.1 s on a million)
     order = np.lexsort((ts, corr))  # by id, the earliest call of an id first
     corr, ts = corr[order], ts[order]
     del order

@@ -32,6 +32,26 @@ def test_launch_times_is_each_kernels_earliest_call_of_its_rank(ranks, lookup_ro
     assert np.isnan(want).any() and (~np.isnan(want)).any()
 
 
+@pytest.mark.parametrize("order", ["each id once, in order", "in order, an id twice", "shuffled"])
+def test_launch_times_of_calls_already_in_id_order(order):
+    """The lookup's shortcut for calls written in id order, and the sort it skips, read the same."""
+    rng = np.random.default_rng(5)
+    corr = np.arange(0, 300, 3, dtype=float)                     # ids 0, 3, ...: kernels also miss
+    if order == "in order, an id twice":
+        corr = np.sort(np.append(corr, corr[10]))
+    ts = np.cumsum(rng.random(len(corr)))
+    if order == "in order, an id twice":
+        ts[11] = ts[10] - 5.0                                   # the id's second call is its earliest
+    if order == "shuffled":
+        corr = rng.permutation(corr)
+    cpu = pd.DataFrame({"rank": 0, "device": "cpu", "correlation": corr, "ts": ts})
+    gpu = pd.DataFrame({"rank": 0, "device": "gpu", "correlation": rng.permutation(300).astype(float),
+                        "ts": 0.0})
+    df = pd.concat([cpu, gpu], ignore_index=True)
+    kernels = gpu[["rank", "correlation"]]
+    np.testing.assert_array_equal(launch_times(df, kernels), loop_oracle(df, kernels))
+
+
 def test_kernel_steps_of_two_ranks_together_are_each_ranks_alone():
     from partui.analysis.gpu_steps import kernel_steps
     rows = []
