@@ -43,7 +43,7 @@ class StepResult:
     step: int
     loss: float
     step_ms: float
-    # this rank's step window by planning.intervals.figures (partui.analysis.definitions' terms)
+    # this rank's step window by planning.intervals.figures (partui.analysis.figures.definitions' terms)
     compute_ms: float = 0.0       # leaf compute spans merged, less waits and posts
     comm_ms: float = 0.0          # comm in flight (issue to completion), merged
     overlapped_ms: float = 0.0    # comm in flight while this rank computed
@@ -143,7 +143,7 @@ def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
     """This step's figures (planning.intervals.parts_figures) from the spans the layers recorded
     ((cat, t0, t1): kernels.comm.events.drain_spans) and the op log's issue / completion / wait /
     post times; no tracer. A p2p op's in flight is its own here; extra["figure_parts"] and
-    extra["p2p_ops"] let the controller pair it with its peer's (partui.results.step_line), so the
+    extra["p2p_ops"] let the controller pair it with its peer's (partui.world.results.step_line), so the
     step line counts what a trace of the step reports."""
     leaf = [(a, b) for cat, a, b in spans if cat not in CONTAINER_CATS and cat not in WAIT_CATS]
     waits = [(a, b) for cat, a, b in spans if cat in WAIT_CATS]
@@ -161,7 +161,7 @@ def fill_overlap(res: StepResult, spans, ops, t0, t1) -> None:
 
 def in_flight_end(op, t_stop: int) -> int:
     """Done at the earlier of its completion and the return of its first wait (as a trace has it:
-    partui.trace); never seen done: in flight to the step's end."""
+    partui.recording.trace); never seen done: in flight to the step's end."""
     ends = [t for t in (op.t_complete, min((w[1] for w in op.waits or []), default=None)) if t is not None]
     return max(op.t_issue, min(ends)) if ends else max(op.t_issue, t_stop)
 

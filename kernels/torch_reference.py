@@ -9,7 +9,7 @@ kernel they share.
 Same interface as kernels.check.Reference: forward_backward() -> (loss, {name: grad}) at the current
 params, update(grads) -> {name: param} after the optimizer step (and DeepSeek's bias step from this
 model's own loads), `routing` -> the step's routing counts per MoE layer. fp32 only: see
-partui.plans.check_reference for why bf16 plans keep the hand reference.
+partui.world.plans.check_reference for why bf16 plans keep the hand reference.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """partui: the laboratory around `kernels` — world launcher, worker, snapshots, traces, analysis,
-CLI and terminal app. `partui.World` (partui.world) is the one controller; it is light to
+CLI and terminal app. `partui.World` (partui.world.world) is the one controller; it is light to
 import (torch loads with the first plan).
 
 `partui.World` is loaded on first use (module __getattr__), so `partui report` and the other
@@ -10,10 +10,10 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what linters and readers see; at run time each name loads on first use
-    from partui.world import World
+    from partui.world.world import World
 
 __all__ = ["World"]
-_HOME = {"World": "partui.world"}
+_HOME = {"World": "partui.world.world"}
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
 """The flight recorder's shared-memory row (torch-free): each rank mirrors its last MIRROR_ROWS ops
 into memory the controller owns, as fixed-width int64 rows, so a rank that dies (gloo aborts the
 process on a size mismatch) still leaves its last ops behind for `partui doctor`. kernels.comm.flight
-writes the rows; partui.flight_gather reads them back with `decode`.
+writes the rows; partui.diagnosis.flight_gather reads them back with `decode`.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def encode_into(buf, offset: int, seq, comms_id, op, group, peer, tag, step, sha
 
 
 def decode(block) -> list[dict]:
-    """A rank's block back into partui.doctor's records, oldest first."""
+    """A rank's block back into partui.diagnosis.doctor's records, oldest first."""
     written = int(block[0])
     rows = []
     for i in range(max(0, written - MIRROR_ROWS), written):

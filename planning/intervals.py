@@ -1,8 +1,8 @@
 """Interval arithmetic on lists of (start, end) pairs (nanoseconds in practice), and the one
 computation of a window's compute / comm / overlapped / exposed figures (`figures`; what each
-counts is defined once, in partui/analysis/definitions.py's table of figures): the engine's
+counts is defined once, in partui/analysis/figures/definitions.py's table of figures): the engine's
 per-step figures (step lines, rank cards, the run summary, World.step().to_pandas()) come from it,
-and the trace analysis (partui.analysis.sweep, vectorized over many windows) counts the same span
+and the trace analysis (partui.analysis.table.sweep, vectorized over many windows) counts the same span
 categories the same way (CONTAINER_CATS, WAIT_CATS; tests pin the two equal on one traced step).
 
 `merge` sorts and joins touching intervals; `subtract` and `intersect` expect merged lists.
@@ -78,7 +78,7 @@ def window_parts(leaf_compute: Intervals, in_flight: Intervals, waits: Intervals
 
 
 def parts_figures(parts: dict, more_in_flight: Intervals = ()) -> dict:
-    """One window's figures (partui.analysis.definitions), lengths in the intervals' unit:
+    """One window's figures (partui.analysis.figures.definitions), lengths in the intervals' unit:
     compute = leaf compute spans merged, less waits and posts; comm = ops in flight (issue to
     completion) merged; overlapped = |compute & comm|; exposed = comm - overlapped; wait = waits
     and posts merged. `more_in_flight`: p2p ops paired across ranks (pair_p2p)."""
@@ -145,7 +145,7 @@ def paired_spans(send: tuple, recv: tuple, tie) -> tuple[tuple, tuple, bool, boo
 
 def pair_p2p(p2p_by_rank: list) -> list[Intervals]:
     """Each rank's p2p ops in flight, paired across ranks as a trace pairs them (match_p2p,
-    paired_spans; partui.tracefile.fit_p2p_slices). p2p_by_rank[r]: rank r's ops (op "send" /
+    paired_spans; partui.recording.tracefile.fit_p2p_slices). p2p_by_rank[r]: rank r's ops (op "send" /
     "recv", global peer, tag, t_issue, t_end), in ns."""
     out = [[(a, b) for _op, _peer, _tag, a, b in ops] for ops in p2p_by_rank]
     where = [(rank, i) for rank, ops in enumerate(p2p_by_rank) for i in range(len(ops))]

@@ -1,5 +1,5 @@
 """The refusal of a plan whose world would not fit this machine's RAM, before anything is built
-(partui.plans.build_plan: the CLI, the World and the app all pass there): the estimate of
+(partui.world.plans.build_plan: the CLI, the World and the app all pass there): the estimate of
 planning/memory_estimate.py against MemAvailable, with fixes each re-estimated under the limit."""
 from __future__ import annotations
 

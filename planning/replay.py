@@ -2,7 +2,7 @@
 collective groups, replayed as one event loop into each op's start and end.
 
 Its clients: the pipeline simulator (planning/pipeline/simulate.py: a lane per pp rank, computes and
-posts), the trace what-if (partui/analysis/whatif.py: a lane per rank, busy stretches, comm issues
+posts), the trace what-if (partui/analysis/replay/whatif.py: a lane per rank, busy stretches, comm issues
 and waits on the emulated link), and a cross-rank op graph of a real job (lanes per rank and
 stream). It sits at kernels/ top level, torch-free, because none of them owns it.
 

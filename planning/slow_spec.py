@@ -1,7 +1,7 @@
 """A straggler on purpose, parsed and checked in one place, torch-free (so a plan validates without
 loading torch; kernels/straggle.py does the stretching): the Plan's slow_rank / slow_stage ("R=F":
 rank or pipeline stage R's compute F times as long), the app's `slow R=F` / `slow stage S=F`
-(partui.app.widgets.command_line) and World.slow's keywords (partui.world).
+(partui.app.widgets.command_line) and World.slow's keywords (partui.world.world).
 """
 from __future__ import annotations
 

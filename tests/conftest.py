@@ -100,5 +100,5 @@ def app_traces_in_tmp(request, monkeypatch):
     """The app's automatic trace names (traces/app-TIME.json) go to the test's tmp folder, never
     the checkout, whether or not the test gets to remove them."""
     if request.path.parent.name == "app":
-        import partui.world_trace
-        monkeypatch.setattr(partui.world_trace, "TRACE_DIR", str(request.getfixturevalue("tmp_path")))
+        import partui.world.world_trace
+        monkeypatch.setattr(partui.world.world_trace, "TRACE_DIR", str(request.getfixturevalue("tmp_path")))

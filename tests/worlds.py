@@ -11,14 +11,14 @@ the ranks that gave no result instead of hanging it; the rendezvous port is pick
 back as a RankError (a RuntimeError) carrying its traceback, a deadline as a WorldTimeout naming the
 ranks that gave no result, and no rank process outlives the call.
 
-It is the one launcher's one-shot mode (partui.launch.run_world, which the benches use too) with
+It is the one launcher's one-shot mode (partui.world.launch.run_world, which the benches use too) with
 a deadline every test world must have; no test starts rank processes any other way.
 """
 from __future__ import annotations
 
 import math
 
-from partui import launch
+from partui.world import launch
 
 DEFAULT_TIMEOUT_S = 120.0
 

@@ -1,6 +1,6 @@
 """A rank on paper: `dry_rank(r, n)` makes this process, which has no world, answer world_rank() r
 and world_size() n, so a rank's engine can be built to read its layout (shards, stages, groups,
-ledger) before anything launches (partui.layout, `partui plan`). Groups get no process group; an
+ledger) before anything launches (partui.world.layout, `partui plan`). Groups get no process group; an
 op run inside fails loudly (no process group), it never pretends."""
 from __future__ import annotations
 

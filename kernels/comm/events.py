@@ -1,6 +1,6 @@
 """The recorder hook: how kernels report compute spans and comm ops to whoever listens.
 
-It is a no-op until `set_recorder` installs an object (partui.trace does, while tracing).
+It is a no-op until `set_recorder` installs an object (partui.recording.trace does, while tracing).
 Times are `time.perf_counter_ns()`, CLOCK_MONOTONIC on Linux, so ranks on one host share a clock.
 
 A recorder implements any of these methods (missing ones are skipped):
@@ -12,7 +12,7 @@ A recorder implements any of these methods (missing ones are skipped):
     comm_wait(op_id, t0_ns, t1_ns)                     the rank blocked waiting for op_id
     counter(name, t_ns, values)                        a dict of numbers (expert load, memory ...)
 
-Beside the recorder, a region hook (`set_regions`, partui.profile installs torch.profiler's
+Beside the recorder, a region hook (`set_regions`, partui.recording.profile installs torch.profiler's
 record_function): every span runs inside region(name, cat, args), and every comm op's issue is
 marked by an empty one (`mark`, as is its completion) and each wait on one is a range
 (`region`), so a profiler sees partui's names while the code runs, not after.
@@ -47,7 +47,7 @@ def recorder():
 def set_regions(regions) -> None:
     """Install (or with None remove) the region hook: regions(name, cat, args) -> context manager.
     The args dict it is given is the region's own: once the region ends it holds t_ns and t_end_ns,
-    the region's times on this clock (the profiler's edges can be late: partui.profile uses these)."""
+    the region's times on this clock (the profiler's edges can be late: partui.recording.profile uses these)."""
     global _regions
     _regions = regions
 

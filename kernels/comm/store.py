@@ -55,7 +55,7 @@ def dump_torch_flight_recorder(path: str) -> bool:
 def launcher_store(prefix: str, timeout_s: float = 10.0):
     """A client of the launcher's store (torchrun's, at MASTER_ADDR:MASTER_PORT) under prefix: a
     side channel between ranks that still works while a collective blocks their main threads
-    (partui/torchrun_watch.py). Its own connection: gloo's use of the store is not disturbed."""
+    (partui/diagnosis/torchrun_watch.py). Its own connection: gloo's use of the store is not disturbed."""
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                           is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
     return dist.PrefixStore(prefix, store)

@@ -11,7 +11,7 @@
     blame_text(partui_graphs(doc))    # that line and the blame table's top rows (the Trace tab)
 
 Each name loads its module on first use (module __getattr__): importing one room of the package
-(`partui.analysis.definitions`, `.events`) does not import every other room with it.
+(`partui.analysis.figures.definitions`, `partui.analysis.table.events`) does not import every other room with it.
 """
 from __future__ import annotations
 
@@ -19,24 +19,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what linters and readers see; at run time each name loads on first use
-    from partui.analysis.blame import blame_line, blame_text
-    from partui.analysis.definitions import definitions_of
-    from partui.analysis.events import COLUMNS, TraceError
-    from partui.analysis.metrics import hta_overlap, overlap, overlap_views, oversubscription_note, step_times
-    from partui.analysis.pairs import fb_pair_a2a, pair_summary
-    from partui.analysis.partui_graph import partui_graphs
-    from partui.analysis.pipeline import theoretical_bubble
-    from partui.analysis.reader import detect, frame, load, read_doc
-    from partui.analysis.whatif import SAVED_COLUMNS, saved
+    from partui.analysis.replay.blame import blame_line, blame_text
+    from partui.analysis.figures.definitions import definitions_of
+    from partui.analysis.table.events import COLUMNS, TraceError
+    from partui.analysis.figures.metrics import hta_overlap, overlap, overlap_views, oversubscription_note, step_times
+    from partui.analysis.figures.pairs import fb_pair_a2a, pair_summary
+    from partui.analysis.replay.partui_graph import partui_graphs
+    from partui.analysis.figures.pipeline import theoretical_bubble
+    from partui.analysis.reading.reader import detect, frame, load, read_doc
+    from partui.analysis.replay.whatif import SAVED_COLUMNS, saved
 
 _HOME = {  # public name -> the module that defines it
-    "blame_line": "blame", "blame_text": "blame", "definitions_of": "definitions",
-    "COLUMNS": "events", "TraceError": "events",
-    "hta_overlap": "metrics", "overlap": "metrics", "overlap_views": "metrics",
-    "oversubscription_note": "metrics", "step_times": "metrics",
-    "fb_pair_a2a": "pairs", "pair_summary": "pairs", "partui_graphs": "partui_graph",
-    "theoretical_bubble": "pipeline", "detect": "reader", "frame": "reader", "load": "reader",
-    "read_doc": "reader", "SAVED_COLUMNS": "whatif", "saved": "whatif",
+    "blame_line": "replay.blame", "blame_text": "replay.blame", "definitions_of": "figures.definitions",
+    "COLUMNS": "table.events", "TraceError": "table.events",
+    "hta_overlap": "figures.metrics", "overlap": "figures.metrics", "overlap_views": "figures.metrics",
+    "oversubscription_note": "figures.metrics", "step_times": "figures.metrics",
+    "fb_pair_a2a": "figures.pairs", "pair_summary": "figures.pairs", "partui_graphs": "replay.partui_graph",
+    "theoretical_bubble": "figures.pipeline", "detect": "reading.reader", "frame": "reading.reader", "load": "reading.reader",
+    "read_doc": "reading.reader", "SAVED_COLUMNS": "replay.whatif", "saved": "replay.whatif",
 }
 __all__ = sorted(_HOME)
 

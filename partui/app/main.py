@@ -1,4 +1,4 @@
-"""`partui`: the terminal app. A client of partui.world.World; launches, steps, snapshots and
+"""`partui`: the terminal app. A client of partui.world.world.World; launches, steps, snapshots and
 trace analysis run in thread workers, so keys are handled while the ranks work."""
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from partui.app.screens.setup import SetupScreen, cores_warning
 from partui.app.screens.style import CSS
 from partui.app.screens.trace_actions import TraceMixin
 from partui.app.widgets.command_line import CommandLine
-from partui.launch import RankError, WorldTimeout, warm_up
-from partui.plans import PRESETS, build_plan
-from partui.world import World
+from partui.world.launch import RankError, WorldTimeout, warm_up
+from partui.world.plans import PRESETS, build_plan
+from partui.world.world import World
 
 
 @contextlib.contextmanager

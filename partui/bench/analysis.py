@@ -27,13 +27,13 @@ import time
 import numpy as np
 
 from partui.analysis import hta_overlap, load, overlap_views
-from partui.analysis.comm_kernels import family_table
-from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.analysis.gpu.comm_kernels import family_table
+from partui.analysis.gpu.gpu_steps import gpu_step_sums
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
 from partui.bench.analysis_scale import repeat_trace, report_figures, scaled_mismatch, write_tiles
 from partui.bench.analysis_torch import HTA_ENV, describe_vs_hta, find_hta_python, hta_python_arg, \
     report_vs_hta
-from partui.tracefile import FORMAT, write_atomic
+from partui.recording.tracefile import FORMAT, write_atomic
 from planning.pipeline.catalog import DEFAULT_SCHEDULE
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces", "hta-tests",

@@ -12,10 +12,10 @@ import os
 import numpy as np
 
 from partui.analysis import load, overlap_views
-from partui.analysis.comm_kernels import family_table
-from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.streams import gpu_overlap, stream_busy
-from partui.tracefile import write_atomic
+from partui.analysis.gpu.comm_kernels import family_table
+from partui.analysis.gpu.gpu_steps import gpu_step_sums
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
+from partui.recording.tracefile import write_atomic
 
 HEAD = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85017755648}]}

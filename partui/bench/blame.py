@@ -29,10 +29,10 @@ import tempfile
 from pathlib import Path
 
 from partui.analysis import partui_graphs, read_doc
-from partui.analysis.blame import analyse
+from partui.analysis.replay.blame import analyse
 from partui.bench.harness import print_rows
-from partui.plans import build_plan
-from partui.world import World
+from partui.world.plans import build_plan
+from partui.world.world import World
 from planning.mesh import coords
 from planning.pipeline.catalog import DEFAULT_SCHEDULE
 

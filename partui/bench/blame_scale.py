@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from partui.analysis.op_table import meta_path, read_meta
+from partui.analysis.reading.op_table import meta_path, read_meta
 from partui.bench.harness import print_rows
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "real-traces" / "bytedance-straggler"

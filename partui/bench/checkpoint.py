@@ -33,8 +33,8 @@ from kernels.data import dp_slice, global_batch
 from kernels.engine import Engine
 from partui.bench.harness import table
 from partui.bench.torch_models import TorchLlama
-from partui.launch import run_world
-from partui.plans import build_plan
+from partui.world.launch import run_world
+from partui.world.plans import build_plan
 from planning.config import param_shapes
 
 PLANS = {"dp2": ("custom", {"dp": 2}), "zero1": ("custom", {"dp": 2, "zero": 1}),

@@ -4,7 +4,7 @@ gloo's, measured interleaved in the same world so machine noise hits both alike.
 Bus bandwidth, the nccl-tests definition: busbw = size / time x factor, factor 2(N-1)/N for
 all-reduce, (N-1)/N for reduce-scatter and all-gather (size = the full tensor), 1 for broadcast.
 
-Each world size is one forked gloo world (partui.launch.run_world).
+Each world size is one forked gloo world (partui.world.launch.run_world).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 import torch
 
 from kernels import comm
-from partui.launch import run_world
+from partui.world.launch import run_world
 
 SIZES = ["1K", "16K", "256K", "1M", "4M", "16M", "64M"]
 OPS = ("all_reduce", "reduce_scatter", "all_gather")

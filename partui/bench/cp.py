@@ -20,8 +20,8 @@ import sys
 from kernels.context import build_groups
 from kernels.cp.apply import apply_context_parallel
 from kernels.engine import Engine
-from partui import launch
-from partui.plans import build_plan
+from partui.world import launch
+from partui.world.plans import build_plan
 
 TORCH_CP_NOTE = ("torch's own context_parallel does not run on CPU in torch 2.13 (\"Operator "
                  "aten._scaled_dot_product_flash_attention_for_cpu.default does not have a "

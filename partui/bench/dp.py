@@ -23,14 +23,14 @@ from kernels.data import dp_slice, global_batch
 from kernels.engine import Engine
 from partui.bench.harness import table
 from partui.bench.torch_models import TorchLlama
-from partui.launch import run_world
-from partui.plans import build_plan
+from partui.world.launch import run_world
+from partui.world.plans import build_plan
 
 VARIANTS = ("dp", "ddp", "zero3", "fsdp2")
 
 
 def _rank_main(rank: int, world: int, opts: dict) -> dict:
-    """One rank of a bench world (partui.launch.run_world: gloo joined, one torch thread)."""
+    """One rank of a bench world (partui.world.launch.run_world: gloo joined, one torch thread)."""
     model, bucket = {"batch": opts["batch"]}, opts["bucket_mb"]
     ours = {}
     for name, preset in (("dp", "dp-bucketed"), ("zero3", "zero3")):

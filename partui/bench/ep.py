@@ -1,7 +1,7 @@
 """`partui bench ep`: our expert parallel step against the same MoE with every expert on every
 rank (no EP, no all-to-all) and against the all-to-all without overlap, in one gloo world.
 
-For every variant each rank records each step as a trace (partui.trace.RankTracer, the recorder
+For every variant each rank records each step as a trace (partui.recording.trace.RankTracer, the recorder
 `partui run --trace` uses) and reads it with the analysis `partui report --by op` uses
 (partui.analysis.overlap), so the figures and their definitions are the report's:
     a2a in flight      merged all-to-all time (ep group), issue to completion
@@ -26,9 +26,9 @@ from partui.analysis import frame, overlap
 from partui.bench.harness import table, traced_step
 from partui.bench.own_device import cores_verdict, own_device
 from partui.commands.flags import add_link_arguments, flagify
-from partui.launch import run_world
-from partui.plans import build_plan
-from partui.tracefile import build_doc
+from partui.world.launch import run_world
+from partui.world.plans import build_plan
+from partui.recording.tracefile import build_doc
 from planning.intervals import length, merge
 from planning.link import LinkModel, check_link
 
@@ -59,7 +59,7 @@ def a2a_figures(per_rank: dict) -> tuple[float, float, float, float]:
 
 
 def _rank(rank, world, opts):
-    """One rank of the bench world (partui.launch.run_world): (the installed link as a dict or
+    """One rank of the bench world (partui.world.launch.run_world): (the installed link as a dict or
     None, per variant per measured step its 6 figures and its recording)."""
     engines = []
     for _name, ep, dispatch, overlap in VARIANTS:

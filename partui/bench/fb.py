@@ -3,7 +3,7 @@ one gloo world per size, steps interleaved (on, off, on, off ...) so machine loa
 
 World 4 runs 1F1B and DualPipeV (pp 2 x dp 2 x ep 2); world 8 runs DualPipe (pp 4 x dp 2 x ep 2), which
 needs twice the microbatches (--dualpipe-microbatches, --dualpipe-batch). Every rank records each step
-(partui.trace.RankTracer) and reads it with the analysis `partui report --by pair` uses
+(partui.recording.trace.RankTracer) and reads it with the analysis `partui report --by pair` uses
 (partui.analysis.fb_pair_a2a), so the figures are the report's:
     pair_a2a_ms   all-to-all in flight, issued inside an F&B pair, per rank per step (summed per op). A pair
                   is an FB span; without --fb-overlap in 1F1B, a forward directly followed by a backward
@@ -25,15 +25,15 @@ import sys
 from kernels.calibrate import install_link
 from kernels.context import build_groups
 from kernels.engine import Engine
-from partui import launch
+from partui.world import launch
 from partui.analysis import fb_pair_a2a, frame
 from partui.bench.args import whole_at_least_one
 from partui.bench.ep import EXPERT_SPANS
 from partui.bench.harness import table, traced_step
 from partui.bench.own_device import cores_verdict, own_device
 from partui.commands.flags import flagify
-from partui.plans import build_plan
-from partui.tracefile import build_doc
+from partui.world.plans import build_plan
+from partui.recording.tracefile import build_doc
 from planning.intervals import length, merge
 from planning.link import LinkModel, check_link
 from planning.pipeline.catalog import schedule_spec, specs

@@ -28,8 +28,8 @@ from kernels.comm.handles import OpRecord
 from partui.bench.args import whole_at_least_one
 from partui.bench.blame import plan_fields
 from partui.bench.harness import print_rows
-from partui.plans import build_plan
-from partui.world import World
+from partui.world.plans import build_plan
+from partui.world.world import World
 from planning.flight_codes import BLOCK
 
 COLS = ["plan", "off_ms", "on_ms", "median_pct", "off_p95_ms", "on_p95_ms", "worst_pct",

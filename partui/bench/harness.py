@@ -6,7 +6,7 @@ import statistics
 import time
 
 from kernels import comm
-from partui.trace import RankTracer
+from partui.recording.trace import RankTracer
 
 
 def interleaved(fns: dict, rounds: int, warmup: int = 2) -> dict[str, float]:

@@ -10,8 +10,8 @@ import tempfile
 import time
 
 from partui.bench.harness import print_rows
-from partui.controller import Controller
-from partui.launch import warm_up
+from partui.world.controller import Controller
+from partui.world.launch import warm_up
 
 _SPAWN_PEER = r"""
 import sys, time, socket
@@ -31,7 +31,7 @@ if __name__ == "__main__":
 def _ours(world: int) -> float:
     """A fresh `python` that launches a world and sets up a tiny plan on it: the cold start."""
     code = ("import time; t0 = time.perf_counter()\n"
-            "from partui.controller import Controller\n"
+            "from partui.world.controller import Controller\n"
             f"w = Controller.launch({world}); w.close()\n"
             "print(time.perf_counter() - t0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -2,7 +2,7 @@
 shared cores, not the schedule, decided the measured one (`partui bench fb`, `partui bench ep`).
 
 Each measured step's recorded trace (every rank's RankTracer.stop()) is replayed by `partui
-whatif`'s core (partui.analysis.whatif) under the bench's link, each rank's busy stretches cut to
+whatif`'s core (partui.analysis.replay.whatif) under the bench's link, each rank's busy stretches cut to
 the CPU time it got (whatif.on_own_cores): own_device_ms. core_share_pct is that share over all
 ranks: 100 means every rank had a core whenever it had work; well below it, ranks queued for this
 machine's cores (each other's, or other jobs'), and the measured step says more about the cores
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from partui.analysis.whatif import on_own_cores, programs, simulate
-from partui.tracefile import build_doc
+from partui.analysis.replay.whatif import on_own_cores, programs, simulate
+from partui.recording.tracefile import build_doc
 from planning.link import LinkModel
 from planning.mesh import Plan
 

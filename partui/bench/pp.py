@@ -27,10 +27,10 @@ from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.layers import rope_tables
 from kernels.weights import init_params
-from partui import launch
+from partui.world import launch
 from partui.bench.args import whole_at_least_one
 from partui.bench.harness import table
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 from planning.pipeline.catalog import CATALOG
 
 # ours -> torch counterpart (class name in torch.distributed.pipelining), layout of the torch stages

@@ -1,7 +1,7 @@
 """`partui bench soak`: a long run's memory. Steps a world (default dp 4, 1,000 steps) and reads the
 resident set (Rss of /proc/PID/smaps_rollup) of the controller and of every rank at step 100 and at
 the end; the target is growth under 2% each (the controller keeps its last step lines and running
-totals, partui.world.HISTORY_LINES, not a line per step). Progress goes to stderr, a line every
+totals, partui.world.world.HISTORY_LINES, not a line per step). Progress goes to stderr, a line every
 ~10% of steps; the table and one verdict line naming the target to stdout; exit 1 on a miss."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 import sys
 
 from partui.bench.args import whole_at_least_one
-from partui.plans import build_plan
-from partui.world import HISTORY_LINES, World
+from partui.world.plans import build_plan
+from partui.world.world import HISTORY_LINES, World
 
 
 def rss_kib(pid: int) -> int:

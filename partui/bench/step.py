@@ -11,7 +11,7 @@ from kernels.engine import Engine
 from kernels.model import build_model
 from partui.bench.args import model_names, whole_at_least_one
 from partui.bench.harness import interleaved, print_rows
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 
 
 def _autograd_peer(cfg, seed):

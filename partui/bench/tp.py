@@ -26,8 +26,8 @@ from torch import nn
 from kernels.data import global_batch
 from kernels.engine import Engine
 from kernels.weights import init_params
-from partui import launch
-from partui.plans import MODEL_FIELDS, build_plan
+from partui.world import launch
+from partui.world.plans import MODEL_FIELDS, build_plan
 
 
 def parse(argv):

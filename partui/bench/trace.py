@@ -14,8 +14,8 @@ from viztracer import log_sparse
 from partui.bench.analysis import bench_analysis, describe
 from partui.bench.args import whole_at_least_one
 from partui.bench.harness import table
-from partui.trace import forget_viztracer, sparse_viztracer
-from partui.world import World
+from partui.recording.trace import forget_viztracer, sparse_viztracer
+from partui.world.world import World
 
 MODES = ("off", "sparse", "full")
 TARGET_SPARSE_PCT = 3.0

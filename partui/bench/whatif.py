@@ -2,7 +2,7 @@
 
 For each plan one world alternates windows of steps without the link and with it (World.set_link
 between steps), so machine noise hits both alike; each plain window is replayed under the link
-(partui.analysis.whatif, the first step of a window left out as a warm-up) and set beside the
+(partui.analysis.replay.whatif, the first step of a window left out as a warm-up) and set beside the
 linked window that follows it. Reported per plan: predicted and measured step (slowest rank, mean
 over a window's steps; then the median over the rounds, so one window hit by another job's burst
 on this shared machine does not decide) and the error of the prediction.
@@ -11,7 +11,7 @@ With --explain, where the error comes from (per step, slowest rank, median over 
     link_only_ms    the same plain window replayed by the link alone (whatif --link-only): the
                     prediction before a collective was held to gloo's recorded own time and a
                     wait kept its own time past its op's end, as the live emulation holds them
-                    (partui.analysis.whatif's module doc); link_only_error_pct its error against
+                    (partui.analysis.replay.whatif's module doc); link_only_error_pct its error against
                     the same measured step: predicted - link_only is what those rules add
     self_replay_ms  the linked window replayed under its own link: the prediction had it known
                     the linked run's own busy stretches, gloo times and wake-ups; measured -
@@ -37,11 +37,11 @@ import sys
 import tempfile
 
 from partui.analysis import read_doc
-from partui.analysis.whatif import programs, steps_of
+from partui.analysis.replay.whatif import programs, steps_of
 from partui.bench.args import whole_at_least_one
 from partui.bench.harness import table
 from partui.commands.whatif import measured_step_ms, predict
-from partui.world import World
+from partui.world.world import World
 from planning.link import LinkModel, check_link
 from planning.pipeline.catalog import specs
 

@@ -1,5 +1,5 @@
 """`partui blame TRACE`: who made the steps slow and by how much. The cross-rank critical path of
-the slowest step and the what-if attribution of the straggler slowdown (partui/analysis/blame.py),
+the slowest step and the what-if attribution of the straggler slowdown (partui/analysis/replay/blame.py),
 from an op-level trace (parquet or csv: the ByteDance straggler artifact's columns) or a partui
 trace."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ import argparse
 import json
 import sys
 
-from partui.analysis.blame import FIGURES, analyse
-from partui.analysis.blame_marks import write_marked
-from partui.analysis.bytedance_graph import bytedance_graphs
-from partui.analysis.definitions import BLAME, definitions_of, help_text
-from partui.analysis.events import TraceError
-from partui.analysis.op_table import read_op_table
-from partui.analysis.partui_graph import partui_graphs
-from partui.analysis.reader import read_doc
+from partui.analysis.replay.blame import FIGURES, analyse
+from partui.analysis.replay.blame_marks import write_marked
+from partui.analysis.replay.bytedance_graph import bytedance_graphs
+from partui.analysis.figures.definitions import BLAME, definitions_of, help_text
+from partui.analysis.table.events import TraceError
+from partui.analysis.reading.op_table import read_op_table
+from partui.analysis.replay.partui_graph import partui_graphs
+from partui.analysis.reading.reader import read_doc
 from partui.commands.paths import check_output_file
 from partui.commands.report import FORMATS, render
 

@@ -8,9 +8,9 @@ import argparse
 import json
 import sys
 
-from partui.doctor import render, verdict
-from partui.fr_merge import merge
-from partui.torch_fr import is_torch_dump, to_dump
+from partui.diagnosis.doctor import render, verdict
+from partui.diagnosis.fr_merge import merge
+from partui.diagnosis.torch_fr import is_torch_dump, to_dump
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

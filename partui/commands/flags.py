@@ -10,7 +10,7 @@ import argparse
 import math
 import re
 
-from partui.plans import MODEL_FIELDS
+from partui.world.plans import MODEL_FIELDS
 from planning import mesh
 from planning.config import PRESETS as MODEL_PRESETS
 from planning.moe_families import DEEPSEEK_ONLY

@@ -1,8 +1,8 @@
 """`partui plan [plan flags]`: the plan's layout without launching: every global rank with its
-coordinates, groups, stages and layers, shards, experts and memory ledger (partui.layout), as a table
+coordinates, groups, stages and layers, shards, experts and memory ledger (partui.world.layout), as a table
 or `--json`, with each rank's memory estimated from the sizes alone beside the prediction. Exit 2 on
 a bad plan (one line naming the flag and a fix), one whose world would not fit this machine's RAM
-too (partui.plans.build_plan, before torch loads)."""
+too (partui.world.plans.build_plan, before torch loads)."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,8 @@ import json
 import sys
 
 from partui.commands.flags import add_plan_arguments, fields_from_args, flagify, microbatches_note
-from partui.checkpoint import check_resume
-from partui.plans import MODEL_FIELDS, build_plan
+from partui.checkpoints.checkpoint import check_resume
+from partui.world.plans import MODEL_FIELDS, build_plan
 from planning.mesh import Plan
 
 
@@ -40,11 +40,11 @@ def run(args) -> int:
         return 2
     if args.resume:
         return show_reshard(args, plan, cfg)
-    from partui.layout import layout_text, memory_text, plan_layout  # torch: only once the plan is valid
+    from partui.world.layout import layout_text, memory_text, plan_layout  # torch: only once the plan is valid
     measured = None
     if args.trace:
-        from partui.analysis.events import TraceError  # pandas: only when a trace is read
-        from partui.analysis.memory import memory_table
+        from partui.analysis.table.events import TraceError  # pandas: only when a trace is read
+        from partui.analysis.figures.memory import memory_table
         try:
             measured = memory_table(args.trace)[0].to_dict("records")
         except TraceError as e:
@@ -66,8 +66,8 @@ def run(args) -> int:
 
 
 def show_reshard(args, plan, cfg) -> int:
-    """The reshard map of `--resume DIR` onto this plan (partui.reshard_map); nothing launched."""
-    from partui.reshard_map import reshard_map, reshard_text   # torch: only a valid plan's map
+    """The reshard map of `--resume DIR` onto this plan (partui.checkpoints.reshard_map); nothing launched."""
+    from partui.checkpoints.reshard_map import reshard_map, reshard_text   # torch: only a valid plan's map
     try:
         ckpt, man = check_resume(args.resume, plan, cfg, {})   # the run's own seed / optim
     except ValueError as e:

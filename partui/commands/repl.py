@@ -1,11 +1,11 @@
-"""`partui repl`: a Python REPL holding a World (partui.world) with the app's verbs."""
+"""`partui repl`: a Python REPL holding a World (partui.world.world) with the app's verbs."""
 from __future__ import annotations
 
 import argparse
 import code
 
-from partui.plans import PRESETS
-from partui.world import World
+from partui.world.plans import PRESETS
+from partui.world.world import World
 
 BANNER = """partui repl: `w` is a partui.World (the same object the app and `partui run` drive).
 Try, in order:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from partui.analysis.comm_families import FAMILIES
-from partui.analysis.definitions import BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, help_text
+from partui.analysis.gpu.comm_families import FAMILIES
+from partui.analysis.figures.definitions import BY_PAIR, BY_SCHEDULE, GPU, MEMORY, REPORT, ROUTING, help_text
 from partui.commands.paths import check_output_file
 from partui.commands.report_lean import lean_report
 from partui.commands.report_render import FORMATS, render

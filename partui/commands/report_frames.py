@@ -9,17 +9,17 @@ import sys
 import pandas as pd
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note
-from partui.analysis.comm_kernels import family_lines, family_table
-from partui.analysis.cpu import core_sharing_line
-from partui.analysis.definitions import definitions, legend
-from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.kineto_pairs import frame_pairs, is_part_trace, kineto_pair_summary, pair_frame
-from partui.analysis.memory import memory_table, plot_memory
-from partui.analysis.pair_plan import planner_beside
-from partui.analysis.pairs import fb_pair_a2a, pair_summary
-from partui.analysis.routing import routing_steps, routing_table
-from partui.analysis.schedule_view import schedule_view
-from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.analysis.gpu.comm_kernels import family_lines, family_table
+from partui.analysis.figures.cpu import core_sharing_line
+from partui.analysis.figures.definitions import definitions, legend
+from partui.analysis.gpu.gpu_steps import gpu_step_sums
+from partui.analysis.figures.kineto_pairs import frame_pairs, is_part_trace, kineto_pair_summary, pair_frame
+from partui.analysis.figures.memory import memory_table, plot_memory
+from partui.analysis.figures.pair_plan import planner_beside
+from partui.analysis.figures.pairs import fb_pair_a2a, pair_summary
+from partui.analysis.figures.routing import routing_steps, routing_table
+from partui.analysis.figures.schedule_view import schedule_view
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
 from partui.commands.report_render import render
 from partui.commands.report_rows import head_of, terms_of
 from partui.commands.report_vs import compare, vs_verdict

@@ -13,14 +13,14 @@ import sys
 
 import numpy as np
 
-from partui.analysis.comm_families import family_lines
-from partui.analysis.definitions import TERMS, definitions, legend
-from partui.analysis.gpu_kernels import (family_rows, gpu_rows, hta_kept, hta_overlap_pct, rank_rows, rank_sums,
+from partui.analysis.gpu.comm_families import family_lines
+from partui.analysis.figures.definitions import TERMS, definitions, legend
+from partui.analysis.gpu.gpu_kernels import (family_rows, gpu_rows, hta_kept, hta_overlap_pct, rank_rows, rank_sums,
                                          step_sums, stream_rows)
-from partui.analysis.kineto_lean import NotLean, has_parts, lean_pairs, read_gpu_trace
-from partui.analysis.pair_parts import COLUMNS as PAIR_COLUMNS
-from partui.analysis.pair_parts import pair_summary
-from partui.analysis.pair_plan import planner_beside
+from partui.analysis.reading.kineto_lean import NotLean, has_parts, lean_pairs, read_gpu_trace
+from partui.analysis.gpu.pair_parts import COLUMNS as PAIR_COLUMNS
+from partui.analysis.gpu.pair_parts import pair_summary
+from partui.analysis.figures.pair_plan import planner_beside
 from partui.commands.lean_render import csv_text, json_rows, markdown_text, string_text
 from partui.commands.report_rows import left_out_line
 

@@ -7,7 +7,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from partui.analysis.definitions import definitions
+from partui.analysis.figures.definitions import definitions
 
 if TYPE_CHECKING:   # what linters see; a frame arrives already built
     import pandas as pd

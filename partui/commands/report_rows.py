@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from partui.analysis.definitions import KINETO_CPU_TERMS, TERMS
+from partui.analysis.figures.definitions import KINETO_CPU_TERMS, TERMS
 
 ROWS = 40          # --by pair is a row per all-to-all: 150 on a small DualPipeV trace
 TABLE_SUFFIXES = (".parquet", ".csv")   # op tables: blame's input, not a trace

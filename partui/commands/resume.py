@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from partui.checkpoint import check_resume, saved_steps
+from partui.checkpoints.checkpoint import check_resume, saved_steps
 from partui.commands.paths import prove_writable
 
 

@@ -23,10 +23,10 @@ from partui.commands.flags import (
 )
 from partui.commands.paths import check_output_file, prove_writable
 from partui.commands.resume import Saver, add_checkpoint_arguments, check_checkpoint_options
-from partui.launch import RankError, WorldTimeout
-from partui.machine import under_torchrun, usable_cpus
-from partui.results import line_text, public, summary_text
-from partui.world import World
+from partui.world.launch import RankError, WorldTimeout
+from partui.recording.machine import under_torchrun, usable_cpus
+from partui.world.results import line_text, public, summary_text
+from partui.world.world import World
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -202,7 +202,7 @@ def run(args) -> int:
         (lambda ln: print(line_text(ln), flush=True))
     # torch loads only once every flag is accepted: a refusal answers in a fraction of a second
     from kernels.comm import RendezvousError
-    from partui.torchrun import run_joined
+    from partui.world.torchrun import run_joined
     if under_torchrun():
         if args.link:
             return fail("--link emulates links between ranks sharing this host's clock; run "
@@ -242,7 +242,7 @@ def run(args) -> int:
                 if args.trace:
                     world.trace_save(args.trace, command=command)
                     if args.critical_path:   # pandas and the analysis: only a marked trace
-                        from partui.analysis.blame_marks import mark_trace
+                        from partui.analysis.replay.blame_marks import mark_trace
                         print(f"partui run: {mark_trace(args.trace)}", file=sys.stderr, flush=True)
             except BaseException as e:            # a rank died or stopped, Ctrl-C, a save error
                 if args.trace:

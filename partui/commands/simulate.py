@@ -7,8 +7,8 @@ import math
 import os
 import sys
 
-from partui.analysis.events import TraceError
-from partui.analysis.pair_plan import from_trace
+from partui.analysis.table.events import TraceError
+from partui.analysis.figures.pair_plan import from_trace
 from planning.mesh import field_specs
 from planning.pipeline.catalog import SCHEDULE_NAMES, build_schedule, formula_bubble
 from planning.pipeline.part_costs import PART_KEYS, PartCost, cost_from_parts, pair_timeline, text_pair

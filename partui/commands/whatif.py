@@ -1,6 +1,6 @@
 """`partui whatif TRACE --link LINK`: replay a recorded trace's per-rank op graph under an emulated
 link (and a compute scale) and predict step time, time blocked in waits and overlap per rank
-(partui/analysis/whatif.py). `--measured OTHER`: a trace of the same plan run under that link,
+(partui/analysis/replay/whatif.py). `--measured OTHER`: a trace of the same plan run under that link,
 set beside the prediction with its error."""
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import torch
 from kernels.calibrate import matmul_flops
 from kernels.recompute import forward_share
 from partui.analysis import TraceError, read_doc
-from partui.analysis.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
-from partui.analysis.kineto import is_kineto
-from partui.analysis.whatif import replay, steps_of
-from partui.analysis.whatif_pipe import repipe
-from partui.analysis.whatif_recompute import recompute_table
+from partui.analysis.figures.definitions import RECOMPUTE, WHATIF, WHATIF_PP, definitions, help_text
+from partui.analysis.reading.kineto import is_kineto
+from partui.analysis.replay.whatif import replay, steps_of
+from partui.analysis.replay.whatif_pipe import repipe
+from partui.analysis.replay.whatif_recompute import recompute_table
 from partui.commands.flags import add_link_arguments, flagify
 from partui.commands.report import FORMATS, render
-from partui.layout import plan_layout
+from partui.world.layout import plan_layout
 from planning.config import ModelConfig
 from planning.link import LinkModel, build_link, check_link, parse_link
 from planning.mesh import Plan

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from app_helpers import command, engine_ready, launched, not_whole, screen_text, wait_for
-from partui.plans import PRESETS
+from partui.world.plans import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
 TAB_TITLES = ("Params", "Grads", "Optim", "Shards", "Trace", "Routing", "Memory")

@@ -8,7 +8,7 @@ import pytest
 from app_helpers import command, engine_ready, idle, trace_one_step, wait_for
 from partui.app.screens.commands import CommandsProvider
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
-from partui.plans import PRESETS
+from partui.world.plans import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
 

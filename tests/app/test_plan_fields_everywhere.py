@@ -13,7 +13,7 @@ from planning.mesh import Plan, PlanError
 from partui.app.widgets.command_line import CommandError, CommandSuggester, parse
 from partui.cli import build_parser
 from partui.commands.flags import FLAG_OF, fields_from_args
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 
 pytestmark = pytest.mark.timeout(300)
 HELP = "a knob only this test adds"

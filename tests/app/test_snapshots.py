@@ -8,7 +8,7 @@ import pytest
 
 from app_helpers import engine_ready, idle, wait_for
 from partui.app.screens import setup
-from partui.plans import PRESETS
+from partui.world.plans import PRESETS
 
 pytest.importorskip("pytest_textual_snapshot")   # the test extra installs it (pyproject.toml)
 pytestmark = pytest.mark.timeout(200)

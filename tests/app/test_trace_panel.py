@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.app import App
 
 from app_helpers import command, idle, launched, trace_one_step, wait_for
-from partui.analysis.pairs import COLUMNS, pair_summary
+from partui.analysis.figures.pairs import COLUMNS, pair_summary
 from partui.app.main import PartuiApp
 from partui.app.widgets.trace_panel import TracePanel
 

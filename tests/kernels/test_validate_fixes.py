@@ -19,9 +19,9 @@ from planning.config import make_config
 from kernels.engine import Engine
 from planning.mesh import Plan, PlanError
 from planning.validate import BROAD, apply_fix, validate
-from partui.checker import Checker
-from partui.results import step_line
-from partui.snapshot import step_item
+from partui.world.checker import Checker
+from partui.world.results import step_line
+from partui.world.snapshot import step_item
 from worlds import run_world
 
 DOMAIN = BROAD   # the fields and values drawn: those the validator's last-resort search tries

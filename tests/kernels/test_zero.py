@@ -83,7 +83,7 @@ def test_layer_keys():
 # The engine builds fp32 layers today; these ranks build them in bf16 (what `--dtype bf16`
 # needs from kernels/engine.py) and hold ZeRO's sharded fp32 master/Adam to the single-process
 # mixed-precision reference: the same bf16 model with fp32 master weights and Adam state.
-BF16_GRAD_ATOL = 3e-2     # the old absolute bf16 bound of --check (now partui.checker holds bf16 to its own rounding); seen: 1e-3 to 2e-3
+BF16_GRAD_ATOL = 3e-2     # the old absolute bf16 bound of --check (now partui.world.checker holds bf16 to its own rounding); seen: 1e-3 to 2e-3
 BF16_GRAD_RTOL = 0.05     # max error / max |grad| of a tensor, bf16 has 8 mantissa bits
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from partui.analysis import TraceError, hta_overlap, load, overlap, oversubscription_note, step_times
-from partui.analysis.cpu import core_sharing_line
+from partui.analysis.figures.cpu import core_sharing_line
 from partui.bench.analysis import bench_analysis, describe
 
 
@@ -279,7 +279,7 @@ def test_an_older_traces_comm_span_on_the_compute_track_is_a_wait_not_an_op(tmp_
 
 
 def test_viztracer_calls_on_the_compute_track_change_no_figure(tmp_path):
-    # partui.trace puts viztracer's calls (cat FEE) on the compute track where they nest: one around
+    # partui.recording.trace puts viztracer's calls (cat FEE) on the compute track where they nest: one around
     # the whole step, one in rank 0's gap [40, 50] between F and B, one inside its wait [40, 45]
     calls = [X(0, "do (executor.py:162)", "FEE", 0, 100), X(0, "glue (x.py:1)", "FEE", 41, 8),
              X(0, "Handle.wait (handles.py:87)", "FEE", 40, 5), X(1, "forward (m.py:3)", "FEE", 60, 30)]

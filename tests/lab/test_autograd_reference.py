@@ -17,10 +17,10 @@ from kernels.ep.layer import MoE
 from kernels.layers.norm import RMSNorm
 from planning.mesh import Plan
 from kernels.torch_reference import TorchReference
-from partui.checker import Checker
-from partui.plans import build_plan
-from partui.results import step_line
-from partui.snapshot import step_item
+from partui.world.checker import Checker
+from partui.world.plans import build_plan
+from partui.world.results import step_line
+from partui.world.snapshot import step_item
 from worlds import run_world
 
 

@@ -11,7 +11,7 @@ from kernels.ep.deepseek import route_deepseek
 from kernels.ep.routing import slots
 from kernels.torch_moe import MoEBlock, within_capacity
 from kernels.torch_reference import TorchReference
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 
 
 def test_capacity_fills_slots_in_priority_order():

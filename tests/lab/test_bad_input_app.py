@@ -5,7 +5,7 @@ or more (issue 35's closing note quotes it: `pytest -s -k count`)."""
 import pytest
 
 from partui.app.widgets.command_line import CommandError, parse
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 from test_bad_input import BAD_INPUTS, RUN_BAD
 from test_bad_input_more import MORE_INPUTS
 

@@ -12,7 +12,7 @@ import pytest
 
 from partui.bench import analysis, analysis_torch
 from partui.bench.analysis import synthetic_kineto
-from partui.tracefile import write_atomic
+from partui.recording.tracefile import write_atomic
 
 FAKE_HTA = '''import os, pandas as pd
 class TraceAnalysis:

@@ -1,9 +1,9 @@
 """`--dtype bf16` from the command line: bf16 params and grads, fp32 master weights and Adam,
 checked against the single-process mixed-precision reference (each grad within a multiple of bf16's
-own rounding of it, partui/checker.py BF16_NOISE_RATIO)."""
+own rounding of it, partui/world/checker.py BF16_NOISE_RATIO)."""
 from conftest import check_plan
 
-from partui.checker import BF16_NOISE_RATIO
+from partui.world.checker import BF16_NOISE_RATIO
 
 
 def test_zero2_bf16_matches_the_mixed_reference():

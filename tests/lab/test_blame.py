@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis.blame import analyse, blame_line, blame_text, critical_path, typical_durations
-from partui.analysis.events import TraceError
-from partui.analysis.op_table import read_op_table
-from partui.analysis.opgraph import Node, StepGraph, step_time
-from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.replay.blame import analyse, blame_line, blame_text, critical_path, typical_durations
+from partui.analysis.table.events import TraceError
+from partui.analysis.reading.op_table import read_op_table
+from partui.analysis.replay.opgraph import Node, StepGraph, step_time
+from partui.analysis.replay.partui_graph import partui_graphs
 
 
 def node(name, rank, dur, optype="compute", after=(), group=None, stage=0, dp=None, lane="c"):

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from partui.analysis.blame import analyse
-from partui.analysis.opgraph import step_time
-from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.replay.blame import analyse
+from partui.analysis.replay.opgraph import step_time
+from partui.analysis.replay.partui_graph import partui_graphs
 
 
 def X(pid, name, cat, ts_ms, dur_ms, **args):

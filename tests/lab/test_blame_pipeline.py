@@ -9,9 +9,9 @@ step; its typical, replayed on every send, made the ideal step longer than the r
 import pytest
 
 from planning.mesh import Plan
-from partui.analysis.blame import analyse, as_recorded, typical_durations
-from partui.analysis.opgraph import Node, StepGraph, step_time
-from partui.analysis.partui_graph import partui_graphs
+from partui.analysis.replay.blame import analyse, as_recorded, typical_durations
+from partui.analysis.replay.opgraph import Node, StepGraph, step_time
+from partui.analysis.replay.partui_graph import partui_graphs
 
 F, B, OPT, AR = 1.0, 2.0, 0.5, 1.0          # ms: a forward, a backward, the optimizer, all-reduce
 

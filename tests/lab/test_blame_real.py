@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from partui.analysis.blame import analyse
+from partui.analysis.replay.blame import analyse
 from partui.commands.blame import graphs_of, render_all
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from partui.analysis.blame import analyse
-from partui.analysis.bytedance_graph import bytedance_graphs
-from partui.analysis.op_table import read_op_table
+from partui.analysis.replay.blame import analyse
+from partui.analysis.replay.bytedance_graph import bytedance_graphs
+from partui.analysis.reading.op_table import read_op_table
 from partui.bench.blame_scale import main, tile
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",

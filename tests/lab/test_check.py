@@ -5,7 +5,7 @@ import torch
 from kernels.check import Reference, compare_pieces, region
 from planning.config import make_config
 from planning.mesh import Plan
-from partui.checker import check_step
+from partui.world.checker import check_step
 
 
 def _ref():

@@ -12,11 +12,11 @@ from conftest import check_plan
 from kernels.check import compare_pieces
 from kernels.engine import Engine
 from kernels.tp.regions import CopyToTP
-from partui.checker import BF16_NOISE_RATIO, Checker
-from partui.plans import build_plan
-from partui.results import step_line
-from partui.snapshot import step_item
-from partui.world import World
+from partui.world.checker import BF16_NOISE_RATIO, Checker
+from partui.world.plans import build_plan
+from partui.world.results import step_line
+from partui.world.snapshot import step_item
+from partui.world.world import World
 from worlds import run_world
 
 

@@ -10,8 +10,8 @@ import torch
 
 from kernels.check import Reference
 from kernels.checkpoint.reference import load_model, load_optimizer
-from partui.checkpoint import saved_steps
-from partui.launch import RankError, WorldTimeout
+from partui.checkpoints.checkpoint import saved_steps
+from partui.world.launch import RankError, WorldTimeout
 from planning.config import make_config
 from planning.mesh import Plan
 from tests.lab.checkpoint_helpers import differences, whole_state, world

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_here
-from partui.checkpoint import saved_steps
+from partui.checkpoints.checkpoint import saved_steps
 
 
 def rank_pids(pid: int) -> list[int]:

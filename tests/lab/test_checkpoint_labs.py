@@ -13,12 +13,12 @@ import pytest
 from kernels.check import Reference
 from kernels.checkpoint.reference import load_model, load_optimizer
 from kernels.comm import dcp
-from partui.launch import RankError
+from partui.world.launch import RankError
 from planning.config import make_config, param_shapes
 from planning.mesh import Plan
 from tests.lab.checkpoint_helpers import whole_state, world
 
-LOSS_ATOL, PARAM_ATOL = 2e-5, 1e-6     # --check's fp32 bounds (partui/checker.py)
+LOSS_ATOL, PARAM_ATOL = 2e-5, 1e-6     # --check's fp32 bounds (partui/world/checker.py)
 
 
 def truth(name: str, root, fault: str | None = None):

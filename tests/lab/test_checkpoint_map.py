@@ -6,7 +6,7 @@ import math
 import pytest
 
 from conftest import run_here
-from partui.reshard_map import reshard_map
+from partui.checkpoints.reshard_map import reshard_map
 from planning.config import make_config, param_shapes
 from planning.mesh import Plan
 from tests.lab.checkpoint_helpers import world

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import run_here
-from partui.checkpoint import MANIFEST
+from partui.checkpoints.checkpoint import MANIFEST
 from tests.lab.checkpoint_helpers import world
 
 

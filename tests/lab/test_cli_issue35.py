@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from conftest import ROOT, run_cli, run_here
-from partui.profile import without_kineto_log
-from partui.results import summary_text
+from partui.recording.profile import without_kineto_log
+from partui.world.results import summary_text
 from planning.pipeline.catalog import SCHEDULES
 from test_bad_input_more import SAMPLE, refusal
 from test_tour import tour_commands

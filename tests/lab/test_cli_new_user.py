@@ -239,7 +239,7 @@ def test_a_torchrun_port_in_use_is_one_line(tmp_path):
 
 
 def test_the_negative_formula_bubble_is_explained():
-    from partui.analysis.definitions import FIGURES
+    from partui.analysis.figures.definitions import FIGURES
     text = FIGURES["formula_bubble_pct"].counts
     assert "negative" in text and "W" in text
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import column_parts, columns, json_stream, reader
-from partui.analysis.events import labels, slices
+from partui.analysis.reading import column_parts, columns, json_stream, reader
+from partui.analysis.table.events import labels, slices
 
 pa = pytest.importorskip("pyarrow")
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from partui.analysis import TraceError, hta_overlap, load
-from partui.analysis.comm_kernels import family_lines, family_table
-from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.analysis.gpu.comm_kernels import family_lines, family_table
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
 from partui.cli import main
 
 

@@ -1,4 +1,4 @@
-"""One table of definitions (partui.analysis.definitions): every column a report, a frame or the
+"""One table of definitions (partui.analysis.figures.definitions): every column a report, a frame or the
 app prints has exactly one record there, no other module keeps a table of its own, and the two
 figures that once shared the name exposed_comm_ms differ on a hand-built trace as their
 definitions say."""
@@ -10,23 +10,23 @@ import pytest
 
 from planning.link import build_link
 from partui.analysis import hta_overlap, load, overlap, overlap_views, step_times
-from partui.analysis.blame import FIGURES as BLAME_FIGURES
-from partui.analysis.blame import analyse
-from partui.analysis.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
+from partui.analysis.replay.blame import FIGURES as BLAME_FIGURES
+from partui.analysis.replay.blame import analyse
+from partui.analysis.figures.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
                                          definitions_of, figure_of, help_text, legend)
-from partui.analysis.pair_parts import COLUMNS as KINETO_PAIR_COLUMNS
-from partui.analysis.memory import KINDS
-from partui.analysis.pairs import COLUMNS as PAIR_COLUMNS
-from partui.analysis.partui_graph import partui_graphs
-from partui.analysis.routing import routing_table
-from partui.analysis.streams import GPU_COLUMNS, STREAM_COLUMNS, gpu_overlap, stream_busy
-from partui.analysis.whatif import SAVED_COLUMNS, replay, saved
-from partui.analysis.whatif_pipe import STAGE_COLUMNS
-from partui.analysis.whatif_recompute import COLUMNS as RECOMPUTE_COLUMNS
+from partui.analysis.gpu.pair_parts import COLUMNS as KINETO_PAIR_COLUMNS
+from partui.analysis.figures.memory import KINDS
+from partui.analysis.figures.pairs import COLUMNS as PAIR_COLUMNS
+from partui.analysis.replay.partui_graph import partui_graphs
+from partui.analysis.figures.routing import routing_table
+from partui.analysis.figures.streams import GPU_COLUMNS, STREAM_COLUMNS, gpu_overlap, stream_busy
+from partui.analysis.replay.whatif import SAVED_COLUMNS, replay, saved
+from partui.analysis.replay.whatif_pipe import STAGE_COLUMNS
+from partui.analysis.replay.whatif_recompute import COLUMNS as RECOMPUTE_COLUMNS
 from partui.app.widgets.trace_panel import PAIR_COLS, PIPE_COLS, REPORT_COLS, SAVED_COLS
 from partui.bench.analysis import synthetic_trace
 from partui.commands.report_vs import compare
-from partui.tables import show_rows, step_rows
+from partui.world.tables import show_rows, step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,4 +161,4 @@ def figure_tables(path: Path) -> list[tuple[int, int]]:
 def test_no_second_table_of_definitions():
     found = {str(p.relative_to(ROOT)): t for top in ("partui", "planning", "kernels")
              for p in sorted((ROOT / top).rglob("*.py")) if (t := figure_tables(p))}
-    assert found == {}, f"definitions live in partui/analysis/definitions.py only: {found}"
+    assert found == {}, f"definitions live in partui/analysis/figures/definitions.py only: {found}"

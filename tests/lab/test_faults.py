@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from partui.doctor import verdict
-from partui.launch import RankError
-from partui.world import World
+from partui.diagnosis.doctor import verdict
+from partui.world.launch import RankError
+from partui.world.world import World
 
 pytestmark = pytest.mark.timeout(300)
 

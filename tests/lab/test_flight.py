@@ -13,9 +13,9 @@ from worlds import run_world
 
 from kernels import comm
 from kernels.comm import flight
-from partui import doctor, torch_fr
+from partui.diagnosis import doctor, torch_fr
 from partui.commands.doctor import load
-from partui.flight_gather import stopped
+from partui.diagnosis.flight_gather import stopped
 from planning import flight_codes
 from planning.fault_spec import FaultError, parse_fault
 

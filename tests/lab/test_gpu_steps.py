@@ -12,7 +12,7 @@ import pytest
 from interval_oracle import merged
 
 from partui.analysis import load, overlap
-from partui.analysis.gpu_steps import counted_kernels
+from partui.analysis.gpu.gpu_steps import counted_kernels
 from partui.cli import main
 
 LAUNCHES = [("cuda_runtime", "cudaLaunchKernel"), ("cuda_driver", "cuLaunchKernel"),

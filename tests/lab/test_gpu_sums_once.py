@@ -4,9 +4,10 @@ import json
 
 import pandas as pd
 
-from partui.analysis import overlap_views, reader
-from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.analysis import overlap_views
+from partui.analysis.reading import reader
+from partui.analysis.gpu.gpu_steps import gpu_step_sums
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
 from partui.bench.analysis import synthetic_kineto
 
 

@@ -1,4 +1,4 @@
-"""The array replay (partui/analysis/graph_replay.py) against the event loop of planning/replay.py,
+"""The array replay (partui/analysis/replay/graph_replay.py) against the event loop of planning/replay.py,
 the independent oracle: random step graphs (lanes, dependencies, collectives, async ops waited
 later) replayed both ways give the same step time bit for bit, column by column; the kept-column
 replay (only one label value recorded, the rest typical) equals the dense replay of the same
@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from partui.analysis.blame import analyse
-from partui.analysis.events import TraceError
-from partui.analysis.graph_replay import ReplayPlan, replay_dense, replay_one_kept
-from partui.analysis.opgraph import Node, StepGraph, step_time
+from partui.analysis.replay.blame import analyse
+from partui.analysis.table.events import TraceError
+from partui.analysis.replay.graph_replay import ReplayPlan, replay_dense, replay_one_kept
+from partui.analysis.replay.opgraph import Node, StepGraph, step_time
 
 
 def random_graph(seed, ranks=5, ops=12):
@@ -86,7 +86,7 @@ def test_a_cycle_is_refused_naming_the_step():
 
 def test_blame_reads_the_same_whichever_way_kept_columns_replay(monkeypatch):
     """by worker and by dp rank: changed rows only (many values) or dense (few), same figures."""
-    from partui.analysis import blame
+    from partui.analysis.replay import blame
     graphs = [random_graph(7, ranks=6, ops=16) for _ in range(2)]
     for g in graphs:
         g.recorded = 10.0
@@ -108,9 +108,9 @@ REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real
 def test_a_real_jobs_what_ifs_equal_the_event_loops():
     """ByteDance's SE job (64 workers): each step as recorded, and one worker's what-if (only its
     ops recorded, the rest typical: the changed-rows replay), against the event loop, bit for bit."""
-    from partui.analysis.blame import recorded_per_node, typical_durations, typical_per_node
-    from partui.analysis.bytedance_graph import bytedance_graphs
-    from partui.analysis.op_table import read_op_table
+    from partui.analysis.replay.blame import recorded_per_node, typical_durations, typical_per_node
+    from partui.analysis.replay.bytedance_graph import bytedance_graphs
+    from partui.analysis.reading.op_table import read_op_table
     graphs = bytedance_graphs(read_op_table(REAL))[:3]
     typ = typical_durations(graphs)
     t = graphs[0].table

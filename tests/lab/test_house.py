@@ -34,46 +34,46 @@ LOCAL_IMPORTS_ALLOWED = {
     ("partui/app/screens/trace_actions.py", "partui.analysis"):
         "the analysis brings pandas (~0.5 s): loaded on the first trace report, not before the "
         "app's first frame (partui bench app: target 1.5 s)",
-    ("partui/app/screens/mesh.py", "partui.layout"):
+    ("partui/app/screens/mesh.py", "partui.world.layout"):
         "the layout builds each rank's engine (torch), which the app loads after its first frame",
-    ("partui/world_trace.py", "partui.analysis"):
+    ("partui/world/world_trace.py", "partui.analysis"):
         "the analysis imports pandas; the app loads it on its first report, not at start",
-    ("partui/world.py", "partui.checker"):
+    ("partui/world/world.py", "partui.world.checker"):
         "the single-process reference imports torch; only a checked world needs it",
-    ("partui/commands/plan.py", "partui.layout"):
+    ("partui/commands/plan.py", "partui.world.layout"):
         "the layout builds each rank's engine (torch, ~3 s): a refused plan answers before it loads",
-    ("partui/commands/plan.py", "partui.analysis.events"):
+    ("partui/commands/plan.py", "partui.analysis.table.events"):
         "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
-    ("partui/commands/plan.py", "partui.analysis.memory"):
+    ("partui/commands/plan.py", "partui.analysis.figures.memory"):
         "the analysis imports pandas: `plan --trace` reads a trace, a plain `plan` never does",
     ("partui/commands/run.py", "kernels.comm"):
         "torch (~3 s): a refused `partui run` answers before it loads",
-    ("partui/commands/run.py", "partui.torchrun"):
+    ("partui/commands/run.py", "partui.world.torchrun"):
         "torch (~3 s): a refused `partui run` answers before it loads",
-    ("partui/commands/run.py", "partui.analysis.blame_marks"):
+    ("partui/commands/run.py", "partui.analysis.replay.blame_marks"):
         "pandas and torch: only `--critical-path` marks a trace, after the run",
-    ("partui/app/screens/commands.py", "partui.reshard_map"):
+    ("partui/app/screens/commands.py", "partui.checkpoints.reshard_map"):
         "the reshard map builds each rank's engine (torch): the app loads it on its first map",
-    ("partui/commands/plan.py", "partui.reshard_map"):
+    ("partui/commands/plan.py", "partui.checkpoints.reshard_map"):
         "the reshard map builds each rank's engine (torch): a refused plan answers before it loads",
-    ("partui/checkpoint.py", "kernels.comm"):
+    ("partui/checkpoints/checkpoint.py", "kernels.comm"):
         "DCP's index needs torch: read only after the torch-free checks pass (World stays light)",
-    ("partui/worker.py", "partui.rank"):
+    ("partui/world/worker.py", "partui.world.rank"):
         "rank-only code (torch, the engine), preloaded by the fork server, not the controller",
     ("partui/commands/report.py", "partui.commands.report_frames"):
         "the analysis table imports pandas (~0.5 s): a GPU trace by rank is reported without it "
         "(report_lean), everything else loads it then (issue 36: report / HTA <= 0.25)",
     ("partui/commands/report.py", "partui.commands.report_vs"):
         "`compare` for Python callers reads frames (pandas): loaded on first use, not by `partui report`",
-    ("partui/tables.py", "partui.analysis.definitions"):
+    ("partui/world/tables.py", "partui.analysis.figures.definitions"):
         "the analysis package imports pandas; the definitions ride along only in to_pandas()",
-    ("partui/analysis/column_parts.py", "partui.analysis.events"):
+    ("partui/analysis/reading/column_parts.py", "partui.analysis.table.events"):
         "events builds frames (pandas): the streamed read's parts are numpy; only a frame's categorical needs it",
-    ("partui/analysis/columns.py", "partui.analysis.events"):
+    ("partui/analysis/reading/columns.py", "partui.analysis.table.events"):
         "events builds frames (pandas): Columns.frame alone needs it; the lean reports read columns without it",
-    ("partui/analysis/pair_plan.py", "partui.analysis.kineto_pairs"):
+    ("partui/analysis/figures/pair_plan.py", "partui.analysis.figures.kineto_pairs"):
         "the analysis table (pandas) only for a trace the pandas-free reader leaves (simulate --parts)",
-    ("partui/analysis/pair_plan.py", "partui.analysis.reader"):
+    ("partui/analysis/figures/pair_plan.py", "partui.analysis.reading.reader"):
         "the analysis table (pandas) only for a trace the pandas-free reader leaves (simulate --parts)",
 }
 
@@ -358,7 +358,7 @@ def test_architecture_links_stay_inside_the_repository():
 def test_a_plan_validates_without_loading_torch():
     """`partui plan` refuses a bad plan before torch loads (it costs seconds): the plan builder, the
     validator and every torch-free kernels module they reach must keep torch out."""
-    code = ("import sys\nfrom partui.plans import build_plan\nfrom planning.mesh import PlanError\n"
+    code = ("import sys\nfrom partui.world.plans import build_plan\nfrom planning.mesh import PlanError\n"
             "try:\n    build_plan('custom', 'tiny', tp=100000)\nexcept PlanError as e:\n    print(e)\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import metrics
+from partui.analysis.figures import metrics
 
 
 def set_oracle(gpu_rank, gpu_corr, cpu_rank, cpu_corr):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import hta_filter
+from partui.analysis.gpu import hta_filter
 
 
 def random_table(seed: int, fractional: bool) -> pd.DataFrame:

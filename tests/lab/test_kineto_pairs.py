@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 
 from partui.analysis import load
-from partui.analysis.kineto_pairs import kineto_pairs
-from partui.analysis.pair_parts import PART_NAMES
+from partui.analysis.figures.kineto_pairs import kineto_pairs
+from partui.analysis.gpu.pair_parts import PART_NAMES
 from partui.cli import main
 
 
@@ -58,7 +58,7 @@ def test_the_cli_reads_the_parts_and_the_names_are_data(trace, capsys, monkeypat
     path = trace.replace("parts.json", "other.json")
     with open(path, "w") as f:
         json.dump(doc, f)
-    monkeypatch.setattr("partui.analysis.pair_parts.PART_NAMES",
+    monkeypatch.setattr("partui.analysis.gpu.pair_parts.PART_NAMES",
                         PART_NAMES + [(r"^fwd_(?:attention)$(?P<side>)", "ATTN"),
                                       (r"^fwd_a2a_dispatch$(?P<side>)", "DISPATCH")])
     t = kineto_pairs(load(path)).set_index("annotation")

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import gpu_steps
-from partui.analysis.gpu_steps import launch_times
+from partui.analysis.gpu import gpu_steps
+from partui.analysis.gpu.gpu_steps import launch_times
 
 
 def loop_oracle(df, kernels):
@@ -53,7 +53,7 @@ def test_launch_times_of_calls_already_in_id_order(order):
 
 
 def test_kernel_steps_of_two_ranks_together_are_each_ranks_alone():
-    from partui.analysis.gpu_steps import kernel_steps
+    from partui.analysis.gpu.gpu_steps import kernel_steps
     rows = []
     for rank, shift in ((0, 0.0), (1, 5.0)):  # rank 1's steps start later: the lookups must not mix
         rows += [(rank, "cpu", "step", 0 + shift, 50 + shift, 1.0, np.nan),

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from partui.app.widgets.command_line import CommandError, parse
-from partui.world import World
+from partui.world.world import World
 
 
 def test_world_link_is_stated_and_switches_between_steps(tmp_path):

@@ -4,7 +4,7 @@ fork world the benches and tests use. Read from /proc: the sockets each process 
 address each listening one is bound to."""
 import os
 
-from partui.world import World
+from partui.world.world import World
 from worlds import run_world
 
 LISTEN = "0A"                      # TCP state LISTEN in /proc/net/tcp*

@@ -1,7 +1,7 @@
 """A plan's memory estimated from its sizes before anything is built (planning/memory_estimate.py),
 and the refusal of a plan whose world would not fit: the estimate pinned on the tiny model by hand,
 equal to memory_plan's prediction from the built (dry) engines wherever both exist, the refusal
-from `partui plan`, `partui run` and build_plan before torch or partui.layout loads, and each
+from `partui plan`, `partui run` and build_plan before torch or partui.world.layout loads, and each
 suggested fix itself under the limit."""
 import re
 import subprocess
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import ROOT, run_here
-from partui.layout import plan_layout
-from partui.plans import build_plan
+from partui.world.layout import plan_layout
+from partui.world.plans import build_plan
 from planning.memory_estimate import estimate_plan, estimate_rank
 from planning.memory_fit import LIMIT_ENV
 from planning.mesh import PlanError
@@ -82,7 +82,7 @@ def test_a_huge_plan_is_refused_naming_the_estimate_the_limit_and_a_fix(command)
 
 def test_the_refusal_comes_before_torch_or_the_layout_load():
     code = ("import sys\nfrom partui.cli import main\nrc = main(sys.argv[1:])\n"
-            "print(rc, 'torch' in sys.modules, 'partui.layout' in sys.modules, 'pandas' in sys.modules)")
+            "print(rc, 'torch' in sys.modules, 'partui.world.layout' in sys.modules, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, "plan", "--batch", "100000", "--dim", "100000"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert "needs an estimated 108290.1 GiB" in out.stderr, out.stderr
@@ -114,5 +114,5 @@ def test_a_bad_limit_is_refused_naming_the_fix(monkeypatch, value):
 
 
 def test_the_estimate_column_has_its_record():
-    from partui.analysis.definitions import PLAN, figure_of, view_figures
+    from partui.analysis.figures.definitions import PLAN, figure_of, view_figures
     assert figure_of("estimate MiB").unit == "MiB" and view_figures(PLAN) == ["estimate MiB"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_here
-from partui.analysis.memory import MIB, memory_samples, memory_table
+from partui.analysis.figures.memory import MIB, memory_samples, memory_table
 from planning.config import ModelConfig
 from planning.memory_kinds import KINDS
 from kernels.recompute import forward_share

@@ -4,8 +4,9 @@ kept shared as rows are dropped or reordered, and writable (the frame takes its 
 import numpy as np
 import pandas as pd
 
-from partui.analysis import events, reader
-from partui.analysis.events import COLUMNS, finish, is_missing, missing, table
+from partui.analysis.table import events
+from partui.analysis.reading import reader
+from partui.analysis.table.events import COLUMNS, finish, is_missing, missing, table
 from partui.bench.analysis import synthetic_kineto
 
 UNFILLED_BY_KINETO = ["mb", "chunk", "layer", "bytes", "peer", "cpu_us", "transfer_us"]

@@ -1,9 +1,9 @@
-"""One p2p pairing (issue 32): the trace's send -> recv slices (partui.tracefile) and the step line's
+"""One p2p pairing (issue 32): the trace's send -> recv slices (partui.recording.tracefile) and the step line's
 paired figures (planning.intervals.pair_p2p) come from planning.intervals.match_p2p and
 paired_spans, so one set of ops gives the same intervals both ways."""
 from __future__ import annotations
 
-from partui.tracefile import build_doc
+from partui.recording.tracefile import build_doc
 from planning.intervals import match_p2p, pair_p2p
 
 # rank 0 sends twice to rank 1 (tag 0), each seen done only at 100 µs; rank 1 posted its first recv

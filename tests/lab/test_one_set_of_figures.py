@@ -1,11 +1,11 @@
 """One set of figures: for one traced step, the step line (what World.step returns and the rank
 card draws), World.step().to_pandas() and `partui report --by step` on the trace of that step count
 compute, comm in flight, overlapped and exposed comm the same way (planning.intervals.figures and
-partui.analysis.definitions), so they agree within the clocks' rounding."""
+partui.analysis.figures.definitions), so they agree within the clocks' rounding."""
 import pytest
 
 from partui.app.widgets.rank_card import card_figures
-from partui.world import World
+from partui.world.world import World
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,11 +1,11 @@
 """Each lab idea written once (issue 32): the straggler text "R=F" has one parser and one check
 (planning.slow_spec), which the Plan's --slow-rank / --slow-stage, the app's `slow` and World.slow
 read, each message starting with the setting as the user wrote it; `show`'s words for a kind have
-one table (partui.show_kinds), which World.show and the app's `:show` read."""
+one table (partui.world.show_kinds), which World.show and the app's `:show` read."""
 import pytest
 
 from partui.app.widgets.command_line import CommandError, parse
-from partui.show_kinds import show_kind
+from partui.world.show_kinds import show_kind
 from planning.field_spec import PlanError
 from planning.mesh import Plan
 from planning.slow_spec import check_slow, check_straggler, parse_slow

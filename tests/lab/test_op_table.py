@@ -7,8 +7,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from partui.analysis.events import TraceError
-from partui.analysis.op_table import read_op_table
+from partui.analysis.table.events import TraceError
+from partui.analysis.reading.op_table import read_op_table
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "real-traces",
                     "bytedance-straggler")

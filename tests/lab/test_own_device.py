@@ -1,11 +1,11 @@
 """One device per rank: whatif's replay with each rank's busy time cut to the CPU time it got
-(partui.analysis.whatif.on_own_cores), and the benches' own_device_ms / core_share_pct and their
+(partui.analysis.replay.whatif.on_own_cores), and the benches' own_device_ms / core_share_pct and their
 sentence on who decided the step (partui.bench.own_device), on a hand-built trace worked by hand."""
 import pytest
 
-from partui.analysis.whatif import on_own_cores, programs, simulate
+from partui.analysis.replay.whatif import on_own_cores, programs, simulate
 from partui.bench.own_device import cores_verdict, own_device
-from partui.plans import build_plan
+from partui.world.plans import build_plan
 from planning.link import build_link
 
 

@@ -14,9 +14,10 @@ from interval_oracle import covered, length, merged
 from lean_traces import A2A_KERNEL, gpu_doc, parts_doc, write
 from test_report_lean import FORMATS, REAL, ROOT, imported, needs_real, odd, same
 
-from partui.analysis import kineto_lean, load
-from partui.analysis.kineto_lean import lean_pairs, read_gpu_trace
-from partui.analysis.kineto_pairs import kineto_pairs
+from partui.analysis import load
+from partui.analysis.reading import kineto_lean
+from partui.analysis.reading.kineto_lean import lean_pairs, read_gpu_trace
+from partui.analysis.figures.kineto_pairs import kineto_pairs
 from partui.cli import build_parser
 from partui.commands.report_frames import run_frames
 from partui.commands.report_lean import lean_report
@@ -151,7 +152,7 @@ def test_a_streamed_read_prints_what_a_whole_read_prints(tmp_path, capsys, monke
 def test_a_long_lean_read_shows_progress_on_a_terminal_only(tmp_path, capsys, monkeypatch):
     """The pandas-free reader's progress line (as reader.load's): a streamed read's bytes and events, then
     the line cleared; rank files done in a directory; nothing when not asked (json, a pipe)."""
-    from partui.analysis import json_stream, progress
+    from partui.analysis.reading import json_stream, progress
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
     monkeypatch.setattr(progress, "EVERY_S", 0.0)
     monkeypatch.setattr(json_stream, "BLOCK", 4096)

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from partui.analysis.pairs import fb_pair_a2a, pair_summary
+from partui.analysis.figures.pairs import fb_pair_a2a, pair_summary
 
 
 def _table(rows):

@@ -1,13 +1,13 @@
-"""The simulator fed a pipeline trace's own timing (partui.analysis.timing), on a hand-built 1F1B trace of
+"""The simulator fed a pipeline trace's own timing (partui.analysis.figures.timing), on a hand-built 1F1B trace of
 2 ranks x 2 microbatches whose answers are computed by hand (times in us)."""
 import json
 
 import pytest
 
 from partui.analysis import load, overlap
-from partui.analysis.sweep import windows_of
-from partui import tracefile
-from partui.analysis.timing import step_timings
+from partui.analysis.table.sweep import windows_of
+from partui.recording import tracefile
+from partui.analysis.figures.timing import step_timings
 
 
 def X(rank, name, cat, ts, dur, tid=1, **args):

@@ -3,7 +3,7 @@ launching, against a hand-written grid and against the world the same plan actua
 import pytest
 
 from conftest import run_here
-from partui.world import World
+from partui.world.world import World
 
 pytestmark = pytest.mark.timeout(300)
 TP_PP = ("--dp", 2, "--tp", 2, "--pp", 2, "--microbatches", 2)

@@ -6,8 +6,8 @@ from conftest import run_here
 from planning.pipeline.actions import COMPUTE_KINDS
 from planning.pipeline.catalog import build_schedule
 from partui.analysis import load
-from partui.analysis.pipeline import pp_coord, trace_schedule
-from partui.analysis.timing import actions
+from partui.analysis.figures.pipeline import pp_coord, trace_schedule
+from partui.analysis.figures.timing import actions
 
 SPAN = re.compile(r"^(F|BW|B|W|FB) mb(\d+) c(\d+)(?: / mb(\d+) c(\d+))?$")   # an executor action's span
 

@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT, run_cli
 from kernels.comm import events
 from partui.analysis import load, overlap
-from partui.analysis.kineto import kineto_frame
-from partui.profile import OWN_TID, RankProfile, comm_op_ranges
+from partui.analysis.reading.kineto import kineto_frame
+from partui.recording.profile import OWN_TID, RankProfile, comm_op_ranges
 
 CHECKER = os.path.join(ROOT, "..", "shared", "tools", "perfetto", "check.py")
 pytestmark = pytest.mark.timeout(300)

@@ -12,7 +12,7 @@ from conftest import run_here
 from kernels import comm
 from planning.routing_figures import layer_figures, merge_layers, routing_totals
 from kernels.ep.routing_load import ExpertLoad
-from partui.analysis.routing import routing_steps, routing_table
+from partui.analysis.figures.routing import routing_steps, routing_table
 from partui.app.widgets.routing_map import render, shade, sparkline
 
 
@@ -158,7 +158,7 @@ def test_routing_report_refuses_a_file_without_routing(tmp_path):
 @pytest.mark.timeout(600)
 def test_selection_bias_is_shown_as_state_beside_the_params():
     """The bias a snapshot shows after step n is the one step n + 1 routes with (its figures say so)."""
-    from partui.world import World
+    from partui.world.world import World
     with World(timeout_s=300) as w:
         w.plan("deepseek", ep=2, dp=2)
         w.step(2)

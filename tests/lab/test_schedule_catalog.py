@@ -12,8 +12,8 @@ import pytest
 
 from partui.app.screens.setup import check_plan, defaults, form_specs
 from partui.app.widgets.command_line import parse
-from partui.plans import build_plan
-from partui.world import World
+from partui.world.plans import build_plan
+from partui.world.world import World
 from planning.field_spec import PlanError
 from planning.mesh import Plan, groups_of
 from planning.pipeline.catalog import (CATALOG, build_schedule, count_accumulations, formula_bubble,

@@ -3,7 +3,7 @@ under the trace's own costs, on a hand-built trace whose lateness and causes are
 import pytest
 
 from partui.analysis import TraceError, load
-from partui.analysis.schedule_view import schedule_view
+from partui.analysis.figures.schedule_view import schedule_view
 from partui.cli import main
 from test_analysis import X, write
 

@@ -1,4 +1,4 @@
-"""partui.World, the one controller `partui run`, the app and the REPL drive: plans (partui.plans),
+"""partui.World, the one controller `partui run`, the app and the REPL drive: plans (partui.world.plans),
 steps, the check, inspection, traces, the summary, failures. Multi-process: every wait is bounded."""
 import gzip
 import json
@@ -8,9 +8,9 @@ import time
 import pytest
 
 from planning.mesh import PlanError
-from partui.launch import RankError
-from partui.plans import PRESETS, build_plan, preset_fields
-from partui.world import World
+from partui.world.launch import RankError
+from partui.world.plans import PRESETS, build_plan, preset_fields
+from partui.world.world import World
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,7 +79,7 @@ def test_world_steps_shows_traces_and_recovers(tmp_path):
         assert rows and all(r["step"] == 2 and r["state"]["m"]["norm"] > 0 for r in rows)
         assert list(rows.to_pandas()["m_norm"]) == [r["state"]["m"]["norm"] for r in rows]
         assert len(repr(rows).splitlines()) == len(rows) + 2   # title, header, a line per tensor
-        assert w.show(1, "optimizer", "layers.0.attn.wq") == rows  # an alias (partui.show_kinds)
+        assert w.show(1, "optimizer", "layers.0.attn.wq") == rows  # an alias (partui.world.show_kinds)
         with pytest.raises(ValueError, match="show 'shards': pick one of params, grad, optim"):
             w.show(1, "shard")
         frame = lines.to_pandas()   # one row per step and rank

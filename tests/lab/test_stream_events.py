@@ -1,4 +1,4 @@
-"""stream_events, the arrays view of a streamed trace (partui.analysis.streamed): the complete events'
+"""stream_events, the arrays view of a streamed trace (partui.analysis.reading.streamed): the complete events'
 columns in file order, equal to the dict reader's columns of the whole document (event_columns.
 slice_columns, an independent path) and to Columns.frame()'s, whatever the decoder (pyarrow or dicts),
 layout (compact, pretty-printed, gzip'd), text pids, missing names or times, or false cuts; and a
@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from partui.analysis import columns, json_stream
-from partui.analysis.event_columns import ARG_KEYS, TEXT_ARGS, slice_columns, thread_names
-from partui.analysis.streamed import read_streamed, stream_events
+from partui.analysis.reading import columns, json_stream
+from partui.analysis.table.event_columns import ARG_KEYS, TEXT_ARGS, slice_columns, thread_names
+from partui.analysis.reading.streamed import read_streamed, stream_events
 from partui.bench.analysis import synthetic_kineto
 
 TEXT = ("name", "cat") + TEXT_ARGS
@@ -144,7 +144,7 @@ def test_not_a_streamable_file_is_none(tmp_path):
 
 def test_a_streamed_read_never_imports_pandas(tmp_path):
     path = write(tmp_path / "t.json.gz", odd_kineto(400), indent=1)
-    code = ("import sys; from partui.analysis.streamed import stream_events; got = stream_events(sys.argv[1]); "
+    code = ("import sys; from partui.analysis.reading.streamed import stream_events; got = stream_events(sys.argv[1]); "
             "got.text('name'); got.numbers('ts'); got.ids('pid'); "
             "print(got.rows, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120,
@@ -154,7 +154,7 @@ def test_a_streamed_read_never_imports_pandas(tmp_path):
 
 
 def test_first_met_is_the_order_codes_are_first_met():
-    from partui.analysis.column_parts import first_met
+    from partui.analysis.reading.column_parts import first_met
     rng = np.random.default_rng(3)
     for high in (1, 5, 300, 40_000):  # int16 radix and int32 sorts both
         codes = rng.integers(-1, high, 5000).astype(np.int32)
@@ -165,7 +165,7 @@ def test_first_met_is_the_order_codes_are_first_met():
 
 
 def test_decoded_names_are_coded_first_met_with_missing_minus_one():
-    from partui.analysis.column_parts import Names
+    from partui.analysis.reading.column_parts import Names
     names = Names()
     values = np.array([None, "b", "", "a", "b", float("nan"), None, "a"], dtype=object)
     assert names.values_part(values).tolist() == [-1, 0, 1, 2, 0, -1, -1, 2]  # "" is a name, NaN is not
@@ -178,7 +178,7 @@ def test_decoded_names_are_coded_first_met_with_missing_minus_one():
 def test_arrow_columns_read_from_their_buffers_are_pyarrows_own_numpy():
     import pyarrow as pa
 
-    from partui.analysis.column_parts import numpy_of
+    from partui.analysis.reading.column_parts import numpy_of
     rng = np.random.default_rng(5)
     values = rng.random(1000)
     nulls = rng.random(1000) < 0.3

@@ -13,8 +13,8 @@ import os
 import pandas as pd
 import pytest
 
-from partui.analysis import columns, json_stream, progress, reader, trace_cache
-from partui.analysis.events import TraceError, is_missing
+from partui.analysis.reading import columns, json_stream, progress, reader, trace_cache
+from partui.analysis.table.events import TraceError, is_missing
 from partui.bench.analysis import synthetic_kineto, synthetic_trace
 
 

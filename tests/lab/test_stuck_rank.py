@@ -10,8 +10,8 @@ import time
 import pytest
 
 from conftest import ROOT
-from partui.world import World
-from partui.launch import RankStalled
+from partui.world.world import World
+from partui.world.launch import RankStalled
 
 
 def _alive(pid: int) -> bool:

@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from partui.analysis import boundary_sweep as sweep_module
+from partui.analysis.table import boundary_sweep as sweep_module
 from partui.analysis import hta_overlap, load, overlap_views
-from partui.analysis.boundary_sweep import key_runs, sweep
-from partui.analysis.comm_kernels import family_table
-from partui.analysis.gpu_steps import gpu_step_sums
-from partui.analysis.streams import gpu_overlap, stream_busy
+from partui.analysis.table.boundary_sweep import key_runs, sweep
+from partui.analysis.gpu.comm_kernels import family_table
+from partui.analysis.gpu.gpu_steps import gpu_step_sums
+from partui.analysis.figures.streams import gpu_overlap, stream_busy
 from partui.bench.analysis import synthetic_kineto, synthetic_trace
 
 

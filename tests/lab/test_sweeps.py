@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from partui.analysis import load, overlap
-from partui.analysis.events import COLUMNS, finish, rank_time_order
-from partui.analysis.sweep import clip_index
+from partui.analysis.table.events import COLUMNS, finish, rank_time_order
+from partui.analysis.table.sweep import clip_index
 
 
 def clip_by_hand(rank, ts, end, windows):
@@ -108,7 +108,7 @@ def test_clip_index_when_every_interval_lies_in_one_window():
 
 
 def test_sweep_of_no_intervals_is_empty_and_of_one_is_its_length():
-    from partui.analysis.sweep import sweep
+    from partui.analysis.table.sweep import sweep
     none = np.zeros(0)
     keys, lengths, inter0, union = sweep(np.zeros(0, np.int64), none, none, np.zeros(0, np.int64), 2)
     assert len(keys) == 0 and lengths.shape == (0, 2) and inter0.shape == (0, 2) and len(union) == 0

@@ -1,6 +1,6 @@
 """World.step / World.show rows: compact tables in the REPL, DataFrames for scripts (hand-built rows
 with known answers)."""
-from partui.tables import Rows, show_rows, step_rows
+from partui.world.tables import Rows, show_rows, step_rows
 
 def _rank(window_ms, compute, comm, overlapped, wait=0.0):
     return {"window_ms": window_ms, "compute_ms": compute, "comm_ms": comm, "overlapped_ms": overlapped,
@@ -57,8 +57,8 @@ def test_repl_banner_lists_what_to_try():
 
 
 def test_summary_figures_average_the_kept_rows_past_the_warm_up():
-    from partui.results import rank_figures
-    kept = [{"step": 0}] + LINES   # a World's older lines keep no per-rank rows (partui.world.past)
+    from partui.world.results import rank_figures
+    kept = [{"step": 0}] + LINES   # a World's older lines keep no per-rank rows (partui.world.world.past)
     figures, steps = rank_figures(kept)
     assert steps == [1]            # step 0 has rows too, but is the warm-up
     assert figures[1] == {"rank": 1, "compute_ms": 6.0, "comm_ms": 4.0, "overlapped_ms": 2.0,

@@ -5,10 +5,10 @@ import pickle
 
 import pytest
 
-from partui import doctor, torch_fr
+from partui.diagnosis import doctor, torch_fr
 from partui.commands.doctor import load
-from partui.fr_merge import merge
-from partui.torchrun_watch import stopped
+from partui.diagnosis.fr_merge import merge
+from partui.diagnosis.torchrun_watch import stopped
 
 
 def entry(pg, desc, seq, op, ins, outs=None, dtype="Float", t=0):

@@ -1,4 +1,4 @@
-"""RankTracer (partui.trace) and stitch / merge (partui.tracefile): synthetic recorder calls, a real
+"""RankTracer (partui.recording.trace) and stitch / merge (partui.recording.tracefile): synthetic recorder calls, a real
 2-rank gloo run, Perfetto, atomic write."""
 import gzip
 import json
@@ -15,10 +15,10 @@ from conftest import ROOT
 from worlds import run_world
 
 from kernels.comm import events
-from partui import tracefile
-from partui import sparse_log
-from partui.trace import RankTracer, nest_python
-from partui.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, merge, remove_stale_partials,
+from partui.recording import tracefile
+from partui.recording import sparse_log
+from partui.recording.trace import RankTracer, nest_python
+from partui.recording.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, merge, remove_stale_partials,
                              stitch, write_atomic)
 
 # shared/ sits beside the checkout (here and in CI)
@@ -132,7 +132,7 @@ def test_python_calls_join_the_compute_track_only_where_they_nest():
 
 
 def test_viztracerclock_maps_onto_ours_through_two_readings():
-    from partui.trace import clock_map
+    from partui.recording.trace import clock_map
     to_ours = clock_map((1000.0, 50.0), (3000.0, 2050.2))    # viztracer ran 0.01% fast
     assert to_ours(50.0) == 1000.0 and to_ours(2050.2) == pytest.approx(3000.0)
     assert to_ours(1050.1) == pytest.approx(2000.0) and to_ours.rate == pytest.approx(2000 / 2000.2)
@@ -141,7 +141,7 @@ def test_viztracerclock_maps_onto_ours_through_two_readings():
 def test_clock_pair_keeps_the_narrowest_of_its_brackets():
     """A busy machine preempts a rank between its two clocks' reads; the pair must not take the
     stall as offset (CI saw learner calls 16 us early, crossing the spans they ran under)."""
-    from partui.trace import clock_pair
+    from partui.recording.trace import clock_pair
 
     class StalledViz:                                  # viztracer's clock = ours + 5,000 us
         reads = 0

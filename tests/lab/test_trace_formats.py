@@ -1,4 +1,4 @@
-"""A trace format is one record (partui.analysis.reader.FORMATS): registering one makes every reader
+"""A trace format is one record (partui.analysis.reading.reader.FORMATS): registering one makes every reader
 path — detect, load, the unknown-format message — know it, with no other file touched."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from partui.analysis import reader
-from partui.analysis.events import TraceError
-from partui.analysis.metrics import overlap
+from partui.analysis.reading import reader
+from partui.analysis.table.events import TraceError
+from partui.analysis.figures.metrics import overlap
 
 SAMPLE = Path(__file__).resolve().parents[2] / "traces" / "sample-dualpipev-ep.json.gz"
 

@@ -2,15 +2,15 @@
 
 The stall: a rank's first full cyclic-GC collection walked the ~170k objects it was forked with
 (torch's modules) for 110-440 ms, set off by a traced step's allocations, inside whatever layer ran.
-partui.rank freezes the inherited heap at the rank's start; the trace shows every collection on the
-rank's "gc" track (partui.trace), so a pause is seen, not read as compute."""
+partui.world.rank freezes the inherited heap at the rank's start; the trace shows every collection on the
+rank's "gc" track (partui.recording.trace), so a pause is seen, not read as compute."""
 import gc
 import json
 import statistics
 
 import pytest
 
-from partui.world import World
+from partui.world.world import World
 
 pytestmark = pytest.mark.timeout(300)
 

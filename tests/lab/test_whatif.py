@@ -5,7 +5,7 @@ import json
 import pytest
 
 from planning.link import build_link
-from partui.analysis.whatif import on_own_cores, programs, replay, saved, simulate, without_overlap
+from partui.analysis.replay.whatif import on_own_cores, programs, replay, saved, simulate, without_overlap
 from partui.bench.whatif import equal_busy_error_pct
 
 

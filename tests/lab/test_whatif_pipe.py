@@ -8,7 +8,7 @@ import pytest
 from planning.config import ModelConfig
 from planning.link import build_link
 from planning.mesh import Plan
-from partui.analysis.whatif_pipe import repipe
+from partui.analysis.replay.whatif_pipe import repipe
 
 PLAN = {"pp": 2, "schedule": "1f1b", "microbatches": 2, "dp": 1, "world": 2}
 MODEL = {"layers": 4, "batch": 8}

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import check_plan, run_cli
 from planning.mesh import Plan
-from partui.controller import Controller
-from partui.launch import RankError, WorldTimeout
-from partui.plans import build_plan
+from partui.world.controller import Controller
+from partui.world.launch import RankError, WorldTimeout
+from partui.world.plans import build_plan
 from worlds import run_world
 
 pytestmark = pytest.mark.timeout(240)

@@ -8,8 +8,8 @@ import pytest
 
 from partui.app.screens.run import LOSS_POINTS
 from partui.app.widgets.routing_map import SPARK_STEPS
-from partui.results import StepTotals, summarize
-from partui.world import HISTORY_LINES, LOSSES_KEPT, World
+from partui.world.results import StepTotals, summarize
+from partui.world.world import HISTORY_LINES, LOSSES_KEPT, World
 from planning.config import ModelConfig
 from planning.mesh import Plan
 

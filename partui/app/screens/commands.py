@@ -8,10 +8,10 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from partui.app.screens.dialogs import TextDialog
 from partui.app.widgets.command_line import EXAMPLES, CommandError, parse
-from partui.checkpoint import check_resume
-from partui.doctor import last_ops
-from partui.launch import RankError, WorldTimeout
-from partui.plans import PRESETS
+from partui.checkpoints.checkpoint import check_resume
+from partui.diagnosis.doctor import last_ops
+from partui.world.launch import RankError, WorldTimeout
+from partui.world.plans import PRESETS
 from planning.mesh import Plan
 
 
@@ -107,7 +107,7 @@ class CommandsMixin:
 
     @work(thread=True, group="world")
     def _checkpoint_worker(self, verb: str, path: str) -> None:
-        """World.save / World.load between steps (partui.checkpoint)."""
+        """World.save / World.load between steps (partui.checkpoints.checkpoint)."""
         try:
             said = (f"saved {self.world.save(path)}" if verb == "save" else
                     f"resumed at step {self.world.load(path)} from {path}")
@@ -125,7 +125,7 @@ class CommandsMixin:
             if plan is None:
                 raise ValueError("plan a world first: the map shows a checkpoint onto a plan")
             ckpt, man = check_resume(path, plan, cfg, {})
-            from partui.reshard_map import reshard_map, reshard_text   # torch: dry engines
+            from partui.checkpoints.reshard_map import reshard_map, reshard_text   # torch: dry engines
             text = reshard_text(reshard_map(ckpt, plan, cfg), Plan.from_dict(man["plan"]).describe(),
                                 plan.describe())
             self.call_from_thread(self.push_screen, TextDialog(f"reshard map of {ckpt}", text))

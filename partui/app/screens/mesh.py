@@ -1,5 +1,5 @@
 """The setup screen's Mesh view: the planned world before it launches, each rank as the world will
-build it (partui.layout, what `partui plan` prints): coordinates, groups, experts, memory ledger,
+build it (partui.world.layout, what `partui plan` prints): coordinates, groups, experts, memory ledger,
 stages and layers."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class MeshScreen(ModalScreen):
     @work(thread=True)
     def compute(self) -> None:
         # lazy: the layout builds each rank's engine (torch), loaded after the app's first frame
-        from partui.layout import layout_rows, plan_layout
+        from partui.world.layout import layout_rows, plan_layout
         try:
             ranks = plan_layout(self.plan, self.cfg)
         except Exception as e:  # noqa: BLE001 - shown in the view; the app stays usable

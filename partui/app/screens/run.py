@@ -18,10 +18,10 @@ from partui.app.widgets.memory_map import MemoryMap
 from partui.app.widgets.rank_card import RankCard
 from partui.app.widgets.routing_map import RoutingMap
 from partui.app.widgets.shard_map import ShardMap, grad_snaps
-from partui.show_kinds import LIST_NAMES
+from partui.world.show_kinds import LIST_NAMES
 
 STEPPING_AFTER_S = 1.0   # a step in flight this long says so on the status line
-LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.LOSSES_KEPT keeps at least these)
+LOSS_POINTS = 200   # the loss sparkline's last steps (partui.world.world.LOSSES_KEPT keeps at least these)
 
 
 class RunScreen(Screen):

@@ -14,8 +14,8 @@ from textual.widgets.option_list import Option
 from partui.app.screens.mesh import MeshScreen
 from partui.app.widgets.command_line import CommandLine
 from partui.app.widgets.number_input import NumberInput
-from partui.plans import build_plan
-from partui.machine import usable_cpus
+from partui.world.plans import build_plan
+from partui.recording.machine import usable_cpus
 from planning import mesh
 from planning.config import PRESETS as MODEL_PRESETS
 from planning.mesh import PlanError, coord_label

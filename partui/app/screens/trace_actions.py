@@ -7,8 +7,8 @@ from textual.widgets import Button, Input
 
 from partui.app.widgets.inspector import Inspector
 from partui.app.widgets.timeline import render
-from partui.launch import RankError, WorldTimeout
-from partui.world_trace import trace_target
+from partui.world.launch import RankError, WorldTimeout
+from partui.world.world_trace import trace_target
 from planning.link import LinkModel
 
 
@@ -82,7 +82,7 @@ class TraceMixin:
 
     def _saved(self):
         """(table, line): the saved trace's op graph replayed under the current link with and
-        without overlap (partui.analysis.whatif.saved); no table without a link."""
+        without overlap (partui.analysis.replay.whatif.saved); no table without a link."""
         from partui.analysis import (  # lazy: pandas
             SAVED_COLUMNS,
             TraceError,

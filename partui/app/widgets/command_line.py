@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-from partui.plans import MODEL_FIELDS
-from partui.show_kinds import APP_KINDS, show_kind
+from partui.world.plans import MODEL_FIELDS
+from partui.world.show_kinds import APP_KINDS, show_kind
 from planning import mesh
 from planning.field_spec import FieldSpec, PlanError
 from planning.slow_spec import WHO, parse_slow

@@ -1,5 +1,5 @@
 """The selected rank's tabs: Parameters, Gradients, Optimizer state, and the shard map.
-Rows come straight from the rank's snapshot (partui/snapshot.py)."""
+Rows come straight from the rank's snapshot (partui/world/snapshot.py)."""
 from __future__ import annotations
 
 from textual.app import ComposeResult

@@ -1,6 +1,6 @@
 """One rank's card on the Run screen: coordinates, role, memory ledger, last step's compute /
-comm / overlapped / exposed (the step line's figures: partui.results, defined as the report's,
-partui.analysis.definitions), and a spinner while a step is in flight on it."""
+comm / overlapped / exposed (the step line's figures: partui.world.results, defined as the report's,
+partui.analysis.figures.definitions), and a spinner while a step is in flight on it."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from partui.results import overlap_pct
+from partui.world.results import overlap_pct
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 

@@ -7,7 +7,7 @@ import math
 from rich.text import Text
 from textual.widgets import Static
 
-from partui.tables import piece_label
+from partui.world.tables import piece_label
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
@@ -27,7 +27,7 @@ def holds(kind: str, index, shape, flat_i: int) -> bool:
 
 def grad_snaps(snaps: list[dict]) -> list[dict]:
     """Each rank's gradient pieces in the shape render reads (s["grads"]): a param's grad piece
-    (partui.snapshot) where the rank holds one."""
+    (partui.world.snapshot) where the rank holds one."""
     return [{"rank": s["rank"],
              "grads": [dict(p["grad_piece"], name=p["name"], global_shape=p["global_shape"])
                        for p in s["params"] if p.get("grad_piece")]} for s in snaps]

@@ -17,7 +17,7 @@ def outermost(comp):
 
 
 def render(df, width: int = 60, step: int | None = None) -> Text:
-    """`df` from partui.analysis.metrics.load; `step` limits it to one step's window."""
+    """`df` from partui.analysis.figures.metrics.load; `step` limits it to one step's window."""
     if step is not None:
         st = df[(df["kind"] == "step") & (df["step"] == step)]
         if len(st):

@@ -1,8 +1,8 @@
 """The Trace tab: record on / off, save under a name, then the overlap report per rank and per
-step (partui.analysis.metrics), what overlap saves under the current link (in flight, saved:
-partui.analysis.whatif.saved), a text timeline of the last recorded step, and the file's path; with
-overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.pairs).
-Every column is defined once, in partui.analysis.definitions."""
+step (partui.analysis.figures.metrics), what overlap saves under the current link (in flight, saved:
+partui.analysis.replay.whatif.saved), a text timeline of the last recorded step, and the file's path; with
+overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.figures.pairs).
+Every column is defined once, in partui.analysis.figures.definitions."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -16,7 +16,7 @@ REPORT_COLS = ("rank", "step", "window_ms", "compute_ms", "comm_ms", "overlapped
 PIPE_COLS = ("rank", "pipe_bubble_pct", "sim_bubble_pct", "sim_ideal_bubble_pct", "formula_bubble_pct")
 DEFINED = "the same figures as the step lines, the rank cards and `partui report` (definitions: ?)"
 PAIR_COLS = ("rank", "pair", "all_to_all", "in_flight_ms", "under_other_ms", "exposed_ms", "under")
-# partui.analysis.whatif.SAVED_COLUMNS (not imported: the analysis loads pandas after the first frame)
+# partui.analysis.replay.whatif.SAVED_COLUMNS (not imported: the analysis loads pandas after the first frame)
 SAVED_COLS = ("rank", "comm_in_flight_ms", "blocked_ms", "predicted_step_ms", "no_overlap_step_ms", "saved_ms")
 
 
@@ -94,7 +94,7 @@ class TracePanel(VerticalScroll):
         self.query_one("#timeline", Static).update(timeline)
 
     def show_saved(self, table, line: str) -> None:
-        """What overlap saves under the current link (partui.analysis.whatif.saved), or only
+        """What overlap saves under the current link (partui.analysis.replay.whatif.saved), or only
         `line` saying why there is no table (no link installed)."""
         self.query_one("#saved-line", Static).update(line)
         t = self.query_one("#report-saved", DataTable)
