@@ -47,7 +47,8 @@ def recorder():
 def set_regions(regions) -> None:
     """Install (or with None remove) the region hook: regions(name, cat, args) -> context manager.
     The args dict it is given is the region's own: once the region ends it holds t_ns and t_end_ns,
-    the region's times on this clock (the profiler's edges can be late: partui.recording.profile uses these)."""
+    the region's times on this clock (the profiler's edges can be late: partui.recording.profile uses
+    these)."""
     global _regions
     _regions = regions
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from partui.analysis.gpu.comm_families import family_lines
 from partui.analysis.figures.definitions import TERMS, definitions, legend
-from partui.analysis.gpu.gpu_kernels import (family_rows, gpu_rows, hta_kept, hta_overlap_pct, rank_rows, rank_sums,
-                                         step_sums, stream_rows)
+from partui.analysis.gpu.gpu_kernels import (family_rows, gpu_rows, hta_kept, hta_overlap_pct, rank_rows,
+                                             rank_sums, step_sums, stream_rows)
 from partui.analysis.reading.kineto_lean import NotLean, has_parts, lean_pairs, read_gpu_trace
 from partui.analysis.gpu.pair_parts import COLUMNS as PAIR_COLUMNS
 from partui.analysis.gpu.pair_parts import pair_summary

@@ -1,4 +1,5 @@
-"""Per-rank trace recording (the rank side; partui.recording.tracefile merges the ranks into one Chrome trace).
+"""Per-rank trace recording (the rank side; partui.recording.tracefile merges the ranks into one Chrome
+trace).
 
 Each worker runs a `RankTracer`: it is the `kernels.comm.events` recorder (compute spans, comm
 issue/complete/wait, counters) and, beside it, viztracer: sparse mode (the default) logs the
@@ -188,7 +189,8 @@ def nest_python(track: list[dict], viz_events: list[dict]) -> None:
 
 
 def _start_viztracer(sparse: bool):
-    """Sparse: viztracer's log_sparse around the functions partui.recording.sparse_log names (no profile hook);
+    """Sparse: viztracer's log_sparse around the functions partui.recording.sparse_log names (no profile
+    hook);
     full: viztracer's profile hook on every Python call of every thread."""
     if sparse:
         viz = sparse_viztracer(100_000)

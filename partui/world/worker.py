@@ -33,7 +33,7 @@ def worker_main(rank: int, world: int, conn, rendezvous: bool, opts: dict, beats
 
 def one_shot_main(rank: int, size: int, conn, rendezvous: bool, fn, args: tuple,
                   timeout_s: float) -> None:
-    """A one-shot rank (forked by partui.world.launch.run_world): partui.world.rank.run_once sends fn's result,
-    or its failure, to the launcher."""
+    """A one-shot rank (forked by partui.world.launch.run_world): partui.world.rank.run_once sends fn's
+    result, or its failure, to the launcher."""
     from partui.world.rank import run_once  # lazy, as above
     run_once(rank, size, conn, rendezvous, fn, args, timeout_s)

@@ -1,4 +1,5 @@
-"""A World's trace windows: recording on the ranks (partui.recording.trace), torch.profiler (partui.recording.profile),
+"""A World's trace windows: recording on the ranks (partui.recording.trace), torch.profiler
+(partui.recording.profile),
 merging every window into one Chrome trace with the run's metadata, and the report of it. A mixin
 of partui.World: the methods take the World's lock and talk to its ranks through its guard."""
 from __future__ import annotations

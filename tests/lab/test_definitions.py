@@ -13,7 +13,7 @@ from partui.analysis import hta_overlap, load, overlap, overlap_views, step_time
 from partui.analysis.replay.blame import FIGURES as BLAME_FIGURES
 from partui.analysis.replay.blame import analyse
 from partui.analysis.figures.definitions import (FIGURES, REPORT, SAVED, TERMS, WHATIF, definitions,
-                                         definitions_of, figure_of, help_text, legend)
+                                                 definitions_of, figure_of, help_text, legend)
 from partui.analysis.gpu.pair_parts import COLUMNS as KINETO_PAIR_COLUMNS
 from partui.analysis.figures.memory import KINDS
 from partui.analysis.figures.pairs import COLUMNS as PAIR_COLUMNS

@@ -10,7 +10,8 @@ import partui.analysis as analysis
 
 def test_importing_the_packages_loads_neither_pandas_nor_the_world():
     code = ("import sys, partui, partui.analysis, partui.analysis.figures.definitions; "
-            "print(sorted(m for m in ('pandas', 'partui.world.world', 'partui.analysis.figures.metrics') if m in sys.modules))")
+            "print(sorted(m for m in ('pandas', 'partui.world.world', 'partui.analysis.figures.metrics') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -1,5 +1,5 @@
-"""One p2p pairing (issue 32): the trace's send -> recv slices (partui.recording.tracefile) and the step line's
-paired figures (planning.intervals.pair_p2p) come from planning.intervals.match_p2p and
+"""One p2p pairing (issue 32): the trace's send -> recv slices (partui.recording.tracefile) and the step
+line's paired figures (planning.intervals.pair_p2p) come from planning.intervals.match_p2p and
 paired_spans, so one set of ops gives the same intervals both ways."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The simulator fed a pipeline trace's own timing (partui.analysis.figures.timing), on a hand-built 1F1B trace of
-2 ranks x 2 microbatches whose answers are computed by hand (times in us)."""
+"""The simulator fed a pipeline trace's own timing (partui.analysis.figures.timing), on a hand-built
+1F1B trace of 2 ranks x 2 microbatches whose answers are computed by hand (times in us)."""
 import json
 
 import pytest

@@ -1,5 +1,5 @@
-"""RankTracer (partui.recording.trace) and stitch / merge (partui.recording.tracefile): synthetic recorder calls, a real
-2-rank gloo run, Perfetto, atomic write."""
+"""RankTracer (partui.recording.trace) and stitch / merge (partui.recording.tracefile): synthetic recorder
+calls, a real 2-rank gloo run, Perfetto, atomic write."""
 import gzip
 import json
 import os
@@ -18,8 +18,8 @@ from kernels.comm import events
 from partui.recording import tracefile
 from partui.recording import sparse_log
 from partui.recording.trace import RankTracer, nest_python
-from partui.recording.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, merge, remove_stale_partials,
-                             stitch, write_atomic)
+from partui.recording.tracefile import (COMM_TID, COMPUTE_OVERFLOW_TID, COMPUTE_TID, PY_TID, merge,
+                                        remove_stale_partials, stitch, write_atomic)
 
 # shared/ sits beside the checkout (here and in CI)
 CHECKER = os.path.join(ROOT, "..", "shared",

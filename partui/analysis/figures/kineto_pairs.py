@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from partui.analysis.gpu.gpu_steps import counted_kernels, launch_times
-from partui.analysis.gpu.pair_parts import COLUMNS, Annotations, PairsRead, is_part_name, pair_summary, read_pairs
+from partui.analysis.gpu.pair_parts import (COLUMNS, Annotations, PairsRead, is_part_name, pair_summary,
+                                            read_pairs)
 
 
 def annotations_of(df: pd.DataFrame) -> Annotations:

@@ -16,8 +16,8 @@ import pandas as pd
 from partui.analysis.figures.cpu import core_sharing
 from partui.analysis.figures.definitions import defined
 from partui.analysis.table.events import TraceError
-from partui.analysis.gpu.gpu_kernels import (hta_classes, hta_overlap_pct, launched_by, rank_sums,  # noqa: F401
-                                         report_figures)
+from partui.analysis.gpu.gpu_kernels import (hta_classes, hta_overlap_pct, launched_by,  # noqa: F401
+                                             rank_sums, report_figures)
 from partui.analysis.gpu.gpu_steps import SUMS, gpu_by_op, gpu_step_sums, gpu_step_times
 from partui.analysis.gpu.hta_filter import hta_rows
 from partui.analysis.figures.pipeline import simulated_steps, theoretical_bubble

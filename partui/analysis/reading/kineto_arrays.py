@@ -16,7 +16,7 @@ import numpy as np
 from partui.analysis.gpu.comm_families import family_names
 from partui.analysis.gpu.gpu_kernels import Kernels, hta_classes
 from partui.analysis.gpu.kineto_kinds import (COMM, COMPUTE, STEP, STEP_COPY, STEP_PREFIX, event_kinds,
-                                          gpu_categories, kernel_steps, launch_times, step_numbers)
+                                              gpu_categories, kernel_steps, launch_times, step_numbers)
 from partui.analysis.gpu.pair_parts import Annotations
 
 GPU_FIELDS = ("name", "kind", "step", "stream", "ts", "end", "dur", "corr")

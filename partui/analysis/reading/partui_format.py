@@ -1,6 +1,7 @@
 """partui's own trace format (partui.recording.tracefile: metadata.format "partui-trace/1") into the analysis
 table: pid is the rank, the recorder's categories say comm / wait / step / container, and the rest
-of a compute track is compute, but viztracer's calls (cat FEE) there, which are "other" (definitions: partui.analysis.figures.definitions)."""
+of a compute track is compute, but viztracer's calls (cat FEE) there, which are "other" (definitions:
+partui.analysis.figures.definitions)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ from planning.intervals import WAIT_CATS
 
 # the engine's step figures count the same categories (planning.intervals.figures)
 CONTAINER_CATS = tuple(c for c in SPAN_CONTAINERS if c != "step")  # FB, microbatch: never compute
-PYTHON_CAT = "FEE"  # viztracer's function calls (partui.recording.trace puts them on the compute track): other
+PYTHON_CAT = "FEE"  # viztracer's calls (partui.recording.trace puts them on the compute track): other
 
 
 def is_partui(doc: dict) -> bool:

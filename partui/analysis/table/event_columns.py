@@ -10,7 +10,7 @@ from itertools import repeat
 import numpy as np
 
 ARG_KEYS = ["step", "mb", "chunk", "layer", "op", "group", "bytes", "peer", "cpu_us", "correlation",
-            "transfer_us", "partui"]  # partui: a `partui run --profile` range's category (partui.recording.profile)
+            "transfer_us", "partui"]  # a `partui run --profile` range's category (partui.recording.profile)
 TEXT_ARGS = ("op", "group", "partui")  # the other args are numbers
 TOP_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 EMPTY: dict = {}  # the args of an event without any (never written to)

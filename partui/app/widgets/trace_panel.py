@@ -1,7 +1,8 @@
 """The Trace tab: record on / off, save under a name, then the overlap report per rank and per
 step (partui.analysis.figures.metrics), what overlap saves under the current link (in flight, saved:
 partui.analysis.replay.whatif.saved), a text timeline of the last recorded step, and the file's path; with
-overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under (partui.analysis.figures.pairs).
+overlapped F&B pairs (fb_overlap), each pair's all-to-alls and what they flew under
+(partui.analysis.figures.pairs).
 Every column is defined once, in partui.analysis.figures.definitions."""
 from __future__ import annotations
 
