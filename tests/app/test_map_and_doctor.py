@@ -33,9 +33,12 @@ async def test_map_shows_saved_ranks_feeding_the_planned_world_and_doctor_the_la
         text = dialog_text(app)
         assert "reshard: saved under" in text and "bytes each new rank reads" in text
         assert " 0 ->   1 " in text or " 1 ->   0 " in text      # ZeRO-2's shards cross ranks
-        await pilot.press("escape")
+        the_map = app.screen
+        await pilot.press("escape")   # the map's dialog closes before doctor's opens: wait for its own
+        await wait_for(pilot, lambda: app.screen is not the_map, what="the map closed")
         await command(app, pilot, "doctor")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextDialog), what="the verdict", timeout=60)
+        await wait_for(pilot, lambda: isinstance(app.screen, TextDialog) and app.screen is not the_map,
+                       what="the verdict", timeout=60)
         text = dialog_text(app)
         assert "each rank's last 6 ops" in text and "rank 0 (step" in text and "rank 1 (step" in text
         assert "all_reduce" in text or "reduce_scatter" in text
